@@ -1,0 +1,49 @@
+"""numpyro-extras: samplers NumPyro lacks, for any NumPyro model.
+
+Continuous tempering kernels that cross between isolated modes and estimate the log marginal
+likelihood as they go; more method families follow the same pattern (a functional core under a
+thin :class:`~numpyro.infer.mcmc.MCMCKernel`).
+"""
+
+from numpyro_extras.evidence import Evidence
+from numpyro_extras.potential import FlatModel, flatten_model
+from numpyro_extras.tempering import (
+    BaseMomentCheck,
+    GaussianBase,
+    GibbsContinuousTempering,
+    JointContinuousTempering,
+    TemperingState,
+    base_moment_check,
+    extended_potential,
+    fit_base,
+    log_marginal_likelihood,
+    plot_tempering,
+    posterior_samples,
+    target_log_weights,
+    tempering_diagnostics,
+    tempering_log_normalizer,
+    to_inference_data,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BaseMomentCheck",
+    "Evidence",
+    "FlatModel",
+    "GaussianBase",
+    "GibbsContinuousTempering",
+    "JointContinuousTempering",
+    "TemperingState",
+    "base_moment_check",
+    "extended_potential",
+    "fit_base",
+    "flatten_model",
+    "log_marginal_likelihood",
+    "plot_tempering",
+    "posterior_samples",
+    "target_log_weights",
+    "tempering_diagnostics",
+    "tempering_log_normalizer",
+    "to_inference_data",
+]

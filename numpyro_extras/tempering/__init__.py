@@ -1,0 +1,46 @@
+"""Continuous tempering (Graham & Storkey): joint and Gibbs kernels, base fit, log Z estimators."""
+
+from numpyro_extras.tempering.base import GaussianBase, fit_base
+from numpyro_extras.tempering.estimators import (
+    BaseMomentCheck,
+    base_moment_check,
+    log_marginal_likelihood,
+    plot_tempering,
+    posterior_samples,
+    target_log_weights,
+    tempering_diagnostics,
+    tempering_log_normalizer,
+    to_inference_data,
+)
+from numpyro_extras.tempering.kernels import (
+    GibbsContinuousTempering,
+    JointContinuousTempering,
+    TemperingState,
+    extended_potential,
+)
+from numpyro_extras.tempering.weights import (
+    log_base_weight,
+    log_target_weight,
+    sample_inverse_temperature,
+)
+
+__all__ = [
+    "BaseMomentCheck",
+    "GaussianBase",
+    "GibbsContinuousTempering",
+    "JointContinuousTempering",
+    "TemperingState",
+    "base_moment_check",
+    "extended_potential",
+    "fit_base",
+    "log_base_weight",
+    "log_marginal_likelihood",
+    "log_target_weight",
+    "plot_tempering",
+    "posterior_samples",
+    "sample_inverse_temperature",
+    "target_log_weights",
+    "tempering_diagnostics",
+    "tempering_log_normalizer",
+    "to_inference_data",
+]
