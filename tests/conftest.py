@@ -1,4 +1,4 @@
-"""Test setup: two host devices for chain_method="parallel", float64, and a headless plot backend."""
+"""Test setup: two host devices for parallel chains, float64, a headless plot backend."""
 
 import os
 

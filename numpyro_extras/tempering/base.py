@@ -231,6 +231,10 @@ def fit_base(
     guide="multivariate",
     init_radius=2.0,
     duplicate_tolerance=0.5,
+    bootstrap_rounds=0,
+    bootstrap_num_warmup=500,
+    bootstrap_num_samples=1000,
+    bootstrap_num_chains=4,
 ) -> GaussianBase:
     """Fit a Gaussian base density and ``log zeta`` for continuous tempering with NumPyro SVI.
 
@@ -255,6 +259,11 @@ def fit_base(
         or ``"diagonal"`` (:class:`~numpyro.infer.autoguide.AutoDiagonalNormal`).
     :param float init_radius: radius of the uniform starts.
     :param float duplicate_tolerance: duplicate distance, in standard deviations of a kept fit.
+    :param int bootstrap_rounds: after the VI fit, this many rounds of a short Gibbs tempering
+        run followed by :func:`~numpyro_extras.refit_base` (spec 2.8 "bootstrap").
+    :param int bootstrap_num_warmup: warm-up draws of each bootstrap run.
+    :param int bootstrap_num_samples: kept draws per chain of each bootstrap run.
+    :param int bootstrap_num_chains: vectorized chains of each bootstrap run.
     :return: a :class:`GaussianBase`.
 
     **Example:**
@@ -270,7 +279,7 @@ def fit_base(
     guide_classes = {"multivariate": AutoMultivariateNormal, "diagonal": AutoDiagonalNormal}
     if guide not in guide_classes:
         raise ValueError(f"guide must be 'multivariate' or 'diagonal', got {guide!r}.")
-    init_key, fits_key = jax.random.split(rng_key)
+    init_key, fits_key, bootstrap_key = jax.random.split(rng_key, 3)
     flat_model = flatten_model(init_key, model, model_args, model_kwargs, kernel_name="fit_base")
     settings = dict(
         num_steps=num_steps,
@@ -303,6 +312,40 @@ def fit_base(
     loc, covariance, log_zeta = _moment_match(fits)
     scale_tril = np.linalg.cholesky(covariance + 1e-10 * np.eye(len(loc)) * np.trace(covariance))
     dtype = flat_model.initial_position.dtype
-    return GaussianBase(
+    base = GaussianBase(
         jnp.asarray(loc, dtype), jnp.asarray(scale_tril, dtype), jnp.asarray(log_zeta, dtype)
     )
+    return _bootstrap(
+        bootstrap_key,
+        model,
+        model_args,
+        model_kwargs,
+        base,
+        bootstrap_rounds,
+        bootstrap_num_warmup,
+        bootstrap_num_samples,
+        bootstrap_num_chains,
+    )
+
+
+def _bootstrap(
+    rng_key, model, model_args, model_kwargs, base, rounds, num_warmup, num_samples, num_chains
+):
+    # Imported here: the kernels module builds on this one.
+    from numpyro.infer import MCMC
+
+    from numpyro_extras.tempering.estimators import refit_base
+    from numpyro_extras.tempering.kernels import GibbsContinuousTempering
+
+    for round_key in jax.random.split(rng_key, rounds):
+        mcmc = MCMC(
+            GibbsContinuousTempering(model, base=base),
+            num_warmup=num_warmup,
+            num_samples=num_samples,
+            num_chains=num_chains,
+            chain_method="vectorized",
+            progress_bar=False,
+        )
+        mcmc.run(round_key, *model_args, **model_kwargs)
+        base = refit_base(mcmc)
+    return base

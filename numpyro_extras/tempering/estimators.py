@@ -17,6 +17,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from numpyro_extras.evidence import Evidence
+from numpyro_extras.tempering.base import GaussianBase
 from numpyro_extras.tempering.kernels import NEAR_BASE, NEAR_TARGET, _ContinuousTemperingKernel
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 
@@ -30,6 +31,7 @@ __all__ = [
     "base_moment_check",
     "tempering_diagnostics",
     "plot_tempering",
+    "refit_base",
 ]
 
 
@@ -272,6 +274,42 @@ def base_moment_check(mcmc, warn=True) -> BaseMomentCheck:
             stacklevel=2,
         )
     return BaseMomentCheck(mean_error, variance_ratio, ess, passed)
+
+
+def refit_base(mcmc) -> GaussianBase:
+    """One bootstrap round (spec 2.8): a new base from a tempering run.
+
+    The new base is the Gaussian with the run's target-weighted (``w1``, eq. 21) mean and
+    covariance on the unconstrained space, and ``log zeta`` is the run's ``log Z`` estimate
+    (eq. 20). Rerunning with it flattens the temperature marginal, like simulated tempering's
+    weight iteration.
+
+    :param mcmc: a run with a continuous tempering kernel.
+    :return: :class:`~numpyro_extras.GaussianBase`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc.run(rng_key, data)
+        better = MCMC(nx.GibbsContinuousTempering(model, base=nx.refit_base(mcmc)), ...)
+    """
+    kernel = _kernel_of(mcmc)
+    draws = _unconstrained_draws(mcmc, kernel)
+    weights = np.exp(target_log_weights(mcmc)).ravel()
+    mean = weights @ draws
+    centred = draws - mean
+    covariance = (centred * weights[:, None]).T @ centred
+    covariance = 0.5 * (covariance + covariance.T)
+    jitter = 1e-10 * np.trace(covariance) / len(mean)
+    scale_tril = np.linalg.cholesky(covariance + jitter * np.eye(len(mean)))
+    log_z = tempering_log_normalizer(_deltas(mcmc), float(kernel.base.log_zeta)).log_z
+    dtype = kernel.base.loc.dtype
+    return GaussianBase(
+        jax.numpy.asarray(mean, dtype),
+        jax.numpy.asarray(scale_tril, dtype),
+        jax.numpy.asarray(log_z, dtype),
+    )
 
 
 def tempering_diagnostics(mcmc) -> dict:

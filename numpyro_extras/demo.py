@@ -1,0 +1,240 @@
+"""The package's main demo: joint continuous tempering against plain NUTS on a two-mode target.
+
+The target is :func:`numpyro_extras.targets.bimodal_model`, the 1-D mixture
+``0.6 N(-8, 1) + 0.4 N(8, 2^2)`` scaled so that ``log Z`` is known exactly. Its modes are so far
+apart that NUTS chains stay in the mode they start in; continuous tempering moves through the base
+density (inverse temperature ``beta = 0``) to cross between them, recovers the mode weights and
+estimates ``log Z`` with a standard error. Run it with ``numpyro-extras demo``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import jax
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from numpyro.infer import MCMC, NUTS
+
+from numpyro_extras.targets import (
+    BIMODAL_LOCS,
+    BIMODAL_SCALES,
+    BIMODAL_WEIGHTS,
+    bimodal_mode_weights,
+    bimodal_model,
+)
+from numpyro_extras.tempering import (
+    JointContinuousTempering,
+    fit_base,
+    log_marginal_likelihood,
+    posterior_samples,
+    tempering_diagnostics,
+)
+
+__all__ = ["run_demo", "bimodal_density"]
+
+# Draws per chain shown in the trace panel.
+TRACE_DRAWS = 500
+
+
+def bimodal_density(x):
+    """The normalised density of the bimodal target, ``0.6 N(-8, 1) + 0.4 N(8, 2^2)``, at ``x``.
+
+    :param x: points, any shape.
+    :return: numpy array of densities with the shape of ``x``.
+    """
+    x = np.asarray(x, dtype=np.float64)[..., None]
+    weights, locs, scales = (
+        np.asarray(values) for values in (BIMODAL_WEIGHTS, BIMODAL_LOCS, BIMODAL_SCALES)
+    )
+    component_densities = np.exp(-0.5 * ((x - locs) / scales) ** 2) / (scales * np.sqrt(2 * np.pi))
+    return component_densities @ weights
+
+
+def _plot(output, ct_draws, nuts_draws, tempered_x, beta, title):
+    """Write the three-panel figure: densities, (x, beta) of the tempered draws, beta traces."""
+    # A bare Figure on the Agg canvas needs no display and, unlike pyplot, leaves the caller's
+    # backend (e.g. a notebook's) alone.
+    figure = Figure(figsize=(14, 4))
+    FigureCanvasAgg(figure)
+    density_axis, scatter_axis, trace_axis = figure.subplots(1, 3)
+    grid = np.linspace(-14.0, 16.0, 600)
+    bins = np.linspace(-14.0, 16.0, 91)
+    density_axis.plot(grid, bimodal_density(grid), color="black", lw=1.5, label="target")
+    density_axis.hist(ct_draws, bins=bins, density=True, alpha=0.55, label="joint CT (resampled)")
+    density_axis.hist(nuts_draws, bins=bins, density=True, alpha=0.45, label="NUTS")
+    density_axis.set(xlabel="x", ylabel="density", title="Target and samplers' histograms")
+    density_axis.legend(fontsize="small")
+
+    for chain, (chain_x, chain_beta) in enumerate(zip(tempered_x, beta, strict=True)):
+        scatter_axis.scatter(chain_x, chain_beta, s=2, alpha=0.3, label=f"chain {chain}")
+    scatter_axis.set(
+        xlabel="x",
+        ylabel="inverse temperature beta",
+        ylim=(-0.02, 1.02),
+        title="Tempered draws: modes are joined at low beta",
+    )
+
+    # One lane per chain: overlaid traces of many chains are unreadable. The first draws suffice
+    # to show the excursions between the base (beta = 0) and the target (beta = 1).
+    num_shown = min(beta.shape[1], TRACE_DRAWS)
+    for chain, chain_beta in enumerate(beta):
+        trace_axis.plot(chain + 0.85 * chain_beta[:num_shown], lw=0.6)
+    trace_axis.set(
+        xlabel="draw",
+        ylabel="chain (lane: beta from 0 to 1)",
+        yticks=np.arange(len(beta)),
+        title=f"beta trace of each chain (first {num_shown} draws)",
+    )
+
+    figure.suptitle(title, fontsize="medium")
+    figure.tight_layout()
+    figure.savefig(output, dpi=90)
+
+
+def _format_pair(pair):
+    return f"{pair[0]:.3f} / {pair[1]:.3f}"
+
+
+def _format_list(values, pattern="{:.2f}"):
+    return "  ".join(pattern.format(value) for value in values)
+
+
+def run_demo(
+    output="continuous_tempering_demo.png",
+    seed=0,
+    num_samples=2000,
+    num_warmup=1000,
+    num_chains=8,
+    log_scale=2.0,
+    fit_base_kwargs=None,
+    progress_bar=None,
+    verbose=True,
+) -> dict:
+    """Run joint continuous tempering and NUTS on the bimodal target, print a report, plot it.
+
+    Both samplers run ``num_chains`` chains with ``chain_method="vectorized"`` (one device is
+    enough). The tempering base density is fitted first with :func:`~numpyro_extras.fit_base`
+    (the kernel would fit it itself; doing it here times it separately).
+
+    :param output: path of the PNG to write.
+    :param int seed: seed of the base fit, both MCMC runs and the resampling.
+    :param int num_samples: kept draws per chain, for each sampler.
+    :param int num_warmup: warm-up draws per chain, for each sampler.
+    :param int num_chains: chains per sampler.
+    :param float log_scale: the target's exact ``log Z``.
+    :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`, e.g.
+        ``{"num_steps": 500}`` for a quicker, rougher base.
+    :param bool progress_bar: show NumPyro's progress bars; ``None`` shows them only when stdout
+        is a terminal (bars are noise in logs and captured output).
+    :param bool verbose: print the report.
+    :return: dict of the printed numbers: ``true_log_z``, ``log_z``, ``log_z_stderr``,
+        ``log_z_error_in_stderr``, ``true_mode_weights``, ``ct_mode_weights``,
+        ``nuts_mode_weights`` (each ``(fraction x < 0, fraction x >= 0)``),
+        ``nuts_chains_visiting_both_modes``, ``fraction_near_base``, ``fraction_near_target``,
+        ``round_trips`` (lists over chains), ``base_moment_check_passed``, ``base_fit_seconds``,
+        ``ct_seconds``, ``nuts_seconds``, ``total_seconds`` and ``output``.
+    """
+    start = time.perf_counter()
+    if progress_bar is None:
+        progress_bar = sys.stdout.isatty()
+    report = print if verbose else (lambda *args, **kwargs: None)
+    model_kwargs = {"log_scale": log_scale}
+    base_key, ct_key, nuts_key, resample_key = jax.random.split(jax.random.PRNGKey(seed), 4)
+    sizes = dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains)
+
+    report(
+        f"Target: 0.6 N(-8, 1) + 0.4 N(8, 2^2) scaled so that log Z = {log_scale:g}; "
+        f"{num_chains} chains x ({num_warmup} warm-up + {num_samples}) draws per sampler."
+    )
+    base = fit_base(base_key, bimodal_model, model_kwargs=model_kwargs, **(fit_base_kwargs or {}))
+    base_fit_seconds = time.perf_counter() - start
+
+    ct_start = time.perf_counter()
+    ct_mcmc = MCMC(
+        JointContinuousTempering(bimodal_model, base=base),
+        chain_method="vectorized",
+        progress_bar=progress_bar,
+        **sizes,
+    )
+    ct_mcmc.run(ct_key, **model_kwargs)
+    evidence = log_marginal_likelihood(ct_mcmc)
+    diagnostics = tempering_diagnostics(ct_mcmc)
+    # Resampling with the target weights turns the tempered draws into plain posterior draws.
+    ct_draws = np.asarray(posterior_samples(ct_mcmc, resample_key)["x"])
+    ct_mode_weights = np.asarray(bimodal_mode_weights(ct_draws)).tolist()
+    ct_seconds = time.perf_counter() - ct_start
+
+    nuts_start = time.perf_counter()
+    nuts_mcmc = MCMC(
+        NUTS(bimodal_model), chain_method="vectorized", progress_bar=progress_bar, **sizes
+    )
+    nuts_mcmc.run(nuts_key, **model_kwargs)
+    nuts_x = np.asarray(nuts_mcmc.get_samples(group_by_chain=True)["x"])
+    nuts_mode_weights = np.asarray(bimodal_mode_weights(nuts_x)).tolist()
+    nuts_chains_visiting_both_modes = int(np.sum((nuts_x < 0).any(axis=1) & (nuts_x >= 0).any(1)))
+    nuts_seconds = time.perf_counter() - nuts_start
+
+    log_z_error_in_stderr = (evidence.log_z - log_scale) / evidence.stderr
+    report("\nlog Z (log marginal likelihood)")
+    report(f"  true                      {log_scale:.3f}")
+    report(
+        f"  joint CT                  {evidence.log_z:.3f} +- {evidence.stderr:.3f}"
+        f"   (error {log_z_error_in_stderr:+.2f} stderr; base guess log zeta "
+        f"{float(base.log_zeta):.3f})"
+    )
+    report("\nMode weights (fraction x < 0 / x >= 0)")
+    report(f"  true                      {_format_pair(BIMODAL_WEIGHTS)}")
+    report(f"  joint CT (resampled)      {_format_pair(ct_mode_weights)}")
+    report(
+        f"  NUTS                      {_format_pair(nuts_mode_weights)}   "
+        f"({nuts_chains_visiting_both_modes} of {num_chains} chains visited both modes)"
+    )
+    check = diagnostics["base_moment_check"]
+    report("\nInverse-temperature mixing of joint CT, per chain")
+    report(f"  fraction beta < 0.1       {_format_list(diagnostics['fraction_near_base'])}")
+    report(f"  fraction beta > 0.9       {_format_list(diagnostics['fraction_near_target'])}")
+    report(f"  round trips (0 -> 1 -> 0) {_format_list(diagnostics['round_trips'], '{:d}')}")
+    report(f"  base-moment check (eq. 22) {'passed' if check.passed else 'FAILED'}")
+
+    beta = np.asarray(ct_mcmc.get_extra_fields(group_by_chain=True)["beta"])
+    tempered_x = np.asarray(ct_mcmc.get_samples(group_by_chain=True)["x"])
+    _plot(
+        output,
+        ct_draws,
+        nuts_x.ravel(),
+        tempered_x,
+        beta,
+        title=(
+            f"Continuous tempering vs NUTS: log Z = {evidence.log_z:.2f} +- "
+            f"{evidence.stderr:.2f} (true {log_scale:g}); mode weights CT "
+            f"{_format_pair(ct_mode_weights)}, NUTS {_format_pair(nuts_mode_weights)}"
+        ),
+    )
+    total_seconds = time.perf_counter() - start
+    report(
+        f"\nTime: base fit {base_fit_seconds:.1f} s, joint CT {ct_seconds:.1f} s, "
+        f"NUTS {nuts_seconds:.1f} s, total {total_seconds:.1f} s"
+    )
+    report(f"Wrote {output}")
+    return {
+        "true_log_z": float(log_scale),
+        "log_z": float(evidence.log_z),
+        "log_z_stderr": float(evidence.stderr),
+        "log_z_error_in_stderr": float(log_z_error_in_stderr),
+        "true_mode_weights": list(BIMODAL_WEIGHTS),
+        "ct_mode_weights": ct_mode_weights,
+        "nuts_mode_weights": nuts_mode_weights,
+        "nuts_chains_visiting_both_modes": nuts_chains_visiting_both_modes,
+        "fraction_near_base": diagnostics["fraction_near_base"].tolist(),
+        "fraction_near_target": diagnostics["fraction_near_target"].tolist(),
+        "round_trips": diagnostics["round_trips"].tolist(),
+        "base_moment_check_passed": bool(check.passed),
+        "base_fit_seconds": base_fit_seconds,
+        "ct_seconds": ct_seconds,
+        "nuts_seconds": nuts_seconds,
+        "total_seconds": total_seconds,
+        "output": str(output),
+    }

@@ -1,0 +1,131 @@
+"""Bad input gets a clear error naming the problem; numerical failure mid-run is a rejected,
+divergent step, never a NaN estimate."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC
+
+import numpyro_extras as nx
+
+BASE_2D = nx.GaussianBase(jnp.zeros(2), jnp.eye(2), jnp.asarray(0.0))
+
+
+def _standard_normal_potential(position):
+    return 0.5 * jnp.sum(position**2)
+
+
+def _mcmc(kernel, num_samples=200, num_chains=1):
+    return MCMC(
+        kernel, num_warmup=100, num_samples=num_samples, num_chains=num_chains, progress_bar=False
+    )
+
+
+def mixture_with_assignments(data):
+    weight = numpyro.sample("weight", dist.Beta(1.0, 1.0))
+    with numpyro.plate("data", data.shape[0]):
+        assignment = numpyro.sample("assignment", dist.Bernoulli(weight))
+        numpyro.sample("obs", dist.Normal(assignment * 3.0, 1.0), obs=data)
+
+
+@pytest.mark.parametrize("kernel_class", [nx.JointContinuousTempering, nx.GibbsContinuousTempering])
+def test_discrete_latent_sites_are_named(kernel_class):
+    mcmc = _mcmc(kernel_class(mixture_with_assignments, base=BASE_2D))
+    with pytest.raises(ValueError, match=r"discrete latent sites \['assignment'\]"):
+        mcmc.run(jax.random.PRNGKey(0), jnp.array([0.1, 2.9, 3.2]))
+
+
+def test_fit_base_rejects_discrete_sites():
+    with pytest.raises(ValueError, match="assignment"):
+        nx.fit_base(jax.random.PRNGKey(0), mixture_with_assignments, (jnp.zeros(3),))
+
+
+def test_potential_fn_needs_base():
+    with pytest.raises(ValueError, match="base"):
+        nx.JointContinuousTempering(potential_fn=_standard_normal_potential)
+
+
+def test_model_or_potential_not_both():
+    with pytest.raises(ValueError, match="exactly one"):
+        nx.GibbsContinuousTempering()
+
+
+def test_base_must_be_a_gaussian_base():
+    with pytest.raises(TypeError, match="GaussianBase"):
+        nx.GibbsContinuousTempering(
+            potential_fn=_standard_normal_potential, base=dist.Normal(jnp.zeros(2))
+        )
+
+
+@pytest.mark.parametrize(
+    ("base", "message"),
+    [
+        (nx.GaussianBase(jnp.zeros(2), jnp.eye(3), jnp.asarray(0.0)), "scale_tril must have"),
+        (nx.GaussianBase(jnp.zeros(2), -jnp.eye(2), jnp.asarray(0.0)), "not a normalised"),
+        (nx.GaussianBase(jnp.zeros(2), jnp.ones((2, 2)), jnp.asarray(0.0)), "lower triangular"),
+        (nx.GaussianBase(jnp.zeros(2), jnp.eye(2), jnp.asarray(jnp.nan)), "log_zeta"),
+        (nx.GaussianBase(jnp.zeros((2, 1)), jnp.eye(2), jnp.asarray(0.0)), "vector"),
+    ],
+)
+def test_malformed_base_fails_at_construction(base, message):
+    with pytest.raises(ValueError, match=message):
+        nx.JointContinuousTempering(potential_fn=_standard_normal_potential, base=base)
+
+
+def test_base_of_wrong_dimension_for_the_model():
+    def model():
+        numpyro.sample("x", dist.Normal(jnp.zeros(3)).to_event(1))
+
+    mcmc = _mcmc(nx.JointContinuousTempering(model, base=BASE_2D))
+    with pytest.raises(ValueError, match="dimension 2 but the model has 3"):
+        mcmc.run(jax.random.PRNGKey(0))
+
+
+def test_non_finite_potential_at_initial_point():
+    def broken_potential(position):
+        return jnp.where(position[0] > -100, jnp.nan, 0.0) + jnp.sum(position**2)
+
+    mcmc = _mcmc(nx.GibbsContinuousTempering(potential_fn=broken_potential, base=BASE_2D))
+    with pytest.raises(ValueError, match="not finite at the initial point"):
+        mcmc.run(jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize("kernel_class", [nx.JointContinuousTempering, nx.GibbsContinuousTempering])
+def test_nan_inside_trajectories_is_a_rejected_divergent_step(kernel_class):
+    """A potential that is NaN on part of the space: steps into it are rejected and counted as
+    divergent, the draws never enter it, and log Z stays finite."""
+
+    def potential_with_hole(position):
+        return jnp.where(position[0] > 1.5, jnp.nan, 0.5 * jnp.sum(position**2))
+
+    mcmc = _mcmc(kernel_class(potential_fn=potential_with_hole, base=BASE_2D), num_samples=1000)
+    mcmc.run(jax.random.PRNGKey(1))
+    fields = mcmc.get_extra_fields()
+    assert np.any(fields["diverging"])
+    assert np.all(np.isfinite(fields["delta"]))
+    assert np.all(np.asarray(mcmc.get_samples())[:, 0] <= 1.5)
+    evidence = nx.log_marginal_likelihood(mcmc, check_base=False)
+    assert np.isfinite(evidence.log_z) and np.isfinite(evidence.stderr)
+
+
+def test_estimators_need_a_tempering_run():
+    from numpyro.infer import NUTS
+
+    mcmc = _mcmc(NUTS(potential_fn=_standard_normal_potential))
+    mcmc.run(jax.random.PRNGKey(0), init_params=jnp.zeros(2))
+    with pytest.raises(TypeError, match="JointContinuousTempering"):
+        nx.log_marginal_likelihood(mcmc)
+
+
+def test_init_params_of_wrong_dimension():
+    mcmc = _mcmc(nx.GibbsContinuousTempering(potential_fn=_standard_normal_potential, base=BASE_2D))
+    with pytest.raises(ValueError, match="3 unconstrained dimensions"):
+        mcmc.run(jax.random.PRNGKey(0), init_params=jnp.zeros(3))
+
+
+def test_non_finite_delta_cannot_reach_the_estimator():
+    with pytest.raises(ValueError, match="non-finite"):
+        nx.tempering_log_normalizer(np.array([0.0, np.nan, 1.0, 2.0]), 0.0)

@@ -1,0 +1,128 @@
+"""The user-facing helpers around a tempering run: calibrated standard errors, weighted
+resampling, ArviZ export, diagnostics, plots, and the SVI-fitted base."""
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import matplotlib
+import numpy as np
+import pytest
+from numpyro.infer import MCMC
+
+import numpyro_extras as nx
+from numpyro_extras import targets
+
+BIMODAL_LOG_Z = 2.0
+BIMODAL_BASE = nx.GaussianBase(
+    jnp.array([-1.6]), jnp.array([[np.sqrt(63.64)]]), jnp.asarray(BIMODAL_LOG_Z - 0.5)
+)
+
+
+@pytest.fixture(scope="module")
+def bimodal_run():
+    mcmc = MCMC(
+        nx.GibbsContinuousTempering(targets.bimodal_model, base=BIMODAL_BASE),
+        num_warmup=300,
+        num_samples=1000,
+        num_chains=80,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(11), BIMODAL_LOG_Z)
+    return mcmc
+
+
+def test_stderr_is_calibrated(bimodal_run):
+    """20 independent 4-chain estimates: about 95% within 2 stderr of the truth, and the spread
+    of the estimates matches the reported stderr."""
+    deltas = np.asarray(bimodal_run.get_extra_fields(group_by_chain=True)["delta"])
+    estimates = [
+        nx.tempering_log_normalizer(deltas[group : group + 4], float(BIMODAL_BASE.log_zeta))
+        for group in range(0, 80, 4)
+    ]
+    log_z = np.array([estimate.log_z for estimate in estimates])
+    stderr = np.array([estimate.stderr for estimate in estimates])
+    covered = np.abs(log_z - BIMODAL_LOG_Z) < 2 * stderr
+    assert covered.sum() >= 16, (log_z, stderr)
+    spread_ratio = np.std(log_z, ddof=1) / np.sqrt(np.mean(stderr**2))
+    assert 0.6 < spread_ratio < 1.6, spread_ratio
+    pooled = nx.log_marginal_likelihood(bimodal_run)
+    assert pooled.stderr < 0.03 and abs(pooled.log_z - BIMODAL_LOG_Z) < 4 * pooled.stderr
+
+
+def test_posterior_samples_are_the_target(bimodal_run):
+    draws = nx.posterior_samples(bimodal_run, jax.random.PRNGKey(0), num_samples=20_000)
+    assert set(draws) == {"x"} and draws["x"].shape == (20_000,)
+    # mode masses 0.6 / 0.4; within each mode the target's mean and scale
+    x = draws["x"]
+    assert abs(np.mean(x < 0) - 0.6) < 0.05
+    assert abs(np.mean(x[x < 0]) + 8) < 0.2 and abs(np.std(x[x < 0]) - 1) < 0.15
+    assert abs(np.mean(x[x >= 0]) - 8) < 0.4 and abs(np.std(x[x >= 0]) - 2) < 0.3
+
+
+def test_inference_data(bimodal_run):
+    idata = nx.to_inference_data(bimodal_run, jax.random.PRNGKey(0))
+    assert idata.posterior["x"].shape == (80, 1000)
+    for field in ("beta", "delta", "log_weight", "log_base_weight", "diverging"):
+        assert idata.sample_stats[field].shape == (80, 1000)
+    np.testing.assert_allclose(
+        np.exp(idata.sample_stats["log_weight"].values).sum(axis=1), 1.0, rtol=1e-9
+    )
+    assert abs(float((idata.posterior["x"] < 0).mean()) - 0.6) < 0.05
+    assert abs(idata.attrs["log_marginal_likelihood"] - BIMODAL_LOG_Z) < 0.1
+    summary = az.summary(idata, var_names=["x"])
+    assert np.isfinite(summary.loc["x", "ess_bulk"])
+
+
+def test_diagnostics_and_plot(bimodal_run):
+    diagnostics = nx.tempering_diagnostics(bimodal_run)
+    assert diagnostics["fraction_near_base"].shape == (80,)
+    assert np.all(diagnostics["round_trips"] >= 1)
+    assert diagnostics["base_moment_check"].passed
+    # the running counts in the state agree with the recomputed fractions
+    mixing = bimodal_run.last_state.mixing
+    np.testing.assert_allclose(
+        np.asarray(mixing.num_near_base) / 1000, diagnostics["fraction_near_base"]
+    )
+    text = bimodal_run.sampler.get_diagnostics_str(
+        jax.tree.map(lambda leaf: leaf[0], bimodal_run.last_state)
+    )
+    assert "beta=" in text and "round trips=" in text
+    matplotlib.use("Agg")
+    figure = nx.plot_tempering(bimodal_run)
+    assert len(figure.axes) == 3
+
+
+def test_base_moment_check_warns_for_a_wrong_base():
+    """log zeta far too small keeps the chain at beta near 1, far from the base: the base end is
+    never visited, and the eq. 22 check says so."""
+
+    def potential(position):
+        return 0.5 * jnp.sum(position**2) + 0.5 * jnp.log(2 * jnp.pi)
+
+    base = nx.GaussianBase(jnp.array([4.0]), jnp.array([[0.3]]), jnp.asarray(-30.0))
+    mcmc = MCMC(
+        nx.GibbsContinuousTempering(potential_fn=potential, base=base, num_steps=3),
+        num_warmup=100,
+        num_samples=300,
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(0))
+    assert np.mean(mcmc.get_extra_fields()["beta"] > 0.9) > 0.9
+    with pytest.warns(UserWarning, match="base-moment check"):
+        nx.log_marginal_likelihood(mcmc)
+    assert not nx.base_moment_check(mcmc, warn=False).passed
+
+
+def test_fit_base_mixture_finds_both_modes():
+    """Spec 2.8 recipe 3 on the 1-D target: the moment-matched mixture is the paper's base."""
+    base = nx.fit_base(jax.random.PRNGKey(0), targets.bimodal_model, (BIMODAL_LOG_Z,))
+    assert abs(float(base.loc[0]) + 1.6) < 0.3
+    assert abs(float(base.covariance[0, 0]) - 63.64) < 3.0
+    assert abs(float(base.log_zeta) - BIMODAL_LOG_Z) < 0.05
+    single = nx.fit_base(
+        jax.random.PRNGKey(0), targets.bimodal_model, (BIMODAL_LOG_Z,), method="gaussian"
+    )
+    # one fit sits in one mode: its ELBO is that mode's log mass, a lower bound
+    assert float(single.log_zeta) < BIMODAL_LOG_Z
+    assert float(single.covariance[0, 0]) < 5.0

@@ -1,0 +1,228 @@
+"""Statistical tests of the joint and Gibbs continuous tempering kernels (spec T5, T7, T8), with
+targets whose log Z is known in closed form or by enumeration. Tolerances are Monte Carlo errors:
+|estimate - truth| < 4 stderr, with the stderr itself asserted small."""
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro.infer import HMC, MCMC, NUTS
+
+import numpyro_extras as nx
+from numpyro_extras import targets
+
+KERNELS = [nx.JointContinuousTempering, nx.GibbsContinuousTempering]
+
+
+def _run(kernel, *args, num_warmup=500, num_samples=2000, num_chains=4, seed=0, **kwargs):
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method=kwargs.pop("chain_method", "vectorized"),
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(seed), *args, **kwargs)
+    return mcmc
+
+
+def _assert_log_z(evidence, truth, max_stderr):
+    assert np.isfinite(evidence.log_z)
+    assert 0 < evidence.stderr < max_stderr, evidence
+    assert abs(evidence.log_z - truth) < 4 * evidence.stderr, (evidence, truth)
+
+
+# A correlated 3-D Gaussian target with known log Z, and a base that is off in mean, scale and
+# log zeta, so the estimator has real work to do.
+GAUSSIAN_LOC = jnp.array([1.0, -2.0, 0.5])
+GAUSSIAN_COVARIANCE = jnp.array([[1.0, 0.6, 0.0], [0.6, 2.0, -0.4], [0.0, -0.4, 0.5]])
+GAUSSIAN_LOG_Z = 3.7
+
+
+def _gaussian_potential(position):
+    centred = position - GAUSSIAN_LOC
+    log_normaliser = 0.5 * jnp.linalg.slogdet(2 * jnp.pi * GAUSSIAN_COVARIANCE)[1]
+    return (
+        0.5 * centred @ jnp.linalg.solve(GAUSSIAN_COVARIANCE, centred)
+        + log_normaliser
+        - (GAUSSIAN_LOG_Z)
+    )
+
+
+GAUSSIAN_BASE = nx.GaussianBase(
+    jnp.array([0.0, -1.0, 0.0]), 1.5 * jnp.eye(3), jnp.asarray(GAUSSIAN_LOG_Z - 0.7)
+)
+
+
+@pytest.mark.parametrize("kernel_class", KERNELS)
+def test_gaussian_target_log_z_and_moments(kernel_class):
+    """T5: log Z within 4 stderr, target moments (eq. 21) and base moments (eq. 22) right."""
+    mcmc = _run(kernel_class(potential_fn=_gaussian_potential, base=GAUSSIAN_BASE))
+    _assert_log_z(nx.log_marginal_likelihood(mcmc), GAUSSIAN_LOG_Z, max_stderr=0.08)
+    check = nx.base_moment_check(mcmc)
+    assert check.passed and check.mean_error < 0.2, check
+    # one bootstrap round (spec 2.8) moves the base onto the target
+    refitted = nx.refit_base(mcmc)
+    np.testing.assert_allclose(refitted.loc, GAUSSIAN_LOC, atol=0.15)
+    np.testing.assert_allclose(refitted.covariance, GAUSSIAN_COVARIANCE, atol=0.3)
+    assert abs(float(refitted.log_zeta) - GAUSSIAN_LOG_Z) < 0.3
+    # Target mean by eq. 21, with its delta-method Monte Carlo error from ArviZ.
+    draws = np.asarray(mcmc.get_samples(group_by_chain=True))
+    log_weights = nx.target_log_weights(mcmc)
+    weights = np.exp(log_weights - log_weights.max())
+    mean = np.einsum("cd,cdi->i", weights, draws) / weights.sum()
+    for coordinate in range(3):
+        influence = weights / weights.mean() * (draws[..., coordinate] - mean[coordinate])
+        stderr = float(az.mcse(influence, method="mean"))
+        assert stderr < 0.1
+        assert abs(mean[coordinate] - GAUSSIAN_LOC[coordinate]) < 4 * stderr
+
+
+# The paper's 1-D base (section 3.1): the target's own mean and variance, log zeta = log Z.
+BIMODAL_LOG_Z = 2.0
+BIMODAL_BASE = nx.GaussianBase(
+    jnp.array([-1.6]), jnp.array([[np.sqrt(63.64)]]), jnp.asarray(BIMODAL_LOG_Z)
+)
+
+
+def _mode_weight_and_stderr(mcmc):
+    """P(x < 0) under the target by eq. 21, with its Monte Carlo error."""
+    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    log_weights = nx.target_log_weights(mcmc)
+    weights = np.exp(log_weights - log_weights.max())
+    in_left_mode = (x < 0).astype(float)
+    probability = float(np.sum(weights * in_left_mode) / weights.sum())
+    influence = weights / weights.mean() * (in_left_mode - probability)
+    return probability, float(az.mcse(influence, method="mean"))
+
+
+@pytest.mark.parametrize("kernel_class", KERNELS)
+def test_bimodal_target_both_modes_and_log_z(kernel_class):
+    """T7: both modes with masses within 0.05 of 0.6 / 0.4, log Z within 4 stderr."""
+    kernel = kernel_class(targets.bimodal_model, base=BIMODAL_BASE)
+    # the spec's setting: 10 chains (of 4000 to 5000 draws)
+    num_samples = 4000 if kernel_class is nx.JointContinuousTempering else 5000
+    mcmc = _run(kernel, BIMODAL_LOG_Z, num_samples=num_samples, num_chains=10)
+    probability, stderr = _mode_weight_and_stderr(mcmc)
+    assert stderr < 0.016
+    assert abs(probability - 0.6) < 4 * stderr
+    assert abs(probability - 0.6) < 0.05
+    resampled = nx.posterior_samples(mcmc, jax.random.PRNGKey(1))["x"]
+    assert abs(np.mean(resampled < 0) - 0.6) < 0.05
+    evidence = nx.log_marginal_likelihood(mcmc)
+    _assert_log_z(evidence, BIMODAL_LOG_Z, max_stderr=0.1)
+    assert abs(evidence.log_z - BIMODAL_LOG_Z) < 0.15
+    diagnostics = nx.tempering_diagnostics(mcmc)
+    assert np.all(diagnostics["round_trips"] >= 5)
+    assert np.all(diagnostics["fraction_near_base"] > 0.05)
+    assert np.all(diagnostics["fraction_near_target"] > 0.05)
+
+
+def test_nuts_gets_stuck_on_the_bimodal_target():
+    """The baseline T7 compares against: each NUTS chain stays in one mode."""
+    mcmc = _run(NUTS(targets.bimodal_model), BIMODAL_LOG_Z, num_samples=1000)
+    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    fraction_left = np.mean(x < 0, axis=1)
+    assert np.all((fraction_left < 0.01) | (fraction_left > 0.99))
+
+
+# Joint tempering with fixed-length HMC: the paper's setting for this target (section 3.1).
+def _joint_hmc(model, base):
+    return nx.JointContinuousTempering(
+        model, base=base, inner_kernel=HMC, num_steps=20, trajectory_length=None
+    )
+
+
+def _gibbs(model, base):
+    return nx.GibbsContinuousTempering(model, base=base)
+
+
+@pytest.mark.parametrize("offset", [3.0, -3.0])
+@pytest.mark.parametrize("make_kernel", [_joint_hmc, _gibbs])
+def test_misspecified_log_zeta_still_consistent(make_kernel, offset):
+    """T8: log zeta off by +-3 shifts time between the ends but the estimate stays right."""
+    base = BIMODAL_BASE._replace(log_zeta=jnp.asarray(BIMODAL_LOG_Z + offset))
+    mcmc = _run(make_kernel(targets.bimodal_model, base), BIMODAL_LOG_Z, num_samples=2500)
+    evidence = nx.log_marginal_likelihood(mcmc, check_base=False)
+    _assert_log_z(evidence, BIMODAL_LOG_Z, max_stderr=0.15)
+    assert abs(evidence.log_z - BIMODAL_LOG_Z) < 0.3
+
+
+def test_linear_regression_evidence_with_fitted_base():
+    """base=None fits the base with SVI on first init; closed-form evidence within 4 stderr."""
+    features, observed = targets.make_linear_regression_data(seed=0, num_data=40, num_features=4)
+    kernel = nx.JointContinuousTempering(
+        targets.linear_regression_model,
+        fit_base_kwargs={"num_starts": 2, "num_steps": 1000, "elbo_particles": 500},
+    )
+    mcmc = _run(kernel, features, observed, num_samples=1000)
+    assert kernel.base is not None and kernel.base.dimension == 4
+    truth = targets.linear_regression_log_evidence(features, observed)
+    evidence = nx.log_marginal_likelihood(mcmc)
+    _assert_log_z(evidence, truth, max_stderr=0.05)
+    assert set(mcmc.get_samples()) == {"w"}
+
+
+def test_boltzmann_relaxation_exact_log_z():
+    """A 2^8-component Gaussian mixture with log Z by enumeration (spec 3.2, at CPU-test size)."""
+    relaxation = targets.make_boltzmann_relaxation(seed=1, num_units=8)
+    model = targets.boltzmann_relaxation_model
+    base = nx.fit_base(jax.random.PRNGKey(0), model, (relaxation,), num_steps=500)
+    mcmc = _run(
+        nx.GibbsContinuousTempering(model, base=base, num_steps=10),
+        relaxation,
+        num_warmup=500,
+        num_samples=2500,
+    )
+    evidence = nx.log_marginal_likelihood(mcmc, check_base=False)
+    _assert_log_z(evidence, relaxation.log_z, max_stderr=0.08)
+    base_error = abs(float(base.log_zeta) - relaxation.log_z)
+    assert abs(evidence.log_z - relaxation.log_z) < base_error
+
+
+@pytest.mark.parametrize("kernel_class", KERNELS)
+@pytest.mark.parametrize("chain_method", ["sequential", "parallel", "vectorized"])
+def test_chain_methods(kernel_class, chain_method):
+    assert jax.local_device_count() >= 2
+    mcmc = _run(
+        kernel_class(potential_fn=_gaussian_potential, base=GAUSSIAN_BASE),
+        num_warmup=200,
+        num_samples=500,
+        num_chains=2,
+        chain_method=chain_method,
+        seed=4,
+    )
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    assert mcmc.get_samples(group_by_chain=True).shape == (2, 500, 3)
+    assert fields["beta"].shape == fields["delta"].shape == (2, 500)
+    assert np.all((fields["beta"] >= 0) & (fields["beta"] <= 1))
+    # the two chains are different chains
+    assert not np.allclose(fields["delta"][0], fields["delta"][1])
+    _assert_log_z(nx.log_marginal_likelihood(mcmc, check_base=False), GAUSSIAN_LOG_Z, 0.25)
+
+
+@pytest.mark.parametrize("inner_kernel", [HMC, NUTS])
+def test_gibbs_inner_kernels(inner_kernel):
+    kernel = nx.GibbsContinuousTempering(
+        potential_fn=_gaussian_potential, base=GAUSSIAN_BASE, inner_kernel=inner_kernel
+    )
+    mcmc = _run(kernel, num_samples=1000)
+    _assert_log_z(nx.log_marginal_likelihood(mcmc), GAUSSIAN_LOG_Z, max_stderr=0.1)
+
+
+def test_joint_with_fixed_step_hmc():
+    kernel = nx.JointContinuousTempering(
+        potential_fn=_gaussian_potential,
+        base=GAUSSIAN_BASE,
+        inner_kernel=HMC,
+        num_steps=10,
+        trajectory_length=None,
+    )
+    mcmc = MCMC(kernel, num_warmup=500, num_samples=1000, num_chains=2, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), extra_fields=("num_steps", "accept_prob"))
+    _assert_log_z(nx.log_marginal_likelihood(mcmc), GAUSSIAN_LOG_Z, max_stderr=0.1)
+    fields = mcmc.get_extra_fields()
+    assert np.all(fields["num_steps"] == 10)
+    assert 0.6 < np.mean(fields["accept_prob"]) < 0.99
