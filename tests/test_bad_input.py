@@ -129,3 +129,33 @@ def test_init_params_of_wrong_dimension():
 def test_non_finite_delta_cannot_reach_the_estimator():
     with pytest.raises(ValueError, match="non-finite"):
         nx.tempering_log_normalizer(np.array([0.0, np.nan, 1.0, 2.0]), 0.0)
+
+
+@pytest.mark.parametrize("chain_method", ["sequential", "parallel", "vectorized"])
+def test_base_is_fitted_once_per_run_and_refitted_for_new_data(monkeypatch, chain_method):
+    import numpyro_extras.tempering.kernels as kernels_module
+
+    fitted_for = []
+
+    def counting_fit_base(rng_key, model, model_args=(), model_kwargs=None, **kwargs):
+        fitted_for.append(float(model_args[0]))
+        return nx.GaussianBase(jnp.zeros(1), jnp.eye(1), jnp.asarray(0.0))
+
+    monkeypatch.setattr(kernels_module, "fit_base", counting_fit_base)
+
+    def model(shift):
+        numpyro.sample("x", dist.Normal(shift, 1.0))
+
+    mcmc = MCMC(
+        nx.GibbsContinuousTempering(model, num_steps=2),
+        num_warmup=5,
+        num_samples=5,
+        num_chains=2,
+        chain_method=chain_method,
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(0), 0.5)
+    mcmc.run(jax.random.PRNGKey(1), 0.5)
+    assert fitted_for == [0.5]
+    mcmc.run(jax.random.PRNGKey(2), 1.5)
+    assert fitted_for == [0.5, 1.5]

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import solve_triangular
 from numpyro.infer import SVI, Trace_ELBO
@@ -122,7 +123,7 @@ def _fit_gaussians(
     rng_key, model, model_args, model_kwargs, flat_model, guide_class, num_fits, settings
 ) -> list[_LocalFit]:
     """Run ``num_fits`` Gaussian VI fits side by side (one compiled, vmapped SVI loop)."""
-    init_key, run_key, elbo_key = jax.random.split(rng_key, 3)
+    init_key, elbo_key = jax.random.split(rng_key)
     # A guide fixes its starting point on its first init, so each start gets a fresh guide; all
     # starts share parameter names, so one SVI object then updates them all. Starts alternate
     # between uniform draws on the unconstrained space and draws from the prior.
@@ -140,18 +141,30 @@ def _fit_gaussians(
     states = jax.tree.map(lambda *leaves: jnp.stack(leaves), *initial_states)
     svi = svis[0]
 
+    num_steps = settings["num_steps"]
+    # The steps run in compiled chunks so that a progress bar can report between them.
+    chunk_length = max(1, num_steps // 20)
+
     @jax.jit
-    def run_all(states, keys):
+    def run_chunk(states):
         def one_step(states, _):
-            states, losses = jax.vmap(lambda state: svi.update(state, *model_args, **model_kwargs))(
-                states
-            )
-            return states, losses
+            return jax.vmap(lambda state: svi.update(state, *model_args, **model_kwargs))(states)
 
-        states, losses = jax.lax.scan(one_step, states, None, length=settings["num_steps"])
-        return states, losses
+        return jax.lax.scan(one_step, states, None, length=chunk_length)
 
-    states, losses = run_all(states, jax.random.split(run_key, num_fits))
+    all_losses = []
+    with tqdm.trange(
+        num_steps,
+        desc=f"fit_base: {num_fits} Gaussian VI fit{'s' if num_fits > 1 else ''}",
+        disable=not settings["progress_bar"],
+        leave=False,
+    ) as progress:
+        for _ in range(num_steps // chunk_length):
+            states, losses = run_chunk(states)
+            all_losses.append(losses)
+            progress.update(chunk_length)
+            progress.set_postfix(loss=f"{float(jnp.min(losses[-1])):.3g}")
+    losses = jnp.concatenate(all_losses)
     params = jax.vmap(svi.get_params)(states)
     guide = guides[0]
     # A precise ELBO: log zeta enters the estimator directly, so average many particles.
@@ -235,6 +248,7 @@ def fit_base(
     bootstrap_num_warmup=500,
     bootstrap_num_samples=1000,
     bootstrap_num_chains=4,
+    progress_bar=True,
 ) -> GaussianBase:
     """Fit a Gaussian base density and ``log zeta`` for continuous tempering with NumPyro SVI.
 
@@ -264,6 +278,7 @@ def fit_base(
     :param int bootstrap_num_warmup: warm-up draws of each bootstrap run.
     :param int bootstrap_num_samples: kept draws per chain of each bootstrap run.
     :param int bootstrap_num_chains: vectorized chains of each bootstrap run.
+    :param bool progress_bar: show the SVI progress (a tqdm bar).
     :return: a :class:`GaussianBase`.
 
     **Example:**
@@ -287,6 +302,7 @@ def fit_base(
         num_particles=num_particles,
         elbo_particles=elbo_particles,
         init_radius=init_radius,
+        progress_bar=progress_bar,
     )
     num_fits = 1 if method == "gaussian" else num_starts
     fits = _fit_gaussians(

@@ -354,7 +354,8 @@ class _ContinuousTemperingKernel(MCMCKernel):
         self._init_strategy = init_strategy
         self._fit_base_kwargs = dict(fit_base_kwargs or {})
         self._fit_base_seed = fit_base_seed
-        self._fitted_for = None
+        self._flattened_for = None
+        self._built = None
         self._flat_model: FlatModel | None = None
         self._step_fn: Callable | None = None
         self._num_warmup = 0
@@ -384,9 +385,13 @@ class _ContinuousTemperingKernel(MCMCKernel):
     def _prepare(self, rng_key, model_args, model_kwargs):
         """Build the flat potential and the base for these model arguments."""
         if self._model is None:
-            self._flat_model = flat_model_from_potential(self._potential_fn, self._base.loc)
+            if self._flat_model is None:
+                self._flat_model = flat_model_from_potential(self._potential_fn, self._base.loc)
+                self._flattened_for = "potential_fn"
             return
         fingerprint = _arguments_fingerprint(model_args, model_kwargs)
+        if fingerprint is not None and fingerprint == self._flattened_for:
+            return
         # The initial point of the flat model does not matter: chains start from the base.
         self._flat_model = flatten_model(
             jax.random.PRNGKey(self._fit_base_seed),
@@ -398,8 +403,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
         )
         if self._user_base:
             validate_base(self._base, self._flat_model.dimension)
-            return
-        if self._base is None or fingerprint is None or fingerprint != self._fitted_for:
+        else:
             # A fixed seed: every chain method (a traced key under pmap included) fits one base.
             self._base = fit_base(
                 jax.random.PRNGKey(self._fit_base_seed),
@@ -408,7 +412,8 @@ class _ContinuousTemperingKernel(MCMCKernel):
                 model_kwargs,
                 **self._fit_base_kwargs,
             )
-            self._fitted_for = fingerprint
+        # Model plumbing and base are built once per set of model arguments, not once per chain.
+        self._flattened_for = fingerprint
 
     def _initial_positions(self, rng_key, init_params, batched):
         """Flat starting points: ``init_params`` if given, else draws from the base (spec P7)."""
@@ -432,7 +437,11 @@ class _ContinuousTemperingKernel(MCMCKernel):
             )
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        self._prepare(rng_key, model_args, model_kwargs or {})
+        # Under chain_method="parallel" init runs inside pmap's trace, but the model arguments are
+        # concrete: evaluate the plumbing and the base fit eagerly, so they are built once, cached
+        # for later runs, and never leak tracers.
+        with jax.ensure_compile_time_eval():
+            self._prepare(rng_key, model_args, model_kwargs or {})
         self._num_warmup = num_warmup
         batched = not is_prng_key(rng_key)
         position_keys = (
@@ -447,12 +456,15 @@ class _ContinuousTemperingKernel(MCMCKernel):
                 f"{self._flat_model.dimension}."
             )
         self._check_initial_positions(positions)
-        init_one, step_one = self._build(num_warmup)
-        if batched:
-            self._step_fn = jax.vmap(step_one)
-            return jax.vmap(init_one)(positions, chain_keys)
-        self._step_fn = step_one
-        return init_one(positions, chain_keys)
+        # Rebuilding the step function would make a re-run recompile, so reuse it while the model
+        # arguments and warm-up length stay the same.
+        build_key = (self._flattened_for, num_warmup)
+        if self._built is None or self._built[0] != build_key or build_key[0] is None:
+            init_one, step_one = self._build(num_warmup)
+            self._built = (build_key, init_one, step_one, jax.vmap(init_one), jax.vmap(step_one))
+        _, init_one, step_one, init_batch, step_batch = self._built
+        init_fn, self._step_fn = (init_batch, step_batch) if batched else (init_one, step_one)
+        return init_fn(positions, chain_keys)
 
     def sample(self, state, model_args, model_kwargs):
         return self._step_fn(state)
