@@ -18,9 +18,10 @@ import numpy as np
 import tqdm
 from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import solve_triangular
-from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer import SVI, Predictive, Trace_ELBO
 from numpyro.infer.autoguide import AutoDiagonalNormal, AutoMultivariateNormal
-from numpyro.infer.initialization import init_to_sample, init_to_uniform
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.svi import SVIState
 from numpyro.optim import Adam
 from scipy.special import logsumexp
 
@@ -123,23 +124,46 @@ def _fit_gaussians(
     rng_key, model, model_args, model_kwargs, flat_model, guide_class, num_fits, settings
 ) -> list[_LocalFit]:
     """Run ``num_fits`` Gaussian VI fits side by side (one compiled, vmapped SVI loop)."""
-    init_key, elbo_key = jax.random.split(rng_key)
-    # A guide fixes its starting point on its first init, so each start gets a fresh guide; all
-    # starts share parameter names, so one SVI object then updates them all. Starts alternate
-    # between uniform draws on the unconstrained space and draws from the prior.
-    optimizer = Adam(settings["learning_rate"])
-    elbo = Trace_ELBO(num_particles=settings["num_particles"])
-    init_strategies = (init_to_uniform(radius=settings["init_radius"]), init_to_sample)
-    guides = [
-        guide_class(model, init_loc_fn=init_strategies[index % 2]) for index in range(num_fits)
-    ]
-    svis = [SVI(model, guide, optimizer, elbo) for guide in guides]
-    initial_states = [
-        svi.init(key, *model_args, **model_kwargs)
-        for svi, key in zip(svis, jax.random.split(init_key, num_fits), strict=True)
-    ]
-    states = jax.tree.map(lambda *leaves: jnp.stack(leaves), *initial_states)
-    svi = svis[0]
+    init_key, uniform_key, prior_key, elbo_key = jax.random.split(rng_key, 4)
+    guide = guide_class(model, init_loc_fn=init_to_uniform(radius=settings["init_radius"]))
+    svi = SVI(
+        model,
+        guide,
+        Adam(settings["learning_rate"]),
+        Trace_ELBO(num_particles=settings["num_particles"]),
+    )
+    first_state = svi.init(init_key, *model_args, **model_kwargs)
+    dimension = flat_model.dimension
+    # The guide's flat order need not be ours: find the permutation by unravelling indices.
+    index_sites = guide._unpack_latent(
+        jnp.arange(dimension).astype(flat_model.initial_position.dtype)
+    )
+    order = np.asarray(
+        ravel_pytree({name: index_sites[name] for name in flat_model.latent_sites})[0]
+    ).astype(int)
+    # Dispersed starts, in our flat order: half uniform on the unconstrained space, half prior
+    # draws (a prior draw that does not map to a finite point is replaced by a uniform one).
+    radius = settings["init_radius"]
+    starts = jax.random.uniform(uniform_key, (num_fits, dimension), minval=-radius, maxval=radius)
+    num_prior_starts = num_fits // 2
+    if num_prior_starts:
+        prior_draws = Predictive(model, num_samples=num_prior_starts)(
+            prior_key, *model_args, **model_kwargs
+        )
+        prior_starts = jax.vmap(flat_model.ravel_fn)(prior_draws)
+        finite = jnp.all(jnp.isfinite(prior_starts), axis=-1, keepdims=True)
+        prior_rows = starts[1::2][:num_prior_starts]
+        starts = starts.at[1::2].set(jnp.where(finite, prior_starts, prior_rows))
+    guide_starts = jnp.zeros_like(starts).at[:, order].set(starts)
+    # Every start shares the guide's parameter names, so one SVI object updates all of them.
+    unconstrained_params = svi.optim.get_params(first_state.optim_state)
+    loc_name = f"{guide.prefix}_loc"
+
+    def state_from(loc, key):
+        optim_state = svi.optim.init({**unconstrained_params, loc_name: loc})
+        return SVIState(optim_state, first_state.mutable_state, key)
+
+    states = jax.vmap(state_from)(guide_starts, jax.random.split(init_key, num_fits))
 
     num_steps = settings["num_steps"]
     # The steps run in compiled chunks so that a progress bar can report between them.
@@ -166,7 +190,6 @@ def _fit_gaussians(
             progress.set_postfix(loss=f"{float(jnp.min(losses[-1])):.3g}")
     losses = jnp.concatenate(all_losses)
     params = jax.vmap(svi.get_params)(states)
-    guide = guides[0]
     # A precise ELBO: log zeta enters the estimator directly, so average many particles.
     precise_elbo = Trace_ELBO(num_particles=settings["elbo_particles"])
     elbos = -np.asarray(
@@ -179,12 +202,6 @@ def _fit_gaussians(
         )(jax.random.split(elbo_key, num_fits), params),
         dtype=np.float64,
     )
-    # The guide's flat order need not be ours: find the permutation by unravelling indices.
-    dtype = flat_model.initial_position.dtype
-    index_sites = guide._unpack_latent(jnp.arange(flat_model.dimension).astype(dtype))
-    order = np.asarray(
-        ravel_pytree({name: index_sites[name] for name in flat_model.latent_sites})[0]
-    ).astype(int)
     fits = []
     final_losses = np.asarray(losses[-10:], dtype=np.float64)
     for index in range(num_fits):
