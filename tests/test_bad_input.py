@@ -159,3 +159,24 @@ def test_base_is_fitted_once_per_run_and_refitted_for_new_data(monkeypatch, chai
     assert fitted_for == [0.5]
     mcmc.run(jax.random.PRNGKey(2), 1.5)
     assert fitted_for == [0.5, 1.5]
+
+
+@pytest.mark.parametrize("kernel_class", [nx.JointContinuousTempering, nx.GibbsContinuousTempering])
+def test_parallel_reruns_reuse_the_built_kernel(kernel_class):
+    """Under pmap init is traced: nothing cached on the kernel may hold a tracer into a re-run."""
+
+    def model(shift):
+        numpyro.sample("x", dist.Normal(shift, 1.0))
+
+    base = nx.GaussianBase(jnp.zeros(1), jnp.eye(1), jnp.asarray(0.0))
+    mcmc = MCMC(
+        kernel_class(model, base=base),
+        num_warmup=20,
+        num_samples=20,
+        num_chains=2,
+        chain_method="parallel",
+        progress_bar=False,
+    )
+    for seed, shift in [(0, 0.5), (1, 0.5), (2, 1.5)]:
+        mcmc.run(jax.random.PRNGKey(seed), shift)
+        assert mcmc.get_samples()["x"].shape == (40,)

@@ -152,3 +152,18 @@ def test_extended_potential_gradient_matches_closed_form(control, beta_scale):
 def test_log_normalizer_of_constant_delta():
     evidence = nx.tempering_log_normalizer(np.zeros((2, 50)), log_zeta=1.5)
     assert evidence.log_z == 1.5
+
+
+@pytest.mark.parametrize("diagonal", [True, False])
+def test_base_potential_function_matches_the_density(diagonal):
+    scale_tril = jnp.diag(jnp.array([0.5, 2.0, 1.5]))
+    if not diagonal:
+        scale_tril = scale_tril.at[2, 0].set(0.7).at[1, 0].set(-0.3)
+    base = nx.GaussianBase(jnp.array([1.0, -1.0, 0.0]), scale_tril, jnp.asarray(0.0))
+    position = jnp.array([0.3, 2.0, -1.0])
+    expected = -stats.multivariate_normal(base.loc, base.covariance).logpdf(position)
+    assert abs(float(base.potential(position)) - expected) < 1e-10
+    assert abs(float(base.potential_function()(position)) - expected) < 1e-10
+    np.testing.assert_allclose(
+        jax.grad(base.potential_function())(position), jax.grad(base.potential)(position)
+    )

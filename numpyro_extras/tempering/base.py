@@ -15,6 +15,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg
 import tqdm
 from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import solve_triangular
@@ -66,6 +67,40 @@ class GaussianBase(NamedTuple):
             + log_determinant
             + 0.5 * self.dimension * math.log(2 * math.pi)
         )
+
+    def potential_function(self):
+        """``psi`` as a function of one flat point, with the factorisation done once.
+
+        The inverse Cholesky factor is computed here (with NumPy, so the result holds no JAX
+        tracer), making each call one matrix-vector product, or an elementwise scaling for a
+        diagonal base, instead of a triangular solve.
+
+        :return: a function ``x -> psi(x)``.
+        """
+        scale_tril = np.asarray(self.scale_tril, dtype=np.float64)
+        loc = jnp.asarray(self.loc)
+        diagonal = np.diagonal(scale_tril)
+        normalizer = jnp.asarray(
+            np.sum(np.log(diagonal)) + 0.5 * self.dimension * math.log(2 * math.pi), loc.dtype
+        )
+        if not np.any(np.tril(scale_tril, -1)):
+            inverse_scale = jnp.asarray(1.0 / diagonal, loc.dtype)
+
+            def diagonal_potential(position):
+                whitened = (position - loc) * inverse_scale
+                return 0.5 * jnp.sum(whitened**2) + normalizer
+
+            return diagonal_potential
+        inverse_scale_tril = jnp.asarray(
+            scipy.linalg.solve_triangular(scale_tril, np.eye(self.dimension), lower=True),
+            loc.dtype,
+        )
+
+        def dense_potential(position):
+            whitened = inverse_scale_tril @ (position - loc)
+            return 0.5 * jnp.sum(whitened**2) + normalizer
+
+        return dense_potential
 
     def sample(self, rng_key, sample_shape=()):
         """Draw ``sample_shape`` points from the base."""

@@ -141,6 +141,8 @@ def extended_potential(target_potential_fn, base: GaussianBase, beta_scale=1.0):
         jax.grad(potential)(jnp.append(x, -10.0))
     """
 
+    base_potential = base.potential_function()
+
     def potential(extended_position):
         position, temperature_control = extended_position[:-1], extended_position[-1]
         scaled_control = temperature_control / beta_scale
@@ -148,15 +150,11 @@ def extended_potential(target_potential_fn, base: GaussianBase, beta_scale=1.0):
         log_jacobian = jax.nn.softplus(-scaled_control) + jax.nn.softplus(scaled_control)
         return (
             beta * (target_potential_fn(position) + base.log_zeta)
-            + (1.0 - beta) * base.potential(position)
+            + (1.0 - beta) * base_potential(position)
             + log_jacobian
         )
 
     return potential
-
-
-def _delta(target_potential_fn, base: GaussianBase, position):
-    return target_potential_fn(position) + base.log_zeta - base.potential(position)
 
 
 def _initial_mixing():
@@ -193,10 +191,12 @@ def joint_tempering(
         ``step_fn(state, num_warmup)``, both for one chain.
     """
 
+    base_potential = base.potential_function()
+
     def state_from_inner(inner_state, iteration, mixing, rng_key):
         position = inner_state.z[:-1]
         beta = inverse_temperature(inner_state.z[-1], beta_scale)
-        delta = _delta(target_potential_fn, base, position)
+        delta = target_potential_fn(position) + base.log_zeta - base_potential(position)
         return TemperingState(
             unravel_fn(position), beta, delta, iteration, inner_state, mixing, rng_key
         )
@@ -230,15 +230,17 @@ def gibbs_tempering(target_potential_fn, base: GaussianBase, unravel_fn, algo="H
         and ``step_fn(state, num_warmup)``, both for one chain.
     """
 
+    base_potential = base.potential_function()
+
     def tempered_potential_fn_gen(beta):
         def tempered_potential(position):
-            return beta * target_potential_fn(position) + (1.0 - beta) * base.potential(position)
+            return beta * target_potential_fn(position) + (1.0 - beta) * base_potential(position)
 
         return tempered_potential
 
     hmc_init, hmc_sample = hmc(potential_fn_gen=tempered_potential_fn_gen, algo=algo)
     target_value_and_grad = jax.value_and_grad(target_potential_fn)
-    base_value_and_grad = jax.value_and_grad(base.potential)
+    base_value_and_grad = jax.value_and_grad(base_potential)
 
     def evaluate(position):
         """phi, psi and their gradients at one point: all a change of beta needs."""
@@ -460,7 +462,8 @@ class _ContinuousTemperingKernel(MCMCKernel):
         # arguments and warm-up length stay the same.
         build_key = (self._flattened_for, num_warmup)
         if self._built is None or self._built[0] != build_key or build_key[0] is None:
-            init_one, step_one = self._build(num_warmup)
+            with jax.ensure_compile_time_eval():
+                init_one, step_one = self._build(num_warmup)
             self._built = (build_key, init_one, step_one, jax.vmap(init_one), jax.vmap(step_one))
         _, init_one, step_one, init_batch, step_batch = self._built
         init_fn, self._step_fn = (init_batch, step_batch) if batched else (init_one, step_one)
