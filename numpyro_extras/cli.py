@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", default="continuous_tempering_demo.png", help="path of the PNG to write"
     )
     demo.add_argument("--seed", type=int, default=0, help="random seed")
-    demo.add_argument("--num-samples", type=int, default=2000, help="kept draws per chain")
+    demo.add_argument("--num-samples", type=int, default=3000, help="kept draws per chain")
     demo.add_argument("--num-warmup", type=int, default=1000, help="warm-up draws per chain")
     demo.add_argument("--num-chains", type=int, default=8, help="chains per sampler")
     demo.add_argument(

@@ -22,7 +22,6 @@ from numpyro_extras.targets import (
     BIMODAL_LOCS,
     BIMODAL_SCALES,
     BIMODAL_WEIGHTS,
-    bimodal_mode_weights,
     bimodal_model,
 )
 from numpyro_extras.tempering import (
@@ -35,12 +34,18 @@ from numpyro_extras.tempering import (
 
 __all__ = ["run_demo", "bimodal_density"]
 
-# Draws per chain shown in the trace panel.
+# Draws per chain shown in the trace panel, and at most this many points in the scatter panel.
 TRACE_DRAWS = 500
+SCATTER_POINTS = 8000
+
+TARGET_NAME = " + ".join(
+    f"{weight} N({loc:g}, {scale:g}^2)"
+    for weight, loc, scale in zip(BIMODAL_WEIGHTS, BIMODAL_LOCS, BIMODAL_SCALES, strict=True)
+)
 
 
 def bimodal_density(x):
-    """The normalised density of the bimodal target, ``0.6 N(-8, 1) + 0.4 N(8, 2^2)``, at ``x``.
+    """The normalised density of the bimodal target ``0.6 N(-8, 1) + 0.4 N(8, 2^2)`` at ``x``.
 
     :param x: points, any shape.
     :return: numpy array of densities with the shape of ``x``.
@@ -63,18 +68,32 @@ def _plot(output, ct_draws, nuts_draws, tempered_x, beta, title):
     grid = np.linspace(-14.0, 16.0, 600)
     bins = np.linspace(-14.0, 16.0, 91)
     density_axis.plot(grid, bimodal_density(grid), color="black", lw=1.5, label="target")
-    density_axis.hist(ct_draws, bins=bins, density=True, alpha=0.55, label="joint CT (resampled)")
-    density_axis.hist(nuts_draws, bins=bins, density=True, alpha=0.45, label="NUTS")
+    # Outlined histograms stay readable where the two samplers overlap.
+    for draws, label, color in (
+        (ct_draws, "joint CT (resampled)", "tab:blue"),
+        (nuts_draws, "NUTS", "tab:red"),
+    ):
+        density_axis.hist(
+            draws, bins=bins, density=True, histtype="step", lw=1.3, color=color, label=label
+        )
     density_axis.set(xlabel="x", ylabel="density", title="Target and samplers' histograms")
     density_axis.legend(fontsize="small")
 
-    for chain, (chain_x, chain_beta) in enumerate(zip(tempered_x, beta, strict=True)):
-        scatter_axis.scatter(chain_x, chain_beta, s=2, alpha=0.3, label=f"chain {chain}")
+    # A thinned cloud: tens of thousands of points would hide the density of the scatter.
+    thinning = max(1, tempered_x.size // SCATTER_POINTS)
+    scatter_axis.scatter(
+        tempered_x.ravel()[::thinning],
+        beta.ravel()[::thinning],
+        s=2,
+        alpha=0.25,
+        color="tab:blue",
+        rasterized=True,
+    )
     scatter_axis.set(
         xlabel="x",
         ylabel="inverse temperature beta",
         ylim=(-0.02, 1.02),
-        title="Tempered draws: modes are joined at low beta",
+        title="Tempered draws (x, beta): modes join at low beta",
     )
 
     # One lane per chain: overlaid traces of many chains are unreadable. The first draws suffice
@@ -94,6 +113,12 @@ def _plot(output, ct_draws, nuts_draws, tempered_x, beta, title):
     figure.savefig(output, dpi=90)
 
 
+def _mode_weights(draws):
+    """``[fraction x < 0, fraction x >= 0]`` as floats, like ``targets.bimodal_mode_weights``."""
+    negative_fraction = float(np.mean(np.asarray(draws) < 0))
+    return [negative_fraction, 1.0 - negative_fraction]
+
+
 def _format_pair(pair):
     return f"{pair[0]:.3f} / {pair[1]:.3f}"
 
@@ -105,10 +130,11 @@ def _format_list(values, pattern="{:.2f}"):
 def run_demo(
     output="continuous_tempering_demo.png",
     seed=0,
-    num_samples=2000,
+    num_samples=3000,
     num_warmup=1000,
     num_chains=8,
     log_scale=2.0,
+    base=None,
     fit_base_kwargs=None,
     progress_bar=None,
     verbose=True,
@@ -117,7 +143,7 @@ def run_demo(
 
     Both samplers run ``num_chains`` chains with ``chain_method="vectorized"`` (one device is
     enough). The tempering base density is fitted first with :func:`~numpyro_extras.fit_base`
-    (the kernel would fit it itself; doing it here times it separately).
+    unless ``base`` is given (the kernel would fit it itself; doing it here times it separately).
 
     :param output: path of the PNG to write.
     :param int seed: seed of the base fit, both MCMC runs and the resampling.
@@ -125,14 +151,15 @@ def run_demo(
     :param int num_warmup: warm-up draws per chain, for each sampler.
     :param int num_chains: chains per sampler.
     :param float log_scale: the target's exact ``log Z``.
-    :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`, e.g.
-        ``{"num_steps": 500}`` for a quicker, rougher base.
+    :param GaussianBase base: a tempering base density to use; ``None`` fits one.
+    :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base` (unused
+        when ``base`` is given).
     :param bool progress_bar: show NumPyro's progress bars; ``None`` shows them only when stdout
         is a terminal (bars are noise in logs and captured output).
     :param bool verbose: print the report.
     :return: dict of the printed numbers: ``true_log_z``, ``log_z``, ``log_z_stderr``,
         ``log_z_error_in_stderr``, ``true_mode_weights``, ``ct_mode_weights``,
-        ``nuts_mode_weights`` (each ``(fraction x < 0, fraction x >= 0)``),
+        ``nuts_mode_weights`` (each ``[fraction x < 0, fraction x >= 0]``),
         ``nuts_chains_visiting_both_modes``, ``fraction_near_base``, ``fraction_near_target``,
         ``round_trips`` (lists over chains), ``base_moment_check_passed``, ``base_fit_seconds``,
         ``ct_seconds``, ``nuts_seconds``, ``total_seconds`` and ``output``.
@@ -146,10 +173,12 @@ def run_demo(
     sizes = dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains)
 
     report(
-        f"Target: 0.6 N(-8, 1) + 0.4 N(8, 2^2) scaled so that log Z = {log_scale:g}; "
+        f"Target: {TARGET_NAME} scaled so that log Z = {log_scale:g}; "
         f"{num_chains} chains x ({num_warmup} warm-up + {num_samples}) draws per sampler."
     )
-    base = fit_base(base_key, bimodal_model, model_kwargs=model_kwargs, **(fit_base_kwargs or {}))
+    if base is None:
+        base_settings = {"progress_bar": progress_bar, **(fit_base_kwargs or {})}
+        base = fit_base(base_key, bimodal_model, model_kwargs=model_kwargs, **base_settings)
     base_fit_seconds = time.perf_counter() - start
 
     ct_start = time.perf_counter()
@@ -164,7 +193,7 @@ def run_demo(
     diagnostics = tempering_diagnostics(ct_mcmc)
     # Resampling with the target weights turns the tempered draws into plain posterior draws.
     ct_draws = np.asarray(posterior_samples(ct_mcmc, resample_key)["x"])
-    ct_mode_weights = np.asarray(bimodal_mode_weights(ct_draws)).tolist()
+    ct_mode_weights = _mode_weights(ct_draws)
     ct_seconds = time.perf_counter() - ct_start
 
     nuts_start = time.perf_counter()
@@ -173,8 +202,10 @@ def run_demo(
     )
     nuts_mcmc.run(nuts_key, **model_kwargs)
     nuts_x = np.asarray(nuts_mcmc.get_samples(group_by_chain=True)["x"])
-    nuts_mode_weights = np.asarray(bimodal_mode_weights(nuts_x)).tolist()
-    nuts_chains_visiting_both_modes = int(np.sum((nuts_x < 0).any(axis=1) & (nuts_x >= 0).any(1)))
+    nuts_mode_weights = _mode_weights(nuts_x)
+    nuts_chains_visiting_both_modes = int(
+        np.sum((nuts_x < 0).any(axis=1) & (nuts_x >= 0).any(axis=1))
+    )
     nuts_seconds = time.perf_counter() - nuts_start
 
     log_z_error_in_stderr = (evidence.log_z - log_scale) / evidence.stderr

@@ -464,7 +464,14 @@ class _ContinuousTemperingKernel(MCMCKernel):
         if self._built is None or self._built[0] != build_key or build_key[0] is None:
             with jax.ensure_compile_time_eval():
                 init_one, step_one = self._build(num_warmup)
-            self._built = (build_key, init_one, step_one, jax.vmap(init_one), jax.vmap(step_one))
+            # One compiled init instead of NumPyro's HMC init run operation by operation.
+            self._built = (
+                build_key,
+                jax.jit(init_one),
+                step_one,
+                jax.jit(jax.vmap(init_one)),
+                jax.vmap(step_one),
+            )
         _, init_one, step_one, init_batch, step_batch = self._built
         init_fn, self._step_fn = (init_batch, step_batch) if batched else (init_one, step_one)
         return init_fn(positions, chain_keys)
