@@ -1,0 +1,1200 @@
+"""Benchmark continuous tempering against NumPyro NUTS and BlackJAX adaptive tempered SMC.
+
+Joint and Gibbs continuous tempering (``numpyro_extras``), NumPyro's NUTS and BlackJAX's adaptive
+tempered SMC run side by side on the targets of the continuous tempering spec
+(``/work/shared/specs/continuous_tempering.md``, sections 3.1-3.3), and the script prints markdown
+tables: log Z errors with standard errors, mode weights, gradient evaluations per estimate, wall
+time per gradient evaluation relative to NUTS, and whether the issue's targets were met.
+
+Cost is counted in gradient evaluations (spec pitfall P8), warm-up included:
+
+* NUTS and joint tempering: the ``num_steps`` of every transition (leapfrog steps);
+* Gibbs tempering: ``num_steps + 1`` per transition (the ``beta`` update re-evaluates ``phi``);
+* SMC: particles x (mutation steps x leapfrog steps + 1) per temperature (``blackjax.hmc.init``
+  evaluates one gradient per particle when a mutation starts).
+
+Base fits (``fit_base``, its bootstrap round, the mean-field fits of the Boltzmann machines) and
+the SMC pilot runs that size the particle count are set-up costs and are not counted.
+
+Usage::
+
+    python benchmarks/tempering_benchmark.py --quick            # smoke-size run, 2-3 minutes
+    python benchmarks/tempering_benchmark.py > full.log 2>&1    # full run (docs/benchmarks.md)
+    python benchmarks/tempering_benchmark.py --targets bimodal boltzmann --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpyro
+
+# log Z to a few hundredths of a nat needs double precision; set it before any array exists.
+numpyro.enable_x64()
+
+import arviz  # noqa: E402
+import blackjax  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from blackjax.smc import resampling  # noqa: E402
+from numpyro.infer import MCMC, NUTS  # noqa: E402
+from scipy.special import logsumexp  # noqa: E402
+
+import numpyro_extras as nx  # noqa: E402
+from numpyro_extras import targets  # noqa: E402
+
+TARGET_NAMES = ("bimodal", "bimodal_fitted", "boltzmann", "linear_regression", "radon")
+# Compilation dominates a smoke-size run: --quick covers the two headline targets by default
+# (about 2-3 minutes; all five take about 7).
+QUICK_TARGETS = ("bimodal", "boltzmann")
+
+# The issue's acceptance thresholds.
+MAX_COST_RATIO = 1.2
+MAX_BOLTZMANN_RMSE = 0.1
+MAX_MODE_WEIGHT_ERROR = 0.03
+
+# Separate random streams for the methods, so that adding one leaves the others unchanged.
+STREAM_JOINT, STREAM_GIBBS, STREAM_NUTS, STREAM_SMC, STREAM_BASE = range(5)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Run lengths of one benchmark size (``--quick`` or full)."""
+
+    num_chains: int
+    # Bimodal targets (spec 3.1: 10 chains x 5000 draws).
+    bimodal_warmup: int
+    bimodal_samples: int
+    # Boltzmann relaxation: budget per estimate, warm-up of the tempering runs and of NUTS.
+    boltzmann_budget: int
+    boltzmann_warmup: int
+    # Linear regression and radon: fixed run lengths; SMC gets joint tempering's budget.
+    regression_warmup: int
+    regression_samples: int
+    radon_warmup: int
+    radon_samples: int
+    radon_max_seeds: int
+    # The radon reference: two long runs (joint and Gibbs) this many times longer.
+    radon_reference_factor: int
+    # BlackJAX SMC.
+    smc_pilot_particles: int = 256
+    smc_mutation_steps: int = 5
+    smc_leapfrog_steps: int = 10
+    smc_target_ess: float = 0.5
+    smc_target_acceptance: float = 0.65
+    # Wall-time comparison: seconds of a timed NUTS run, rounds (each method's fastest counts),
+    # warm-up of the NUTS runs that only serve as the timing baseline.
+    timing_seconds: float = 1.0
+    timing_repeats: int = 5
+    nuts_timing_warmup: int = 500
+
+
+FULL = Settings(
+    num_chains=10,
+    bimodal_warmup=1000,
+    bimodal_samples=5000,
+    boltzmann_budget=1_000_000,
+    boltzmann_warmup=500,
+    regression_warmup=500,
+    regression_samples=2000,
+    radon_warmup=500,
+    radon_samples=1000,
+    radon_max_seeds=2,
+    radon_reference_factor=2,
+)
+
+QUICK = Settings(
+    num_chains=4,
+    bimodal_warmup=300,
+    bimodal_samples=500,
+    boltzmann_budget=60_000,
+    boltzmann_warmup=200,
+    regression_warmup=200,
+    regression_samples=300,
+    radon_warmup=150,
+    radon_samples=150,
+    radon_max_seeds=1,
+    radon_reference_factor=2,
+    smc_pilot_particles=64,
+    smc_mutation_steps=3,
+    timing_seconds=0.2,
+    timing_repeats=2,
+    nuts_timing_warmup=150,
+)
+
+_START = time.perf_counter()
+
+
+def log(message):
+    """Progress on stderr, so that stdout holds only the markdown report."""
+    print(f"[{time.perf_counter() - _START:7.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Problems
+# ------------------------------------------------------------------------------------------------
+
+
+class Problem(NamedTuple):
+    """One target: a NumPyro model (or a flat potential), its base and its exact or reference log Z.
+
+    :param name: one of :data:`TARGET_NAMES`.
+    :param title: the label in the tables.
+    :param model: the NumPyro model, or ``None`` for a ``potential_fn`` target.
+    :param model_kwargs: the model's keyword arguments.
+    :param potential_fn: ``phi`` on the flat unconstrained space (always set: SMC uses it).
+    :param base: the :class:`~numpyro_extras.GaussianBase` shared by the tempering runs and SMC.
+    :param log_z: exact log Z, or ``None`` when a reference is computed.
+    :param smc_potential: ``(params, x) -> phi(x)`` with the target's arrays as a traced argument,
+        so that one compiled SMC step serves every Boltzmann system.
+    :param smc_params: the ``params`` of ``smc_potential``.
+    """
+
+    name: str
+    title: str
+    model: Callable | None
+    model_kwargs: dict
+    potential_fn: Callable
+    base: nx.GaussianBase
+    log_z: float | None
+    smc_potential: Callable
+    smc_params: Any = None
+
+    @property
+    def dimension(self):
+        return self.base.dimension
+
+    def kernel_target(self):
+        """``(model, potential_fn)`` arguments of the tempering kernels."""
+        return (self.model, None) if self.model is not None else (None, self.potential_fn)
+
+
+def model_problem(name, title, model, model_kwargs, base, log_z):
+    flat_model = nx.flatten_model(jax.random.PRNGKey(0), model, (), model_kwargs)
+
+    def smc_potential(params, x):
+        return flat_model.potential_fn(x)
+
+    return Problem(
+        name, title, model, model_kwargs, flat_model.potential_fn, base, log_z, smc_potential
+    )
+
+
+def bimodal_exact_base():
+    """Spec 3.1: the Gaussian with the target's exact mean and variance, ``log zeta = log Z``."""
+    weights = np.array(targets.BIMODAL_WEIGHTS)
+    locs = np.array(targets.BIMODAL_LOCS)
+    scales = np.array(targets.BIMODAL_SCALES)
+    mean = weights @ locs
+    variance = weights @ (scales**2 + locs**2) - mean**2
+    return nx.GaussianBase(jnp.array([mean]), jnp.array([[math.sqrt(variance)]]), jnp.array(0.0))
+
+
+def meanfield_mixture_base(relaxation, seed, num_starts=100, num_steps=1000, learning_rate=0.2):
+    """The base of spec 3.2: mean-field fits of the discrete Boltzmann machine, moment-matched.
+
+    Gradient descent on the mean-field free energy ``F(a)`` from ``num_starts`` starts
+    ``a ~ N(0, 0.5^2)``; duplicates (``|m_i - m_j| < 1e-4``) dropped; components ``N(Q^T m_i, I)``
+    (spec P9) weighted by ``exp(-F_i)`` and moment-matched into one Gaussian;
+    ``log zeta = (D/2) log 2 pi - D_B log 2 + Tr(D)/2 + logsumexp(-F_i)`` (eq. 52 with
+    ``log Z_B`` replaced by the mixture's bound).
+    """
+    couplings, biases = relaxation.weights, relaxation.biases
+    projection = relaxation.projection  # Q^T, shape [D, D_B]
+    rng = np.random.default_rng(seed)
+    activations = 0.5 * rng.standard_normal((num_starts, len(biases)))
+    for _ in range(num_steps):
+        means = np.tanh(activations)
+        probabilities = 0.5 * (1.0 + means)  # sigmoid(2 a)
+        gradient = (
+            (activations - biases - means @ couplings) * 4 * probabilities * (1 - probabilities)
+        )
+        activations = activations - learning_rate * gradient
+    means = np.tanh(activations)
+    probabilities = np.clip(0.5 * (1.0 + means), 1e-300, 1.0)
+    complements = np.clip(0.5 * (1.0 - means), 1e-300, 1.0)
+    negative_entropy = np.sum(
+        probabilities * np.log(probabilities) + complements * np.log(complements), axis=1
+    )
+    free_energies = (
+        -0.5 * np.einsum("ni,ij,nj->n", means, couplings, means) - means @ biases + negative_entropy
+    )
+    kept = []
+    for index in np.argsort(free_energies):
+        if all(np.linalg.norm(means[index] - means[other]) >= 1e-4 for other in kept):
+            kept.append(index)
+    log_weights = -free_energies[kept]
+    log_bound = logsumexp(log_weights)
+    weights = np.exp(log_weights - log_bound)
+    component_locs = means[kept] @ projection.T
+    mean = weights @ component_locs
+    dimension, num_units = projection.shape
+    covariance = np.eye(dimension) + (component_locs * weights[:, None]).T @ component_locs
+    covariance -= np.outer(mean, mean)
+    log_zeta = (
+        0.5 * dimension * math.log(2 * math.pi)
+        - num_units * math.log(2.0)
+        + 0.5 * np.sum(relaxation.diagonal)
+        + log_bound
+    )
+    return nx.GaussianBase(
+        jnp.asarray(mean), jnp.asarray(np.linalg.cholesky(covariance)), jnp.asarray(log_zeta)
+    )
+
+
+def boltzmann_smc_potential(params, x):
+    # boltzmann_relaxation_potential reads only ``projection`` and ``biases``; passing them as
+    # traced arrays lets one compiled SMC step serve all systems.
+    projection, biases = params
+    relaxation = types.SimpleNamespace(projection=projection, biases=biases)
+    return targets.boltzmann_relaxation_potential(relaxation)(x)
+
+
+def boltzmann_problem(seed, num_units=16):
+    relaxation = targets.make_boltzmann_relaxation(seed, num_units)
+    base = meanfield_mixture_base(relaxation, seed)
+    return Problem(
+        "boltzmann",
+        f"Boltzmann relaxation D_B={num_units}",
+        None,
+        {},
+        targets.boltzmann_relaxation_potential(relaxation),
+        base,
+        relaxation.log_z,
+        boltzmann_smc_potential,
+        (jnp.asarray(relaxation.projection), jnp.asarray(relaxation.biases)),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Runs
+# ------------------------------------------------------------------------------------------------
+
+
+class Estimate(NamedTuple):
+    """One method's result on one seed."""
+
+    log_z: float
+    stderr: float
+    gradient_evaluations: int
+    negative_mode_weight: float = float("nan")
+
+
+class MethodRuns(NamedTuple):
+    """One method on one problem: estimates per seed, and the final state for the timing runs.
+
+    ``steps_per_transition`` is the mean number of leapfrog steps per kept transition (for SMC,
+    the mean number of temperatures).
+    """
+
+    estimates: dict
+    final_state: Any = None
+    kernel: Any = None
+    steps_per_transition: float = float("nan")
+
+
+def chain_keys(seeds, num_chains, stream):
+    """Keys of ``num_chains`` chains per seed; seed ``s`` owns chains ``[i C, (i + 1) C)``."""
+    return jnp.stack(
+        [
+            jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), stream), chain)
+            for seed in seeds
+            for chain in range(num_chains)
+        ]
+    )
+
+
+def chain_groups(seeds, num_chains):
+    return {seed: slice(i * num_chains, (i + 1) * num_chains) for i, seed in enumerate(seeds)}
+
+
+def negative_mode_weight(draws, weights=None):
+    return float(targets.bimodal_mode_weights(np.ravel(draws), weights)[0])
+
+
+def tempering_estimates(mcmc, problem, seeds, settings, gradient_evaluations):
+    """Per-seed log Z (eq. 20, pooled over the seed's chains) and bimodal mode weights."""
+    deltas = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["delta"])
+    log_weights = np.asarray(nx.target_log_weights(mcmc))
+    estimates = {}
+    for seed, chains in chain_groups(seeds, settings.num_chains).items():
+        evidence = nx.tempering_log_normalizer(deltas[chains], float(problem.base.log_zeta))
+        mode_weight = float("nan")
+        if problem.name.startswith("bimodal"):
+            draws = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])[chains]
+            mode_weight = negative_mode_weight(draws, np.exp(log_weights[chains]))
+        estimates[seed] = Estimate(
+            evidence.log_z, evidence.stderr, int(gradient_evaluations[chains].sum()), mode_weight
+        )
+    return estimates
+
+
+def run_joint(problem, seeds, settings, num_warmup, num_samples=None, budget=None):
+    """Joint tempering (NUTS on the extended space), warm-up run separately to count its steps.
+
+    With ``budget``, the number of draws is chosen after warm-up so that each seed's chains use
+    about ``budget`` gradient evaluations in all.
+    """
+    model, potential_fn = problem.kernel_target()
+    kernel = nx.JointContinuousTempering(model, potential_fn, base=problem.base)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples or 1,
+        num_chains=len(seeds) * settings.num_chains,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    keys = chain_keys(seeds, settings.num_chains, STREAM_JOINT)
+    with compile_clock("joint CT"):
+        mcmc.warmup(keys, extra_fields=("num_steps",), collect_warmup=True, **problem.model_kwargs)
+    warmup_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"], np.int64)
+    if budget is not None:
+        recent_steps_per_transition = warmup_steps[:, -max(1, num_warmup // 5) :].mean()
+        remaining = budget / settings.num_chains - warmup_steps.sum(axis=1).mean()
+        mcmc.num_samples = max(50, round(remaining / recent_steps_per_transition))
+    run_keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(keys)
+    with compile_clock("joint CT"):
+        mcmc.run(run_keys, extra_fields=("num_steps",), **problem.model_kwargs)
+    sample_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"], np.int64)
+    gradient_evaluations = warmup_steps.sum(axis=1) + sample_steps.sum(axis=1)
+    estimates = tempering_estimates(mcmc, problem, seeds, settings, gradient_evaluations)
+    return MethodRuns(estimates, mcmc.last_state, kernel, float(sample_steps.mean()))
+
+
+def run_gibbs(problem, seeds, settings, num_warmup, num_samples=None, budget=None):
+    """Gibbs tempering: HMC with 20 leapfrog steps on ``x | beta``, then the exact ``beta | x``."""
+    model, potential_fn = problem.kernel_target()
+    kernel = nx.GibbsContinuousTempering(model, potential_fn, base=problem.base)
+    leapfrog_steps = 20  # the kernel's default, as in the paper
+    if budget is not None:
+        per_chain = budget / settings.num_chains / (leapfrog_steps + 1)
+        num_samples = max(50, round(per_chain - num_warmup))
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=len(seeds) * settings.num_chains,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    keys = chain_keys(seeds, settings.num_chains, STREAM_GIBBS)
+    with compile_clock("Gibbs CT"):
+        mcmc.run(keys, extra_fields=("num_steps",), **problem.model_kwargs)
+    sample_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"], np.int64)
+    if not np.all(sample_steps == leapfrog_steps):
+        raise RuntimeError("Gibbs tempering did not run a fixed number of leapfrog steps.")
+    # Every transition, warm-up included, costs the leapfrog steps and one gradient at the new x.
+    per_chain = (leapfrog_steps + 1) * (num_warmup + num_samples)
+    gradient_evaluations = np.full(sample_steps.shape[0], per_chain, np.int64)
+    estimates = tempering_estimates(mcmc, problem, seeds, settings, gradient_evaluations)
+    return MethodRuns(estimates, mcmc.last_state, kernel, float(leapfrog_steps + 1))
+
+
+def run_nuts(problem, seeds, settings, num_warmup, num_samples):
+    """Plain NUTS on the target (mode weights on the bimodal targets; the wall-time baseline)."""
+    if problem.model is not None:
+        kernel = NUTS(problem.model)
+        init_params = None
+    else:
+        kernel = NUTS(potential_fn=problem.potential_fn)
+        init_keys = chain_keys(seeds, settings.num_chains, STREAM_NUTS)
+        init_params = jax.vmap(problem.base.sample)(init_keys)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=len(seeds) * settings.num_chains,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    keys = chain_keys(seeds, settings.num_chains, STREAM_NUTS)
+    with compile_clock("NUTS"):
+        mcmc.run(keys, extra_fields=("num_steps",), init_params=init_params, **problem.model_kwargs)
+    steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"], np.int64)
+    estimates = {}
+    if problem.name.startswith("bimodal"):
+        draws = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+        for seed, chains in chain_groups(seeds, settings.num_chains).items():
+            estimates[seed] = Estimate(
+                float("nan"),
+                float("nan"),
+                int(steps[chains].sum()),
+                negative_mode_weight(draws[chains]),
+            )
+    return MethodRuns(estimates, mcmc.last_state, kernel, float(steps.mean()))
+
+
+class SMCRunner:
+    """BlackJAX adaptive tempered SMC from the base (``lambda = 0``) to the target (``lambda = 1``).
+
+    The tempered density is ``base(x)^(1 - lambda) exp(-phi(x))^lambda``: log prior ``-psi``,
+    log likelihood ``psi - phi``. The base is normalised, so
+    ``log Z = sum_t log mean_i w_t^i`` = the sum of BlackJAX's ``log_likelihood_increment``.
+    Mutations are HMC with the base covariance as inverse mass matrix; the step size adapts
+    between temperatures towards an acceptance rate of 0.65. One jitted step per problem
+    (the target's arrays are an argument), compiled once per particle count.
+    """
+
+    def __init__(self, smc_potential, settings: Settings):
+        self.settings = settings
+
+        def step(rng_key, state, step_size, params, base):
+            def log_prior(x):
+                return -base.potential(x)
+
+            def log_likelihood(x):
+                return base.potential(x) - smc_potential(params, x)
+
+            kernel = blackjax.adaptive_tempered_smc.build_kernel(
+                log_prior,
+                log_likelihood,
+                blackjax.hmc.build_kernel(),
+                blackjax.hmc.init,
+                resampling.systematic,
+                settings.smc_target_ess,
+            )
+            mutation_parameters = {
+                "step_size": jnp.reshape(step_size, (1,)),
+                "inverse_mass_matrix": base.covariance[None],
+                "num_integration_steps": jnp.array([settings.smc_leapfrog_steps]),
+            }
+            state, info = kernel(rng_key, state, settings.smc_mutation_steps, mutation_parameters)
+            acceptance = jnp.mean(info.update_info.acceptance_rate)
+            return state, info.log_likelihood_increment, acceptance
+
+        self._step = jax.jit(step)
+
+    def gradient_evaluations_per_particle_and_temperature(self):
+        return self.settings.smc_mutation_steps * self.settings.smc_leapfrog_steps + 1
+
+    def run(self, rng_key, problem, num_particles, step_size=0.5, max_temperatures=500):
+        """One SMC run: ``(log Z, number of temperatures, gradient evaluations, final step
+        size, particles, weights)``."""
+        init_key, rng_key = jax.random.split(rng_key)
+        particles = problem.base.sample(init_key, (num_particles,))
+        state = blackjax.adaptive_tempered_smc.init(particles)
+        # A strongly typed 0.0, so that the first step does not compile a second version.
+        state = state._replace(tempering_param=jnp.zeros((), jnp.float64))
+        log_z, num_temperatures = 0.0, 0
+        while float(state.tempering_param) < 1.0:
+            if num_temperatures == max_temperatures:
+                raise RuntimeError(f"SMC did not reach the target in {max_temperatures} steps.")
+            rng_key, step_key = jax.random.split(rng_key)
+            with compile_clock("SMC"):
+                state, increment, acceptance = self._step(
+                    step_key, state, jnp.asarray(step_size), problem.smc_params, problem.base
+                )
+            log_z += float(increment)
+            num_temperatures += 1
+            adjustment = math.exp(2.0 * (float(acceptance) - self.settings.smc_target_acceptance))
+            step_size *= min(2.0, max(0.5, adjustment))
+        gradient_evaluations = (
+            num_particles
+            * num_temperatures
+            * self.gradient_evaluations_per_particle_and_temperature()
+        )
+        return (
+            log_z,
+            num_temperatures,
+            gradient_evaluations,
+            step_size,
+            np.asarray(state.particles),
+            np.asarray(state.weights),
+        )
+
+    def particles_for_budget(self, rng_key, problem, budget):
+        """Particle count for ``budget`` gradient evaluations, from a pilot run that counts the
+        temperatures the adaptive schedule takes; also the pilot's final step size. The count is
+        rounded to a multiple of 512 so that few particle counts (compilations) occur."""
+        pilot = self.run(rng_key, problem, self.settings.smc_pilot_particles)
+        _, num_temperatures, _, step_size, _, _ = pilot
+        per_particle = num_temperatures * self.gradient_evaluations_per_particle_and_temperature()
+        return max(512, 512 * round(budget / per_particle / 512)), step_size
+
+
+def run_smc(runner, problem, seeds, budgets):
+    """SMC per seed, each with its own gradient budget ``budgets[seed]``."""
+    estimates = {}
+    temperatures = []
+    for seed in seeds:
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), STREAM_SMC)
+        pilot_key, run_key = jax.random.split(key)
+        num_particles, step_size = runner.particles_for_budget(pilot_key, problem, budgets[seed])
+        log_z, num_temperatures, gradients, _, particles, weights = runner.run(
+            run_key, problem, num_particles, step_size
+        )
+        temperatures.append(num_temperatures)
+        mode_weight = float("nan")
+        if problem.name.startswith("bimodal"):
+            mode_weight = negative_mode_weight(particles[:, 0], weights)
+        estimates[seed] = Estimate(log_z, float("nan"), gradients, mode_weight)
+        log(f"  SMC seed {seed}: {num_particles} particles, {num_temperatures} temperatures")
+    return MethodRuns(estimates, steps_per_transition=float(np.mean(temperatures)))
+
+
+# ------------------------------------------------------------------------------------------------
+# Wall time per gradient evaluation
+# ------------------------------------------------------------------------------------------------
+
+
+def first_chains(state, num_chains):
+    return jax.tree.map(lambda leaf: leaf[:num_chains], state)
+
+
+class TransitionTimer:
+    """Timed, compiled runs of a kernel's transitions from a fixed warmed-up state.
+
+    ``num_transitions`` transitions of the vectorized chains run in one compiled loop around
+    ``kernel.sample`` (what ``MCMC`` does per draw). The loop is compiled ahead of time with the
+    length as an argument, so compilation never enters a timing and one compilation serves
+    every length. Gradient evaluations are the summed ``num_steps`` (+1 per transition and chain
+    for Gibbs tempering).
+    """
+
+    def __init__(self, kernel, state, problem):
+        extra_per_transition = 1 if isinstance(kernel, nx.GibbsContinuousTempering) else 0
+        num_chains = jnp.shape(state.num_steps)[0]
+
+        def run(state, num_transitions):
+            def one_transition(_, carry):
+                state, gradient_evaluations = carry
+                state = kernel.sample(state, (), problem.model_kwargs)
+                steps = jnp.sum(state.num_steps) + extra_per_transition * num_chains
+                return state, gradient_evaluations + steps
+
+            initial = (state, jnp.zeros((), jnp.int64))
+            return jax.lax.fori_loop(0, num_transitions, one_transition, initial)
+
+        self._state = state
+        self._run = jax.jit(run).lower(state, 1).compile()
+
+    def __call__(self, num_transitions):
+        """``(seconds, gradient evaluations)`` of ``num_transitions`` transitions."""
+        start = time.perf_counter()
+        _, gradient_evaluations = jax.block_until_ready(self._run(self._state, num_transitions))
+        return time.perf_counter() - start, int(gradient_evaluations)
+
+
+def timing_comparison(problem, settings, runs_by_method):
+    """Wall time per gradient evaluation of each method, same chains and same transitions.
+
+    Every method runs ``num_chains`` chains from its warmed-up final state for the same number
+    of transitions, chosen so that a NUTS run lasts about ``timing_seconds``. The methods take
+    turns over ``timing_repeats`` rounds and each keeps its fastest round (the machine may be
+    shared with other work, which only ever slows a run down).
+
+    :return: dict method -> ``(seconds per gradient evaluation, gradient evaluations per
+        transition and chain)``.
+    """
+    timers = {}
+    for method, runs in runs_by_method.items():
+        state = first_chains(runs.final_state, settings.num_chains)
+        with compile_clock(f"{method} (timing loop)"):
+            timers[method] = TransitionTimer(runs.kernel, state, problem)
+    pilot_seconds, _ = timers["NUTS"](10)
+    num_transitions = max(10, math.ceil(10 * settings.timing_seconds / max(pilot_seconds, 1e-6)))
+    fastest = {method: (math.inf, 1) for method in timers}
+    for _ in range(settings.timing_repeats):
+        for method, timer in timers.items():
+            seconds, gradient_evaluations = timer(num_transitions)
+            if seconds < fastest[method][0]:
+                fastest[method] = (seconds, gradient_evaluations)
+    results = {}
+    for method, (seconds, gradient_evaluations) in fastest.items():
+        per_transition = gradient_evaluations / (num_transitions * settings.num_chains)
+        results[method] = (seconds / gradient_evaluations, per_transition)
+        log(
+            f"  {method}: {1e6 * results[method][0]:.2f} us per gradient evaluation "
+            f"({num_transitions} transitions x {settings.num_chains} chains)"
+        )
+    return results
+
+
+# ------------------------------------------------------------------------------------------------
+# Compilation time
+# ------------------------------------------------------------------------------------------------
+
+_COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+COMPILE_SECONDS: dict[str, float] = {}
+_compile_label = ["other (base fits, estimators, set-up)"]
+
+
+def _record_compile_time(event, duration, **_):
+    if event in _COMPILE_EVENTS:
+        label = _compile_label[-1]
+        COMPILE_SECONDS[label] = COMPILE_SECONDS.get(label, 0.0) + duration
+
+
+jax.monitoring.register_event_duration_secs_listener(_record_compile_time)
+
+
+class compile_clock:
+    """Attribute the JAX tracing and compilation time spent inside the block to ``label``."""
+
+    def __init__(self, label):
+        self.label = label
+
+    def __enter__(self):
+        _compile_label.append(self.label)
+
+    def __exit__(self, *exc_info):
+        _compile_label.pop()
+
+
+# ------------------------------------------------------------------------------------------------
+# Benchmarks per target
+# ------------------------------------------------------------------------------------------------
+
+
+class TargetResult(NamedTuple):
+    """Everything the report needs about one target."""
+
+    title: str
+    dimension: int
+    log_z: float | dict  # exact, the reference, or per seed {seed: exact log Z}
+    reference_stderr: float | None
+    reference_note: str
+    base_error: float  # mean |log zeta - log Z|
+    methods: dict  # method name -> {seed: Estimate}
+    timing: dict  # method name -> (seconds per gradient, gradient evaluations per transition)
+    notes: list
+
+
+def method_budgets(estimates):
+    return {seed: estimate.gradient_evaluations for seed, estimate in estimates.items()}
+
+
+def benchmark_batched(problem, seeds, settings, num_warmup, num_samples, notes, timed=True):
+    """A target whose seeds share the model: each tempering method runs all seeds in one
+    vectorized run (``num_chains`` chains per seed), so it compiles once.
+
+    NUTS runs all seeds on the bimodal targets (for its mode weights) and one seed elsewhere
+    (it is only the wall-time baseline there). ``timed=False`` skips NUTS and the wall-time
+    comparison (for a second variant of an already timed model).
+    """
+    log(f"{problem.title}: joint tempering")
+    joint = run_joint(problem, seeds, settings, num_warmup, num_samples)
+    log(f"{problem.title}: Gibbs tempering")
+    gibbs = run_gibbs(problem, seeds, settings, num_warmup, num_samples)
+    bimodal = problem.name.startswith("bimodal")
+    nuts = None
+    if timed:
+        log(f"{problem.title}: NUTS")
+        nuts = (
+            run_nuts(problem, seeds, settings, num_warmup, num_samples)
+            if bimodal
+            else run_nuts(problem, seeds[:1], settings, settings.nuts_timing_warmup, 100)
+        )
+    log(f"{problem.title}: BlackJAX SMC")
+    smc_runner = SMCRunner(problem.smc_potential, settings)
+    smc = run_smc(smc_runner, problem, seeds, method_budgets(joint.estimates))
+    timing = {}
+    if timed:
+        log(f"{problem.title}: wall time per gradient evaluation")
+        timing = timing_comparison(
+            problem, settings, {"NUTS": nuts, "joint CT": joint, "Gibbs CT": gibbs}
+        )
+    methods = {"joint CT": joint.estimates, "Gibbs CT": gibbs.estimates, "SMC": smc.estimates}
+    if bimodal and nuts is not None:
+        methods["NUTS"] = nuts.estimates
+    nuts_steps = f"NUTS {nuts.steps_per_transition:.1f}, " if nuts is not None else ""
+    notes.append(
+        f"{problem.title}: mean leapfrog steps per transition: {nuts_steps}"
+        f"joint CT {joint.steps_per_transition:.1f}; SMC used {smc.steps_per_transition:.1f}"
+        " temperatures on average."
+    )
+    return methods, timing
+
+
+def benchmark_bimodal(seeds, settings, fitted):
+    if fitted:
+        log_scale = 3.0
+        start = time.perf_counter()
+        base = nx.fit_base(
+            jax.random.PRNGKey(0),
+            targets.bimodal_model,
+            (),
+            {"log_scale": log_scale},
+            progress_bar=False,
+        )
+        title = "Bimodal 1-D, fit_base, log Z = 3"
+        notes = [
+            f"{title}: base from nx.fit_base (default mixture recipe, "
+            f"{time.perf_counter() - start:.0f} s): mean {float(base.loc[0]):.2f}, "
+            f"sd {float(base.scale_tril[0, 0]):.2f}, log zeta {float(base.log_zeta):.3f}."
+        ]
+    else:
+        log_scale = 0.0
+        base = bimodal_exact_base()
+        title = "Bimodal 1-D, exact-moment base"
+        notes = [f"{title}: spec 3.1 base N(-1.6, 63.64) with log zeta = log Z = 0."]
+    problem = model_problem(
+        "bimodal_fitted" if fitted else "bimodal",
+        title,
+        targets.bimodal_model,
+        {"log_scale": log_scale},
+        base,
+        log_scale,
+    )
+    methods, timing = benchmark_batched(
+        problem,
+        seeds,
+        settings,
+        settings.bimodal_warmup,
+        settings.bimodal_samples,
+        notes,
+        timed=not fitted,
+    )
+    return TargetResult(
+        title,
+        1,
+        log_scale,
+        None,
+        "exact",
+        abs(float(base.log_zeta) - log_scale),
+        methods,
+        timing,
+        notes,
+    )
+
+
+def benchmark_linear_regression(seeds, settings):
+    features, responses = targets.make_linear_regression_data(0)
+    log_z = targets.linear_regression_log_evidence(features, responses)
+    model_kwargs = {"features": features, "targets": responses}
+    start = time.perf_counter()
+    base = nx.fit_base(
+        jax.random.PRNGKey(0), targets.linear_regression_model, (), model_kwargs, progress_bar=False
+    )
+    title = f"Linear regression N={features.shape[0]}, P={features.shape[1]}"
+    notes = [
+        f"{title}: base from nx.fit_base (default mixture recipe, "
+        f"{time.perf_counter() - start:.0f} s), log zeta - log Z = "
+        f"{float(base.log_zeta) - log_z:+.3f}."
+    ]
+    problem = model_problem(
+        "linear_regression", title, targets.linear_regression_model, model_kwargs, base, log_z
+    )
+    methods, timing = benchmark_batched(
+        problem,
+        seeds,
+        settings,
+        settings.regression_warmup,
+        settings.regression_samples,
+        notes,
+    )
+    return TargetResult(
+        title,
+        problem.dimension,
+        log_z,
+        None,
+        "closed form",
+        abs(float(base.log_zeta) - log_z),
+        methods,
+        timing,
+        notes,
+    )
+
+
+def benchmark_radon(seeds, settings):
+    data = targets.load_radon()
+    seeds = seeds[: settings.radon_max_seeds]
+    start = time.perf_counter()
+    # A full-rank Gaussian VI fit, then one bootstrap round (spec 2.8; what
+    # fit_base(..., bootstrap_rounds=1) does, spelled out to report both log zeta): the VI bound is
+    # ~10 nats below log Z here, which leaves the chains near beta = 1 without the bootstrap.
+    vi_base = nx.fit_base(
+        jax.random.PRNGKey(0), targets.radon_model, (), data, method="gaussian", progress_bar=False
+    )
+    bootstrap = MCMC(
+        nx.GibbsContinuousTempering(targets.radon_model, base=vi_base),
+        num_warmup=500,
+        num_samples=1000,
+        num_chains=4,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    bootstrap.run(jax.random.fold_in(jax.random.PRNGKey(0), STREAM_BASE), **data)
+    base = nx.refit_base(bootstrap)
+    title = "Radon hierarchical regression"
+    notes = [
+        f"{title}: base = nx.fit_base(method='gaussian') (full-rank VI), then one bootstrap round "
+        f"(nx.refit_base after Gibbs CT, 4 chains x 1500 transitions; "
+        f"{time.perf_counter() - start:.0f} s in all): VI log zeta "
+        f"{float(vi_base.log_zeta):.2f}, after the bootstrap round {float(base.log_zeta):.2f}."
+    ]
+    problem = model_problem("radon", title, targets.radon_model, data, base, None)
+    log(f"{title}: reference (long joint and Gibbs tempering runs)")
+    reference_samples = settings.radon_reference_factor * settings.radon_samples
+    reference_seed = 1000
+    joint_reference = run_joint(
+        problem, [reference_seed], settings, settings.radon_warmup, reference_samples
+    ).estimates[reference_seed]
+    gibbs_reference = run_gibbs(
+        problem, [reference_seed], settings, settings.radon_warmup, reference_samples
+    ).estimates[reference_seed]
+    reference = 0.5 * (joint_reference.log_z + gibbs_reference.log_z)
+    reference_stderr = 0.5 * math.hypot(joint_reference.stderr, gibbs_reference.stderr)
+    notes.append(
+        f"{title}: no exact log Z. Reference = mean of a long joint CT run "
+        f"({joint_reference.log_z:.3f} +- {joint_reference.stderr:.3f}, "
+        f"{joint_reference.gradient_evaluations:.2e} gradient evaluations) and a long Gibbs CT run "
+        f"({gibbs_reference.log_z:.3f} +- {gibbs_reference.stderr:.3f}, "
+        f"{gibbs_reference.gradient_evaluations:.2e}), {settings.num_chains} chains x "
+        f"{reference_samples} draws each, seed {reference_seed} (not a benchmark seed)."
+    )
+    methods, timing = benchmark_batched(
+        problem,
+        seeds,
+        settings,
+        settings.radon_warmup,
+        settings.radon_samples,
+        notes,
+    )
+    return TargetResult(
+        title,
+        problem.dimension,
+        reference,
+        reference_stderr,
+        "reference (long CT runs)",
+        abs(float(base.log_zeta) - reference),
+        methods,
+        timing,
+        notes,
+    )
+
+
+def benchmark_boltzmann(seeds, settings):
+    """One Boltzmann machine per seed (``make_boltzmann_relaxation(seed, 16)``); every method gets
+    about ``boltzmann_budget`` gradient evaluations per estimate."""
+    budget = settings.boltzmann_budget
+    methods = {"joint CT": {}, "Gibbs CT": {}, "SMC": {}}
+    base_errors, smc_temperatures, joint_steps, exact_log_z = [], [], [], {}
+    smc_runner = SMCRunner(boltzmann_smc_potential, settings)
+    timing = {}
+    for seed in seeds:
+        problem = boltzmann_problem(seed)
+        exact_log_z[seed] = problem.log_z
+        base_errors.append(abs(float(problem.base.log_zeta) - problem.log_z))
+        log(f"{problem.title} system {seed}: joint tempering")
+        joint = run_joint(problem, [seed], settings, settings.boltzmann_warmup, budget=budget)
+        joint_steps.append(joint.steps_per_transition)
+        log(f"{problem.title} system {seed}: Gibbs tempering")
+        gibbs = run_gibbs(problem, [seed], settings, settings.boltzmann_warmup, budget=budget)
+        log(f"{problem.title} system {seed}: BlackJAX SMC")
+        smc = run_smc(smc_runner, problem, [seed], {seed: budget})
+        smc_temperatures.append(smc.steps_per_transition)
+        for name, runs in (("joint CT", joint), ("Gibbs CT", gibbs), ("SMC", smc)):
+            methods[name].update(runs.estimates)
+        if seed == seeds[0]:
+            log(f"{problem.title} system {seed}: NUTS and wall time per gradient evaluation")
+            nuts = run_nuts(problem, [seed], settings, settings.nuts_timing_warmup, 100)
+            timing = timing_comparison(
+                problem, settings, {"NUTS": nuts, "joint CT": joint, "Gibbs CT": gibbs}
+            )
+            nuts_steps = nuts.steps_per_transition
+    title = "Boltzmann relaxation D_B=16 (D=15)"
+    notes = [
+        f"{title}: one system per seed (make_boltzmann_relaxation(seed, 16), diagonal-shift "
+        "relaxation). Base = spec 3.2 recipe: 100 mean-field fits of the discrete machine, "
+        "moment-matched (its log zeta is within 0.3-1.8 nats of log Z; nx.fit_base on "
+        "boltzmann_relaxation_model was 1-6.5 nats off and slower, so it is not used). "
+        f"Mean |log zeta - log Z| over the systems {np.mean(base_errors):.2f}.",
+        f"{title}: mean leapfrog steps per transition: NUTS {nuts_steps:.1f} (system "
+        f"{seeds[0]}), joint CT {np.mean(joint_steps):.1f}; SMC used "
+        f"{np.mean(smc_temperatures):.1f} temperatures on average.",
+    ]
+    return TargetResult(
+        title,
+        15,
+        exact_log_z,
+        None,
+        "exact per system",
+        float(np.mean(base_errors)),
+        methods,
+        timing,
+        notes,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------------
+
+
+class Summary(NamedTuple):
+    mean_error: float
+    error_sd: float
+    rmse: float
+    mean_stderr: float
+    coverage: float  # fraction of seeds with |error| <= 2 stderr
+    gradient_evaluations: float
+
+
+def summarise(estimates, exact_log_z):
+    """Errors over seeds; ``exact_log_z`` is a float or a dict seed -> log Z (Boltzmann)."""
+    seeds = sorted(estimates)
+    truth = np.array(
+        [exact_log_z[seed] if isinstance(exact_log_z, dict) else exact_log_z for seed in seeds]
+    )
+    errors = np.array([estimates[seed].log_z for seed in seeds]) - truth
+    stderrs = np.array([estimates[seed].stderr for seed in seeds])
+    return Summary(
+        float(np.mean(errors)),
+        float(np.std(errors, ddof=1)) if len(errors) > 1 else float("nan"),
+        float(np.sqrt(np.mean(errors**2))),
+        float(np.mean(stderrs)),
+        float(np.mean(np.abs(errors) <= 2 * stderrs)) if np.all(np.isfinite(stderrs)) else np.nan,
+        float(np.mean([estimates[seed].gradient_evaluations for seed in seeds])),
+    )
+
+
+def fmt(value, digits=3):
+    return "-" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
+
+
+def log_z_table(results):
+    lines = [
+        "| Target | log Z | Method | Seeds | Grad. evals / estimate | Error: mean +- sd "
+        "| RMSE | Mean reported stderr | abs(error) <= 2 stderr | RMSE / SMC's |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        truth = result.log_z
+        truth_label = (
+            result.reference_note
+            if isinstance(truth, dict)
+            else f"{truth:.3f} ({result.reference_note})"
+        )
+        if result.reference_stderr is not None:
+            truth_label = f"{truth:.3f} +- {result.reference_stderr:.3f} ({result.reference_note})"
+        summaries = {
+            method: summarise(estimates, truth)
+            for method, estimates in result.methods.items()
+            if method != "NUTS"
+        }
+        for method, summary in summaries.items():
+            ratio = summary.rmse / summaries["SMC"].rmse if "SMC" in summaries else float("nan")
+            lines.append(
+                f"| {result.title} | {truth_label} | {method} | {len(result.methods[method])} "
+                f"| {summary.gradient_evaluations:.3g} "
+                f"| {summary.mean_error:+.3f} +- {fmt(summary.error_sd)} | {summary.rmse:.3f} "
+                f"| {fmt(summary.mean_stderr)} "
+                f"| {fmt(100 * summary.coverage, 0)}{'%' if np.isfinite(summary.coverage) else ''} "
+                f"| {'-' if method == 'SMC' else fmt(ratio, 2)} |"
+            )
+    return "\n".join(lines)
+
+
+def mode_weight_table(results):
+    true_weight = targets.BIMODAL_WEIGHTS[0]
+    lines = [
+        f"| Target | Method | Mean P(x < 0) (true {true_weight}) | RMSE | Max abs. error |",
+        "|---|---|---|---|---|",
+    ]
+    for result in results:
+        if not result.title.startswith("Bimodal"):
+            continue
+        for method, estimates in result.methods.items():
+            weights = np.array([estimate.negative_mode_weight for estimate in estimates.values()])
+            errors = weights - true_weight
+            lines.append(
+                f"| {result.title} | {method} | {np.mean(weights):.3f} "
+                f"| {np.sqrt(np.mean(errors**2)):.3f} | {np.max(np.abs(errors)):.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def timing_table(results):
+    lines = [
+        "| Target | D | NUTS us/grad | Joint CT us/grad | Joint / NUTS | Gibbs CT us/grad "
+        "| Gibbs / NUTS | Grad. evals per transition: NUTS / joint / Gibbs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        if not result.timing:
+            continue
+        nuts, joint, gibbs = (result.timing[m] for m in ("NUTS", "joint CT", "Gibbs CT"))
+        lines.append(
+            f"| {result.title} | {result.dimension} | {1e6 * nuts[0]:.2f} | {1e6 * joint[0]:.2f} "
+            f"| {joint[0] / nuts[0]:.2f} | {1e6 * gibbs[0]:.2f} | {gibbs[0] / nuts[0]:.2f} "
+            f"| {nuts[1]:.1f} / {joint[1]:.1f} / {gibbs[1]:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def compile_table():
+    lines = ["| Runs | Tracing + compilation (s) |", "|---|---|"]
+    for label, seconds in sorted(COMPILE_SECONDS.items(), key=lambda item: -item[1]):
+        lines.append(f"| {label} | {seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def verdict(met):
+    return "met" if met else "**not met**"
+
+
+def targets_table(results, settings):
+    lines = ["| Issue target | Measured | Verdict |", "|---|---|---|"]
+    for result in results:
+        if result.timing:
+            ratio = result.timing["joint CT"][0] / result.timing["NUTS"][0]
+            lines.append(
+                f"| Joint CT cost per gradient evaluation <= {MAX_COST_RATIO}x NUTS "
+                f"({result.title}) | {ratio:.2f}x | {verdict(ratio <= MAX_COST_RATIO)} |"
+            )
+    for result in results:
+        if result.title.startswith("Boltzmann"):
+            smc = summarise(result.methods["SMC"], result.log_z)
+            for method in ("joint CT", "Gibbs CT"):
+                summary = summarise(result.methods[method], result.log_z)
+                lines.append(
+                    f"| Boltzmann log Z RMSE <= {MAX_BOLTZMANN_RMSE} at ~"
+                    f"{settings.boltzmann_budget:.0e} grad. evals ({method}, "
+                    f"{len(result.methods[method])} seeds) | {summary.rmse:.3f} "
+                    f"({summary.gradient_evaluations:.3g} evals) "
+                    f"| {verdict(summary.rmse <= MAX_BOLTZMANN_RMSE)} |"
+                )
+                lines.append(
+                    f"| Boltzmann log Z RMSE below BlackJAX SMC's at the same budget ({method}) "
+                    f"| {summary.rmse:.3f} vs SMC {smc.rmse:.3f} "
+                    f"| {verdict(summary.rmse < smc.rmse)} |"
+                )
+    for result in results:
+        if result.title.startswith("Bimodal"):
+            for method in ("joint CT", "Gibbs CT"):
+                weights = np.array(
+                    [estimate.negative_mode_weight for estimate in result.methods[method].values()]
+                )
+                errors = weights - targets.BIMODAL_WEIGHTS[0]
+                rmse = float(np.sqrt(np.mean(errors**2)))
+                lines.append(
+                    f"| Mode-weight error <= {MAX_MODE_WEIGHT_ERROR} ({result.title}, {method}; "
+                    f"RMSE over seeds, max) | {rmse:.3f}, max {np.max(np.abs(errors)):.3f} "
+                    f"| {verdict(rmse <= MAX_MODE_WEIGHT_ERROR)} |"
+                )
+    return "\n".join(lines)
+
+
+def package_commit():
+    """The repository's commit (read-only ``git rev-parse``), or "unknown" outside a checkout."""
+    try:
+        completed = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return completed.stdout.strip()
+
+
+def environment_lines(arguments, settings, elapsed):
+    versions = ", ".join(
+        f"{module.__name__} {module.__version__}"
+        for module in (jax, numpyro, blackjax, nx, np, arviz)
+    )
+    command = " ".join(["python benchmarks/tempering_benchmark.py", *arguments])
+    return [
+        f"- Command: `{command}`",
+        f"- Date: {datetime.datetime.now().isoformat(timespec='minutes')}",
+        f"- Machine: {platform.machine()}, {os.cpu_count()} CPU cores, {platform.platform()}, "
+        f"Python {platform.python_version()}, x64 enabled",
+        f"- Versions: {versions} (repository commit {package_commit()})",
+        f"- Settings: {settings}",
+        f"- Total wall time: {elapsed / 60:.1f} min, of which "
+        f"{sum(COMPILE_SECONDS.values()) / 60:.1f} min JAX tracing and compilation",
+    ]
+
+
+def report(results, arguments, settings, elapsed):
+    sections = ["## Environment", "", *environment_lines(arguments, settings, elapsed), ""]
+    sections += ["## log Z", "", log_z_table(results), ""]
+    if any(result.title.startswith("Bimodal") for result in results):
+        sections += ["## Mode weights (bimodal targets)", "", mode_weight_table(results), ""]
+    if any(result.timing for result in results):
+        sections += [
+            "## Wall time per gradient evaluation (compile excluded)",
+            "",
+            timing_table(results),
+            "",
+        ]
+    sections += ["## Issue targets", "", targets_table(results, settings), ""]
+    sections += ["## JAX tracing and compilation time, summed over all targets", ""]
+    sections += [compile_table(), ""]
+    sections += ["## Notes", ""] + [f"- {note}" for result in results for note in result.notes]
+    return "\n".join(sections) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# Entry point
+# ------------------------------------------------------------------------------------------------
+
+
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke-size run (a few minutes)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="seeds (default 0-9; --quick: 0 1). Radon uses at most the first 3 (--quick: 1).",
+    )
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        choices=TARGET_NAMES,
+        default=None,
+        help=f"targets (default all; --quick: {' '.join(QUICK_TARGETS)})",
+    )
+    parser.add_argument("--output", help="also write the markdown report to this file")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    options = parse_arguments(arguments)
+    settings = QUICK if options.quick else FULL
+    seeds = options.seeds or ([0, 1] if options.quick else list(range(10)))
+    selected = options.targets or (QUICK_TARGETS if options.quick else TARGET_NAMES)
+    runners = {
+        "bimodal": lambda: benchmark_bimodal(seeds, settings, fitted=False),
+        "bimodal_fitted": lambda: benchmark_bimodal(seeds, settings, fitted=True),
+        "boltzmann": lambda: benchmark_boltzmann(seeds, settings),
+        "linear_regression": lambda: benchmark_linear_regression(seeds, settings),
+        "radon": lambda: benchmark_radon(seeds, settings),
+    }
+    results = []
+    for name in TARGET_NAMES:
+        if name in selected:
+            results.append(runners[name]())
+    text = report(results, arguments, settings, time.perf_counter() - _START)
+    print(text)
+    if options.output:
+        with open(options.output, "w") as output:
+            output.write(text)
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
