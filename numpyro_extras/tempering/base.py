@@ -243,7 +243,11 @@ def _fit_gaussians(
         fit_params = jax.tree.map(lambda leaf, index=index: leaf[index], params)
         posterior = guide.get_posterior(fit_params)
         loc = np.asarray(posterior.mean, dtype=np.float64)[order]
-        covariance = np.asarray(posterior.covariance_matrix, dtype=np.float64)
+        if hasattr(posterior, "covariance_matrix"):
+            covariance = np.asarray(posterior.covariance_matrix, dtype=np.float64)
+        else:
+            # a mean-field guide's posterior is an independent Normal
+            covariance = np.diag(np.asarray(posterior.variance, dtype=np.float64))
         covariance = covariance[np.ix_(order, order)]
         values = (elbos[index], loc, covariance, final_losses[:, index])
         if all(np.all(np.isfinite(value)) for value in values):
