@@ -169,12 +169,12 @@ def test_boltzmann_relaxation_exact_log_z():
     """A 2^8-component Gaussian mixture with log Z by enumeration (spec 3.2, at CPU-test size)."""
     relaxation = targets.make_boltzmann_relaxation(seed=1, num_units=8)
     model = targets.boltzmann_relaxation_model
-    base = nx.fit_base(jax.random.PRNGKey(0), model, (relaxation,), num_steps=500)
+    base = nx.fit_base(jax.random.PRNGKey(0), model, (relaxation,), num_steps=1000)
     mcmc = _run(
         nx.GibbsContinuousTempering(model, base=base, num_steps=10),
         relaxation,
         num_warmup=500,
-        num_samples=2500,
+        num_samples=5000,
     )
     evidence = nx.log_marginal_likelihood(mcmc, check_base=False)
     _assert_log_z(evidence, relaxation.log_z, max_stderr=0.12)
