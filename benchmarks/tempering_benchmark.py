@@ -554,6 +554,21 @@ def first_chains(state, num_chains):
     return jax.tree.map(lambda leaf: leaf[:num_chains], state)
 
 
+class Timing(NamedTuple):
+    """Wall-time measurements of one method on one target (``num_chains`` vectorized chains).
+
+    :param seconds_per_gradient: wall time per counted gradient evaluation.
+    :param gradients_per_transition: counted gradient evaluations per transition and chain.
+    :param lockstep_factor: gradient evaluations the vectorized chains run in lockstep (each
+        transition lasts as long as its longest trajectory: ``max`` over chains of ``num_steps``
+        times the number of chains) over the counted ones (the sum of ``num_steps``).
+    """
+
+    seconds_per_gradient: float
+    gradients_per_transition: float
+    lockstep_factor: float
+
+
 class TransitionTimer:
     """Timed, compiled runs of a kernel's transitions from a fixed warmed-up state.
 
@@ -570,22 +585,68 @@ class TransitionTimer:
 
         def run(state, num_transitions):
             def one_transition(_, carry):
-                state, gradient_evaluations = carry
+                state, counted, lockstep = carry
                 state = kernel.sample(state, (), problem.model_kwargs)
-                steps = jnp.sum(state.num_steps) + extra_per_transition * num_chains
-                return state, gradient_evaluations + steps
+                counted += jnp.sum(state.num_steps) + extra_per_transition * num_chains
+                lockstep += (jnp.max(state.num_steps) + extra_per_transition) * num_chains
+                return state, counted, lockstep
 
-            initial = (state, jnp.zeros((), jnp.int64))
-            return jax.lax.fori_loop(0, num_transitions, one_transition, initial)
+            zero = jnp.zeros((), jnp.int64)
+            return jax.lax.fori_loop(0, num_transitions, one_transition, (state, zero, zero))
 
         self._state = state
         self._run = jax.jit(run).lower(state, 1).compile()
 
     def __call__(self, num_transitions):
-        """``(seconds, gradient evaluations)`` of ``num_transitions`` transitions."""
+        """``(seconds, counted, lockstep)``: wall time and gradient evaluations of
+        ``num_transitions`` transitions."""
         start = time.perf_counter()
-        _, gradient_evaluations = jax.block_until_ready(self._run(self._state, num_transitions))
-        return time.perf_counter() - start, int(gradient_evaluations)
+        _, counted, lockstep = jax.block_until_ready(self._run(self._state, num_transitions))
+        return time.perf_counter() - start, int(counted), int(lockstep)
+
+
+def potential_gradient_ratio(problem, settings):
+    """Wall time of the extended potential's value and gradient over the target potential's.
+
+    Both are evaluated alone (no sampler), vmapped over ``num_chains`` base draws (``u = 0`` for
+    the extended one) in a compiled loop, fastest of ``timing_repeats``: the part of joint
+    tempering's cost per gradient evaluation that comes from its potential.
+    """
+    extended = nx.extended_potential(problem.potential_fn, problem.base)
+    positions = problem.base.sample(jax.random.PRNGKey(0), (settings.num_chains,))
+    extended_positions = jnp.concatenate([positions, jnp.zeros((settings.num_chains, 1))], 1)
+
+    def timed_loop(potential, points):
+        def run(points, num_evaluations):
+            def one_evaluation(_, carry):
+                points, total = carry
+                values, gradients = jax.vmap(jax.value_and_grad(potential))(points)
+                # The tiny move keeps the evaluations from being hoisted out of the loop.
+                return points + 1e-12 * gradients, total + jnp.sum(values)
+
+            return jax.lax.fori_loop(0, num_evaluations, one_evaluation, (points, 0.0))
+
+        compiled = jax.jit(run).lower(points, 1).compile()
+
+        def seconds(num_evaluations):
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(points, num_evaluations))
+            return time.perf_counter() - start
+
+        return seconds
+
+    with compile_clock("joint CT (timing loop)"):
+        timers = {
+            "target": timed_loop(problem.potential_fn, positions),
+            "extended": timed_loop(extended, extended_positions),
+        }
+    pilot_seconds = timers["target"](100)
+    num_evaluations = max(100, math.ceil(100 * settings.timing_seconds / max(pilot_seconds, 1e-6)))
+    fastest = {name: math.inf for name in timers}
+    for _ in range(settings.timing_repeats):
+        for name, seconds in timers.items():
+            fastest[name] = min(fastest[name], seconds(num_evaluations))
+    return fastest["extended"] / fastest["target"]
 
 
 def timing_comparison(problem, settings, runs_by_method):
@@ -596,30 +657,35 @@ def timing_comparison(problem, settings, runs_by_method):
     turns over ``timing_repeats`` rounds and each keeps its fastest round (the machine may be
     shared with other work, which only ever slows a run down).
 
-    :return: dict method -> ``(seconds per gradient evaluation, gradient evaluations per
-        transition and chain)``.
+    :return: dict method -> :class:`Timing`, and ``"potential ratio"`` ->
+        :func:`potential_gradient_ratio`.
     """
     timers = {}
     for method, runs in runs_by_method.items():
         state = first_chains(runs.final_state, settings.num_chains)
         with compile_clock(f"{method} (timing loop)"):
             timers[method] = TransitionTimer(runs.kernel, state, problem)
-    pilot_seconds, _ = timers["NUTS"](10)
+    pilot_seconds = timers["NUTS"](10)[0]
     num_transitions = max(10, math.ceil(10 * settings.timing_seconds / max(pilot_seconds, 1e-6)))
-    fastest = {method: (math.inf, 1) for method in timers}
+    fastest = {method: (math.inf, 1, 1) for method in timers}
     for _ in range(settings.timing_repeats):
         for method, timer in timers.items():
-            seconds, gradient_evaluations = timer(num_transitions)
-            if seconds < fastest[method][0]:
-                fastest[method] = (seconds, gradient_evaluations)
+            measurement = timer(num_transitions)
+            if measurement[0] < fastest[method][0]:
+                fastest[method] = measurement
     results = {}
-    for method, (seconds, gradient_evaluations) in fastest.items():
-        per_transition = gradient_evaluations / (num_transitions * settings.num_chains)
-        results[method] = (seconds / gradient_evaluations, per_transition)
+    for method, (seconds, counted, lockstep) in fastest.items():
+        per_transition = counted / (num_transitions * settings.num_chains)
+        results[method] = Timing(seconds / counted, per_transition, lockstep / counted)
         log(
-            f"  {method}: {1e6 * results[method][0]:.2f} us per gradient evaluation "
-            f"({num_transitions} transitions x {settings.num_chains} chains)"
+            f"  {method}: {1e6 * seconds / counted:.2f} us per gradient evaluation "
+            f"({num_transitions} transitions x {settings.num_chains} chains, lockstep factor "
+            f"{lockstep / counted:.2f})"
         )
+    results["potential ratio"] = potential_gradient_ratio(problem, settings)
+    log(
+        f"  extended / target potential, value and gradient alone: {results['potential ratio']:.2f}"
+    )
     return results
 
 
@@ -673,7 +739,7 @@ class TargetResult(NamedTuple):
     reference_note: str
     base_error: float  # mean |log zeta - log Z|
     methods: dict  # method name -> {seed: Estimate}
-    timing: dict  # method name -> (seconds per gradient, gradient evaluations per transition)
+    timing: dict  # from timing_comparison
     notes: list
 
 
@@ -819,7 +885,7 @@ def benchmark_radon(seeds, settings):
     start = time.perf_counter()
     # A full-rank Gaussian VI fit, then one bootstrap round (spec 2.8; what
     # fit_base(..., bootstrap_rounds=1) does, spelled out to report both log zeta): the VI bound is
-    # ~10 nats below log Z here, which leaves the chains near beta = 1 without the bootstrap.
+    # ~9 nats below log Z here, which leaves the chains near beta = 1 without the bootstrap.
     vi_base = nx.fit_base(
         jax.random.PRNGKey(0), targets.radon_model, (), data, method="gaussian", progress_bar=False
     )
@@ -915,7 +981,7 @@ def benchmark_boltzmann(seeds, settings):
         f"{title}: one system per seed (make_boltzmann_relaxation(seed, 16), diagonal-shift "
         "relaxation). Base = spec 3.2 recipe: 100 mean-field fits of the discrete machine, "
         "moment-matched (its log zeta is within 0.3-1.8 nats of log Z; nx.fit_base on "
-        "boltzmann_relaxation_model was 1-6.5 nats off and slower, so it is not used). "
+        "boltzmann_relaxation_model was 1.5-6.2 nats below log Z, so it is not used). "
         f"Mean |log zeta - log Z| over the systems {np.mean(base_errors):.2f}.",
         f"{title}: mean leapfrog steps per transition: NUTS {nuts_steps:.1f} (system "
         f"{seeds[0]}), joint CT {np.mean(joint_steps):.1f}; SMC used "
@@ -1025,17 +1091,24 @@ def mode_weight_table(results):
 def timing_table(results):
     lines = [
         "| Target | D | NUTS us/grad | Joint CT us/grad | Joint / NUTS | Gibbs CT us/grad "
-        "| Gibbs / NUTS | Grad. evals per transition: NUTS / joint / Gibbs |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Gibbs / NUTS | Grad. evals per transition: NUTS / joint / Gibbs "
+        "| Lockstep factor: NUTS / joint | Extended potential / target potential, alone |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         if not result.timing:
             continue
         nuts, joint, gibbs = (result.timing[m] for m in ("NUTS", "joint CT", "Gibbs CT"))
         lines.append(
-            f"| {result.title} | {result.dimension} | {1e6 * nuts[0]:.2f} | {1e6 * joint[0]:.2f} "
-            f"| {joint[0] / nuts[0]:.2f} | {1e6 * gibbs[0]:.2f} | {gibbs[0] / nuts[0]:.2f} "
-            f"| {nuts[1]:.1f} / {joint[1]:.1f} / {gibbs[1]:.0f} |"
+            f"| {result.title} | {result.dimension} | {1e6 * nuts.seconds_per_gradient:.2f} "
+            f"| {1e6 * joint.seconds_per_gradient:.2f} "
+            f"| {joint.seconds_per_gradient / nuts.seconds_per_gradient:.2f} "
+            f"| {1e6 * gibbs.seconds_per_gradient:.2f} "
+            f"| {gibbs.seconds_per_gradient / nuts.seconds_per_gradient:.2f} "
+            f"| {nuts.gradients_per_transition:.1f} / {joint.gradients_per_transition:.1f} / "
+            f"{gibbs.gradients_per_transition:.0f} "
+            f"| {nuts.lockstep_factor:.2f} / {joint.lockstep_factor:.2f} "
+            f"| {result.timing['potential ratio']:.2f} |"
         )
     return "\n".join(lines)
 
@@ -1055,7 +1128,8 @@ def targets_table(results, settings):
     lines = ["| Issue target | Measured | Verdict |", "|---|---|---|"]
     for result in results:
         if result.timing:
-            ratio = result.timing["joint CT"][0] / result.timing["NUTS"][0]
+            timing = result.timing
+            ratio = timing["joint CT"].seconds_per_gradient / timing["NUTS"].seconds_per_gradient
             lines.append(
                 f"| Joint CT cost per gradient evaluation <= {MAX_COST_RATIO}x NUTS "
                 f"({result.title}) | {ratio:.2f}x | {verdict(ratio <= MAX_COST_RATIO)} |"
