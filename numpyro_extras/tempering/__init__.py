@@ -18,6 +18,7 @@ from numpyro_extras.tempering.kernels import (
     JointContinuousTempering,
     TemperingState,
     extended_potential,
+    tempered_potential,
 )
 from numpyro_extras.tempering.weights import (
     log_base_weight,
@@ -33,6 +34,7 @@ __all__ = [
     "TemperingState",
     "base_moment_check",
     "extended_potential",
+    "tempered_potential",
     "fit_base",
     "log_base_weight",
     "log_marginal_likelihood",

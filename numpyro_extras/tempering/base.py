@@ -71,11 +71,26 @@ class GaussianBase(NamedTuple):
     def potential_function(self):
         """``psi`` as a function of one flat point, with the factorisation done once.
 
-        The inverse Cholesky factor is computed here (with NumPy, so the result holds no JAX
-        tracer), making each call one matrix-vector product, or an elementwise scaling for a
-        diagonal base, instead of a triangular solve.
+        :return: a function ``x -> psi(x)``; see :meth:`potential_and_gradient`.
+        """
+        potential_and_gradient = self.potential_and_gradient()
+        return lambda position: potential_and_gradient(position)[0]
 
-        :return: a function ``x -> psi(x)``.
+    def potential_and_gradient(self):
+        """``psi`` and its gradient as one function of a flat point, factorised once.
+
+        The precision matrix ``(L L^T)^{-1}`` is computed here with NumPy (so the result holds no
+        JAX tracer); each call is then one matrix-vector product, ``grad psi = P (x - loc)`` and
+        ``psi = (x - loc)^T grad psi / 2 + const``, or an elementwise scaling for a diagonal
+        base.
+
+        :return: a function ``x -> (psi(x), grad psi(x))``.
+
+        **Example:**
+
+        .. code-block:: python
+
+            value, gradient = base.potential_and_gradient()(jnp.zeros(base.dimension))
         """
         scale_tril = np.asarray(self.scale_tril, dtype=np.float64)
         loc = jnp.asarray(self.loc)
@@ -84,23 +99,25 @@ class GaussianBase(NamedTuple):
             np.sum(np.log(diagonal)) + 0.5 * self.dimension * math.log(2 * math.pi), loc.dtype
         )
         if not np.any(np.tril(scale_tril, -1)):
-            inverse_scale = jnp.asarray(1.0 / diagonal, loc.dtype)
+            precision_diagonal = jnp.asarray(diagonal**-2, loc.dtype)
 
-            def diagonal_potential(position):
-                whitened = (position - loc) * inverse_scale
-                return 0.5 * jnp.sum(whitened**2) + normalizer
+            def diagonal_potential_and_gradient(position):
+                centred = position - loc
+                gradient = precision_diagonal * centred
+                return 0.5 * jnp.sum(centred * gradient) + normalizer, gradient
 
-            return diagonal_potential
-        inverse_scale_tril = jnp.asarray(
-            scipy.linalg.solve_triangular(scale_tril, np.eye(self.dimension), lower=True),
-            loc.dtype,
+            return diagonal_potential_and_gradient
+        inverse_scale_tril = scipy.linalg.solve_triangular(
+            scale_tril, np.eye(self.dimension), lower=True
         )
+        precision = jnp.asarray(inverse_scale_tril.T @ inverse_scale_tril, loc.dtype)
 
-        def dense_potential(position):
-            whitened = inverse_scale_tril @ (position - loc)
-            return 0.5 * jnp.sum(whitened**2) + normalizer
+        def dense_potential_and_gradient(position):
+            centred = position - loc
+            gradient = precision @ centred
+            return 0.5 * jnp.sum(centred * gradient) + normalizer, gradient
 
-        return dense_potential
+        return dense_potential_and_gradient
 
     def sample(self, rng_key, sample_shape=()):
         """Draw ``sample_shape`` points from the base."""

@@ -121,6 +121,48 @@ def inverse_temperature(temperature_control, beta_scale=1.0):
     return jax.nn.sigmoid(temperature_control / beta_scale)
 
 
+def tempered_potential(target_potential_fn, base: GaussianBase):
+    """``(x, beta) -> beta phi(x) + (1 - beta) psi(x)``: the tempered family's potential (eq. 8).
+
+    The gradient (in ``x`` and in ``beta``, through ``jax.grad`` and ``jax.jvp``) is computed in
+    the same pass as the value, from ``phi``'s gradient and ``psi``'s closed-form one: autodiff
+    through the ``beta``-weighted sum costs, under ``vmap`` on CPU, about as much again as
+    ``phi``'s own gradient on a 92-dimensional model.
+
+    :param target_potential_fn: ``phi``, the target's potential on flat ``x``.
+    :param GaussianBase base: the base density ``psi``.
+    :return: a function ``(x, beta) -> scalar``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        potential = tempered_potential(phi, base)
+        jax.grad(potential)(x, 0.5)   # 0.5 * grad phi(x) + 0.5 * grad psi(x)
+    """
+    target_value_and_grad = jax.value_and_grad(target_potential_fn)
+    base_potential_and_gradient = base.potential_and_gradient()
+
+    def value_and_gradients(position, beta):
+        target_potential, target_gradient = target_value_and_grad(position)
+        base_potential, base_gradient = base_potential_and_gradient(position)
+        difference = target_potential - base_potential
+        value = base_potential + beta * difference
+        return value, base_gradient + beta * (target_gradient - base_gradient), difference
+
+    @jax.custom_jvp
+    def potential(position, beta):
+        return value_and_gradients(position, beta)[0]
+
+    @potential.defjvp
+    def potential_jvp(primals, tangents):
+        value, position_gradient, difference = value_and_gradients(*primals)
+        position_tangent, beta_tangent = tangents
+        return value, jnp.dot(position_gradient, position_tangent) + difference * beta_tangent
+
+    return potential
+
+
 def extended_potential(target_potential_fn, base: GaussianBase, beta_scale=1.0):
     """The potential of joint continuous tempering on the extended space ``(x, u)`` (eq. 14-15).
 
@@ -131,7 +173,8 @@ def extended_potential(target_potential_fn, base: GaussianBase, beta_scale=1.0):
     :param target_potential_fn: ``phi``, the target's potential on flat ``x``.
     :param GaussianBase base: the base density ``psi`` and ``log zeta``.
     :param float beta_scale: the scale ``s``.
-    :return: a function of the flat extended position ``concatenate([x, [u]])``.
+    :return: a function of the flat extended position ``concatenate([x, [u]])``, differentiable
+        through :func:`tempered_potential`'s hand-written gradient.
 
     **Example:**
 
@@ -140,19 +183,14 @@ def extended_potential(target_potential_fn, base: GaussianBase, beta_scale=1.0):
         potential = extended_potential(phi, base)
         jax.grad(potential)(jnp.append(x, -10.0))
     """
-
-    base_potential = base.potential_function()
+    tempered = tempered_potential(target_potential_fn, base)
 
     def potential(extended_position):
         position, temperature_control = extended_position[:-1], extended_position[-1]
         scaled_control = temperature_control / beta_scale
         beta = jax.nn.sigmoid(scaled_control)
         log_jacobian = jax.nn.softplus(-scaled_control) + jax.nn.softplus(scaled_control)
-        return (
-            beta * (target_potential_fn(position) + base.log_zeta)
-            + (1.0 - beta) * base_potential(position)
-            + log_jacobian
-        )
+        return tempered(position, beta) + beta * base.log_zeta + log_jacobian
 
     return potential
 
@@ -230,17 +268,14 @@ def gibbs_tempering(target_potential_fn, base: GaussianBase, unravel_fn, algo="H
         and ``step_fn(state, num_warmup)``, both for one chain.
     """
 
-    base_potential = base.potential_function()
+    tempered = tempered_potential(target_potential_fn, base)
 
     def tempered_potential_fn_gen(beta):
-        def tempered_potential(position):
-            return beta * target_potential_fn(position) + (1.0 - beta) * base_potential(position)
-
-        return tempered_potential
+        return lambda position: tempered(position, beta)
 
     hmc_init, hmc_sample = hmc(potential_fn_gen=tempered_potential_fn_gen, algo=algo)
     target_value_and_grad = jax.value_and_grad(target_potential_fn)
-    base_value_and_grad = jax.value_and_grad(base_potential)
+    base_value_and_grad = base.potential_and_gradient()
 
     def evaluate(position):
         """phi, psi and their gradients at one point: all a change of beta needs."""
