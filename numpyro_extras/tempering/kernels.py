@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 import jax
@@ -341,6 +341,11 @@ def gibbs_tempering(target_potential_fn, base: GaussianBase, unravel_fn, algo="H
     return init_fn, step_fn
 
 
+@lru_cache(maxsize=8)
+def _batched_value_and_grad(potential_fn):
+    return jax.jit(jax.vmap(jax.value_and_grad(potential_fn)))
+
+
 def _arguments_fingerprint(model_args, model_kwargs):
     """A hash of the model's arguments, so a fitted base is reused only for the same data."""
     leaves, treedef = jax.tree.flatten((model_args, sorted((model_kwargs or {}).items())))
@@ -468,10 +473,14 @@ class _ContinuousTemperingKernel(MCMCKernel):
     def _check_initial_positions(self, positions):
         if not _is_concrete(positions):
             return
-        for position in np.reshape(np.asarray(positions), (-1, self._flat_model.dimension)):
-            check_finite_potential(
-                self._flat_model.potential_fn, jnp.asarray(position), "the initial point"
-            )
+        positions = jnp.reshape(positions, (-1, self._flat_model.dimension))
+        # One compiled, vmapped evaluation for all chains; only a failing chain is re-checked
+        # one by one, for the error message.
+        values, gradients = _batched_value_and_grad(self._flat_model.potential_fn)(positions)
+        finite = np.isfinite(np.asarray(values)) & np.all(np.isfinite(np.asarray(gradients)), -1)
+        for chain in np.flatnonzero(~finite)[:1]:
+            what = f"the initial point of chain {chain}"
+            check_finite_potential(self._flat_model.potential_fn, positions[chain], what)
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         # Under chain_method="parallel" init runs inside pmap's trace, but the model arguments are
@@ -538,6 +547,10 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
     the base and ``u = -10 * beta_scale`` (``beta`` about 4.5e-5, spec P7). Every draw records
     ``beta`` and ``delta`` (spec 2.1); :func:`numpyro_extras.log_marginal_likelihood` turns them
     into ``log Z`` (eq. 20).
+
+    Under ``chain_method="vectorized"``, chains at different temperatures build NUTS trees of
+    different lengths and wait for the longest one every transition; ``"parallel"``,
+    ``"sequential"`` or a fixed-length ``inner_kernel=HMC`` avoid that loss.
 
     :param model: a NumPyro model with continuous latent sites.
     :param potential_fn: alternatively, ``phi`` on flat 1-D positions (then ``base`` is required).
