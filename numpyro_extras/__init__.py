@@ -5,6 +5,20 @@ likelihood as they go; more method families follow the same pattern (a functiona
 thin :class:`~numpyro.infer.mcmc.MCMCKernel`).
 """
 
+from numpyro_extras.annealing.ais import ais
+from numpyro_extras.annealing.boltzmann import (
+    BipartiteBoltzmann,
+    BoltzmannComparison,
+    ais_boltzmann,
+    checkerboard_sites,
+    ising_lattice,
+    ising_model,
+    mais_vs_ais,
+    marginalized_ais_boltzmann,
+    random_rbm,
+    rbm,
+    rbm_model,
+)
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.potential import FlatModel, flatten_model
 from numpyro_extras.tempering import (
@@ -30,6 +44,18 @@ from numpyro_extras.tempering import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ais",
+    "BipartiteBoltzmann",
+    "BoltzmannComparison",
+    "ais_boltzmann",
+    "mais_vs_ais",
+    "marginalized_ais_boltzmann",
+    "checkerboard_sites",
+    "ising_lattice",
+    "ising_model",
+    "random_rbm",
+    "rbm",
+    "rbm_model",
     "BaseMomentCheck",
     "Evidence",
     "FlatModel",

@@ -15,11 +15,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from numpyro.handlers import seed, trace
-from numpyro.infer.util import init_to_uniform, initialize_model, unconstrain_fn
+from numpyro.handlers import condition, infer_config, seed, substitute, trace
+from numpyro.infer import Predictive
+from numpyro.infer.util import (
+    _guess_max_plate_nesting,
+    init_to_uniform,
+    initialize_model,
+    potential_energy,
+    unconstrain_fn,
+)
+from numpyro.primitives import Messenger
 
 __all__ = [
     "FlatModel",
+    "SplitModel",
+    "split_model",
+    "enumerated_support",
     "discrete_latent_sites",
     "flatten_model",
     "flat_model_from_potential",
@@ -200,3 +211,283 @@ def check_finite_potential(potential_fn, position, what="the initial point"):
             f"finite: {bool(np.all(np.isfinite(np.asarray(gradient))))}). Check the model's "
             "support, its data, or the initial values."
         )
+
+
+# ------------------------------------------------------------------------------------------------
+# Prior / likelihood split and enumeration, for annealing paths (AIS, marginalized AIS)
+# ------------------------------------------------------------------------------------------------
+
+
+class _ScaleSites(Messenger):
+    """Multiply the log density of the sample sites ``select(name)`` picks by ``scale``.
+
+    Unlike :class:`numpyro.handlers.scale` it acts on chosen sites only and accepts a traced or
+    zero scale (an inverse temperature inside a scan). The Jacobian factors that
+    :func:`~numpyro.infer.util.potential_energy` adds while substituting unconstrained values
+    pass through this handler too, so they are selected by their own names.
+    """
+
+    def __init__(self, fn=None, *, scale, select):
+        self.scale = scale
+        self.select = select
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and self.select(msg["name"]):
+            msg["scale"] = self.scale if msg.get("scale") is None else self.scale * msg["scale"]
+
+
+class _DropSites(Messenger):
+    """Give the sample sites ``select(name)`` picks zero log density (a mask, so ``-inf`` too)."""
+
+    def __init__(self, fn=None, *, select):
+        self.select = select
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and self.select(msg["name"]):
+            msg["fn"] = msg["fn"].mask(False)
+
+
+def enumerated_support(site) -> jax.Array:
+    """The values a discrete sample site can take, as a flat array (e.g. ``[0, 1]``).
+
+    :param dict site: a trace site whose distribution has an enumerable support that is the same
+        for every element (Bernoulli, Categorical, ...).
+    :return: array ``(K,)`` of support values, in the site's dtype.
+    :raises ValueError: if the distribution cannot enumerate its support.
+
+    **Example:**
+
+    .. code-block:: python
+
+        site = trace(seed(model, key)).get_trace()["z"]   # z ~ Categorical(probs of size 3)
+        enumerated_support(site)                           # [0, 1, 2]
+    """
+    fn = site["fn"]
+    if not fn.has_enumerate_support:
+        raise ValueError(
+            f"The discrete site {site['name']!r} ({type(fn).__name__}) cannot enumerate its "
+            "support; only sites such as Bernoulli and Categorical can be updated or summed out."
+        )
+    values = jnp.reshape(fn.enumerate_support(expand=False), (-1,))
+    return values.astype(jnp.result_type(site["value"]))
+
+
+class SplitModel(NamedTuple):
+    """A model's log density on flat unconstrained continuous values plus discrete values.
+
+    The latent state is ``(x, discrete)``: ``x`` the flat unconstrained vector of the continuous
+    latent sites, ``discrete`` a dict of the values of the discrete latent sites that are not
+    summed out. The likelihood is every observed site (``obs=`` or ``numpyro.factor``); the
+    prior is every latent site plus the Jacobians of the constraining transforms.
+
+    :param log_prior_fn: ``(x, discrete) -> log prior``, Jacobians included (``None`` when sites
+        are summed out: the split is then not defined).
+    :param log_likelihood_fn: ``(x, discrete) -> log likelihood`` (``None`` likewise).
+    :param scaled_log_density_fn: ``(x, discrete, prior_scale, likelihood_scale) -> log of
+        sum_h p(latent)^prior_scale p(h | ...) p(obs | ...)^likelihood_scale``, the sum over the
+        ``marginalized_sites`` ``h`` done by enumeration with the scales applied INSIDE the sum
+        (mAIS paper eq. 19-21: the marginal of the tempered joint). ``h`` is never scaled.
+    :param sample_prior_fn: ``(rng_key, num_samples) -> (x, discrete)`` exact prior draws.
+    :param ravel_fn: dict of constrained site values (one draw) -> ``(x, discrete)``.
+    :param unravel_fn: flat ``x`` -> dict of unconstrained continuous site values.
+    :param continuous_sites: names of the continuous latent sites, in the order of ``x``.
+    :param discrete_sites: names of the discrete latent sites that are not summed out.
+    :param marginalized_sites: names of the discrete sites summed out by enumeration.
+    :param likelihood_sites: names of the observed sites.
+    :param supports: for each of ``discrete_sites``, its enumerated support (``(K,)``).
+    :param dimension: length of ``x``.
+    """
+
+    log_prior_fn: Callable | None
+    log_likelihood_fn: Callable | None
+    scaled_log_density_fn: Callable
+    sample_prior_fn: Callable
+    ravel_fn: Callable
+    unravel_fn: Callable
+    continuous_sites: tuple[str, ...]
+    discrete_sites: tuple[str, ...]
+    marginalized_sites: tuple[str, ...]
+    likelihood_sites: tuple[str, ...]
+    supports: dict
+    dimension: int
+
+
+def _check_marginalizable(model_trace, marginalize):
+    for name in marginalize:
+        site = model_trace.get(name)
+        if site is None or site["type"] != "sample":
+            sample_sites = [n for n, s in model_trace.items() if s["type"] == "sample"]
+            raise ValueError(
+                f"Cannot sum out {name!r}: the model has no sample site of that name (its sample "
+                f"sites are {sample_sites})."
+            )
+        if site["is_observed"]:
+            raise ValueError(f"Cannot sum out {name!r}: it is an observed site, not a latent one.")
+        if not site["fn"].support.is_discrete:
+            raise ValueError(
+                f"Cannot sum out {name!r}: it is a continuous site; only discrete latent sites "
+                "(Bernoulli, Categorical, ...) can be summed out by enumeration."
+            )
+        enumerated_support(site)
+
+
+def split_model(rng_key, model, model_args=(), model_kwargs=None, *, marginalize=()) -> SplitModel:
+    """Split a NumPyro model's log density into prior and likelihood, with discrete sites.
+
+    The annealing paths of :func:`numpyro_extras.ais` are built from this view: the prior path
+    ``log p(x, z) + beta log p(y | x, z)`` (continuous tempering spec 2.9, mAIS paper eq. 5 with
+    the prior as ``P_0``) and, with ``marginalize``, its marginal over the summed-out sites with
+    the likelihood scaled inside the sum (mAIS paper eq. 19-21, spec section 5). Summing out uses
+    NumPyro's own enumeration engine (``numpyro.contrib.funsor``, which applies each site's
+    scale before the contraction). Every density is evaluated with NumPyro's
+    :func:`~numpyro.infer.util.potential_energy`, so constraints, Jacobians and plates are
+    handled as in NUTS.
+
+    :param rng_key: key for the trace that reads the model's structure.
+    :param model: a NumPyro model.
+    :param tuple model_args: positional arguments of the model.
+    :param dict model_kwargs: keyword arguments of the model.
+    :param marginalize: names of discrete latent sites to sum out exactly.
+    :return: a :class:`SplitModel`.
+    :raises ValueError: for a site in ``marginalize`` that is unknown, observed, continuous or
+        not enumerable, or a discrete latent site whose support cannot be enumerated.
+
+    **Example:**
+
+    .. code-block:: python
+
+        split = split_model(key, model, (x, y))
+        x0, discrete0 = split.sample_prior_fn(key, 100)
+        half_tempered = split.scaled_log_density_fn(x0[0], {}, 1.0, 0.5)
+    """
+    model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+    marginalize = tuple(marginalize)
+    model_trace = trace(seed(model, rng_key)).get_trace(*model_args, **model_kwargs)
+    _check_marginalizable(model_trace, marginalize)
+    latent = {
+        name: site
+        for name, site in model_trace.items()
+        if site["type"] == "sample"
+        and not site["is_observed"]
+        and not site["infer"].get("is_auxiliary", False)
+    }
+    likelihood_sites = tuple(
+        name
+        for name, site in model_trace.items()
+        if site["type"] == "sample" and site["is_observed"]
+    )
+    continuous_sites = tuple(n for n, s in latent.items() if not s["fn"].support.is_discrete)
+    discrete_sites = tuple(
+        n for n, s in latent.items() if s["fn"].support.is_discrete and n not in marginalize
+    )
+    supports = {name: enumerated_support(latent[name]) for name in discrete_sites}
+    all_discrete = {n: s["value"] for n, s in latent.items() if s["fn"].support.is_discrete}
+
+    def unconstrain(continuous_values, discrete_values):
+        # The transforms of the continuous sites may depend on the discrete values (rarely),
+        # so the discrete ones are conditioned on while unconstraining.
+        conditioned = condition(model, data=discrete_values)
+        return unconstrain_fn(conditioned, model_args, model_kwargs, continuous_values)
+
+    first_continuous = {name: latent[name]["value"] for name in continuous_sites}
+    first_position, unravel_fn = ravel_pytree(unconstrain(first_continuous, all_discrete))
+
+    def ravel_fn(values):
+        missing = [name for name in continuous_sites + discrete_sites if name not in values]
+        if missing:
+            raise ValueError(f"The samples lack the latent sites {missing}.")
+        discrete = {name: jnp.asarray(values[name]) for name in discrete_sites}
+        continuous = {name: values[name] for name in continuous_sites}
+        conditioning = {**all_discrete, **discrete}
+        flat = ravel_pytree(unconstrain(continuous, conditioning))[0]
+        return flat, discrete
+
+    discrete_names = tuple(all_discrete)
+
+    def sample_prior_fn(key, num_samples):
+        draws = Predictive(
+            model, num_samples=num_samples, parallel=True, return_sites=list(latent)
+        )(key, *model_args, **model_kwargs)
+        return jax.vmap(
+            lambda draw: (
+                ravel_pytree(
+                    unconstrain(
+                        {n: draw[n] for n in continuous_sites},
+                        {n: draw[n] for n in discrete_names},
+                    )
+                )[0],
+                {n: draw[n] for n in discrete_sites},
+            )
+        )({n: draws[n] for n in latent})
+
+    is_likelihood = frozenset(likelihood_sites).__contains__
+    summed = frozenset(marginalize)
+
+    def is_prior(name):
+        return name not in summed and not is_likelihood(name)
+
+    def log_density_of(wrapped_model, x, enum=False):
+        return -potential_energy(wrapped_model, model_args, model_kwargs, unravel_fn(x), enum=enum)
+
+    if marginalize:
+        try:
+            from numpyro.contrib.funsor import enum as enum_handler
+        except ImportError as error:
+            raise ImportError(
+                "Summing sites out (marginalize=) needs funsor, NumPyro's enumeration engine: "
+                "pip install 'numpyro-extras[enum]' (or pip install funsor)."
+            ) from error
+
+        max_plate_nesting = _guess_max_plate_nesting(model_trace)
+
+        def mark_enumerated(site):
+            return {"enumerate": "parallel"} if site["name"] in summed else {}
+
+    def scaled_log_density_fn(x, discrete, prior_scale, likelihood_scale):
+        scaled = _ScaleSites(
+            _ScaleSites(
+                substitute(model, data=discrete), scale=likelihood_scale, select=is_likelihood
+            ),
+            scale=prior_scale,
+            select=is_prior,
+        )
+        if not marginalize:
+            return log_density_of(scaled, x)
+        # funsor multiplies each site's log density by its scale before the logsumexp over the
+        # enumerated values, so the likelihood is tempered inside the sum (mAIS eq. 19).
+        enumerated = enum_handler(
+            infer_config(scaled, config_fn=mark_enumerated), -max_plate_nesting - 1
+        )
+        return log_density_of(enumerated, x, enum=True)
+
+    if marginalize:
+        # Summed-out sites tie prior and likelihood together: there is no split.
+        log_prior_fn = log_likelihood_fn = None
+    else:
+
+        def log_prior_fn(x, discrete):
+            dropped = _DropSites(substitute(model, data=discrete), select=is_likelihood)
+            return log_density_of(dropped, x)
+
+        def log_likelihood_fn(x, discrete):
+            dropped = _DropSites(
+                substitute(model, data=discrete), select=lambda name: not is_likelihood(name)
+            )
+            return log_density_of(dropped, x)
+
+    return SplitModel(
+        log_prior_fn=log_prior_fn,
+        log_likelihood_fn=log_likelihood_fn,
+        scaled_log_density_fn=scaled_log_density_fn,
+        sample_prior_fn=sample_prior_fn,
+        ravel_fn=ravel_fn,
+        unravel_fn=unravel_fn,
+        continuous_sites=continuous_sites,
+        discrete_sites=discrete_sites,
+        marginalized_sites=marginalize,
+        likelihood_sites=likelihood_sites,
+        supports=supports,
+        dimension=int(first_position.shape[0]),
+    )

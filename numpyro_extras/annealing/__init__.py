@@ -1,0 +1,41 @@
+"""Annealed importance sampling: the shared driver, AIS for NumPyro models, marginalized AIS."""
+
+from numpyro_extras.annealing.ais import ais
+from numpyro_extras.annealing.boltzmann import (
+    BipartiteBoltzmann,
+    BoltzmannComparison,
+    ais_boltzmann,
+    checkerboard_sites,
+    ising_lattice,
+    ising_model,
+    mais_vs_ais,
+    marginalized_ais_boltzmann,
+    random_rbm,
+    rbm,
+    rbm_model,
+)
+from numpyro_extras.annealing.driver import (
+    AnnealingResult,
+    anneal,
+    evidence_from_log_weights,
+    inverse_temperature_schedule,
+)
+
+__all__ = [
+    "ais",
+    "BipartiteBoltzmann",
+    "BoltzmannComparison",
+    "ais_boltzmann",
+    "mais_vs_ais",
+    "marginalized_ais_boltzmann",
+    "checkerboard_sites",
+    "ising_lattice",
+    "ising_model",
+    "random_rbm",
+    "rbm",
+    "rbm_model",
+    "AnnealingResult",
+    "anneal",
+    "evidence_from_log_weights",
+    "inverse_temperature_schedule",
+]

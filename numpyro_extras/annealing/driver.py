@@ -1,0 +1,269 @@
+"""The annealing driver shared by every AIS flavour: schedules, the weighted scan, the evidence.
+
+Annealed importance sampling (Neal 2001; mAIS paper eq. 7-16) moves ``N`` particles through a
+sequence of densities ``f_0, ..., f_K`` and accumulates, per particle, the log weight
+``sum_k [log f_k(x_k) - log f_{k-1}(x_k)]``, where ``x_k`` is the particle after the transition
+that leaves ``f_{k-1}`` invariant. ``exp(log weight)`` is an unbiased estimate of
+``Z_K / Z_0`` (eq. 13). The driver knows nothing about models: it takes the tempered log density
+``log f(x, beta)`` and a batched transition, so plain AIS on a NumPyro model, marginalized AIS
+(mAIS eq. 24-26) and the Boltzmann-machine kernels (eq. 41-42) all run through it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import logsumexp
+from tqdm.auto import tqdm
+
+from numpyro_extras.evidence import Evidence
+
+__all__ = [
+    "AnnealingResult",
+    "anneal",
+    "evidence_from_log_weights",
+    "inverse_temperature_schedule",
+]
+
+SCHEDULES = ("linear", "sigmoid", "geometric")
+
+
+def inverse_temperature_schedule(schedule, num_temperatures=None, *, sigmoid_width=4.0):
+    """The inverse temperatures ``0 = beta_0 < ... < beta_K = 1`` of an annealing run.
+
+    :param schedule: ``"linear"`` (``beta_k = k / K``, the mAIS paper's), ``"sigmoid"`` (Grosse
+        et al. 2015: ``sigmoid`` of ``K + 1`` evenly spaced points in
+        ``[-sigmoid_width, sigmoid_width]``, rescaled to [0, 1]; denser at both ends),
+        ``"geometric"`` (``beta_k = 10^(-4 (1 - k / K))`` for ``k >= 1``, dense near 0), or an
+        array of inverse temperatures.
+    :param int num_temperatures: ``K``, the number of annealing steps (ignored for an array).
+    :param float sigmoid_width: the half-width of the sigmoid schedule's grid.
+    :return: NumPy array of shape ``(K + 1,)``.
+    :raises ValueError: for an unknown name, ``K < 1``, or an array that does not rise from 0
+        to 1.
+
+    **Example:**
+
+    .. code-block:: python
+
+        inverse_temperature_schedule("linear", 4)   # [0, 0.25, 0.5, 0.75, 1]
+    """
+    if isinstance(schedule, str):
+        if schedule not in SCHEDULES:
+            raise ValueError(f"Unknown schedule {schedule!r}; use one of {SCHEDULES} or an array.")
+        if num_temperatures is None or int(num_temperatures) < 1:
+            raise ValueError(
+                f"num_temperatures must be a positive integer, got {num_temperatures!r}."
+            )
+        steps = np.linspace(0.0, 1.0, int(num_temperatures) + 1)
+        if schedule == "linear":
+            betas = steps
+        elif schedule == "sigmoid":
+            raw = 1.0 / (1.0 + np.exp(-sigmoid_width * (2.0 * steps - 1.0)))
+            betas = (raw - raw[0]) / (raw[-1] - raw[0])
+        else:
+            betas = np.concatenate([[0.0], 10.0 ** (-4.0 * (1.0 - steps[1:]))])
+        betas[0], betas[-1] = 0.0, 1.0
+        return betas
+    betas = np.asarray(schedule, dtype=np.float64)
+    if betas.ndim != 1 or betas.shape[0] < 2:
+        raise ValueError(
+            f"A schedule array needs at least two inverse temperatures, got shape {betas.shape}."
+        )
+    if not np.all(np.isfinite(betas)):
+        raise ValueError("The schedule contains non-finite inverse temperatures.")
+    if betas[0] != 0.0 or betas[-1] != 1.0:
+        raise ValueError(
+            f"The schedule must start at 0 and end at 1, got {betas[0]!r} ... {betas[-1]!r}."
+        )
+    if np.any(np.diff(betas) < 0):
+        raise ValueError("The schedule's inverse temperatures must not decrease.")
+    return betas
+
+
+class AnnealingResult(NamedTuple):
+    """What :func:`anneal` returns.
+
+    :param log_weights: per-particle log weights, shape ``(N,)``; ``-inf`` for a particle whose
+        weight increment was not finite (it carries no weight, never a NaN).
+    :param positions: the particles after the last step.
+    :param kernel_state: the transition's state after the last step (e.g. adapted step sizes).
+    :param acceptance: mean acceptance of the transition at each step, shape ``(K,)`` (the last
+        entry is ``nan`` unless ``transition_at_last``).
+    :param log_weight_trace: per-step cumulative log weights ``(K, N)``, if asked for.
+    """
+
+    log_weights: jax.Array
+    positions: Any
+    kernel_state: Any
+    acceptance: jax.Array
+    log_weight_trace: jax.Array | None = None
+
+
+def anneal(
+    rng_key,
+    log_density_fn: Callable,
+    initial_positions,
+    transition_fn: Callable,
+    inverse_temperatures,
+    kernel_state=None,
+    *,
+    log_weight_increment_fn: Callable | None = None,
+    transition_at_last: bool = False,
+    keep_trace: bool = False,
+    progress_bar: bool = True,
+    num_chunks: int = 20,
+) -> AnnealingResult:
+    """Run annealed importance sampling over a schedule (mAIS paper eq. 7-16, Neal 2001).
+
+    For ``k = 1..K``: add ``log f(x, beta_k) - log f(x, beta_{k-1})`` to every particle's log
+    weight, then (for ``k < K``, or also at ``K`` with ``transition_at_last``) move the
+    particles with a transition that leaves ``f(., beta_k)`` invariant. The schedule may run in
+    either direction: from 0 to 1 the weights estimate ``Z_1 / Z_0``; from 1 to 0 (the reverse
+    run of bidirectional Monte Carlo) they estimate ``Z_0 / Z_1``.
+
+    :param rng_key: PRNG key.
+    :param log_density_fn: ``(position, beta) -> log f(position, beta)`` for ONE particle.
+    :param initial_positions: pytree of particles with a leading axis ``N``, exact draws from
+        ``f(., beta_0) / Z_0``.
+    :param transition_fn: ``(rng_key, positions, beta, kernel_state) -> (positions,
+        kernel_state, mean_acceptance)`` for ALL particles at once (so that it may adapt, e.g. a
+        step size, from all of them).
+    :param inverse_temperatures: array ``(K + 1,)``, see :func:`inverse_temperature_schedule`.
+    :param kernel_state: the transition's initial state.
+    :param log_weight_increment_fn: ``(position, beta_previous, beta) -> increment`` for one
+        particle, when there is a cheaper form than two calls of ``log_density_fn``.
+    :param bool transition_at_last: also transition after the last weight update.
+    :param bool keep_trace: also return the cumulative log weights after every step.
+    :param bool progress_bar: show a tqdm bar (the scan runs in ``num_chunks`` compiled pieces).
+    :param int num_chunks: pieces of the scan between progress updates.
+    :return: :class:`AnnealingResult`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        betas = inverse_temperature_schedule("linear", 100)
+        result = anneal(key, lambda x, b: -0.5 * b * x @ x, x0, transition, betas)
+        evidence_from_log_weights(result.log_weights, log_z0)
+    """
+    betas = jnp.asarray(inverse_temperatures)
+    num_steps = int(betas.shape[0]) - 1
+    if num_steps < 1:
+        raise ValueError("An annealing schedule needs at least two inverse temperatures.")
+    leaves = jax.tree.leaves(initial_positions)
+    if not leaves or int(jnp.shape(leaves[0])[0]) < 1:
+        raise ValueError("anneal needs at least one particle.")
+    num_particles = int(jnp.shape(leaves[0])[0])
+    dtype = jnp.result_type(float)
+    betas = betas.astype(dtype)
+
+    if log_weight_increment_fn is None:
+
+        def log_weight_increment_fn(position, beta_previous, beta):
+            return log_density_fn(position, beta) - log_density_fn(position, beta_previous)
+
+    increments = jax.vmap(log_weight_increment_fn, in_axes=(0, None, None))
+    do_transition = np.arange(1, num_steps + 1) < num_steps
+    if transition_at_last:
+        do_transition[:] = True
+
+    def one_step(carry, inputs):
+        positions, log_weights, kernel_state = carry
+        beta_previous, beta, step_key, transition, active = inputs
+        increment = increments(positions, beta_previous, beta)
+        # A particle whose increment is not finite has (numerically) zero weight from here on.
+        updated = jnp.where(jnp.isfinite(increment), log_weights + increment, -jnp.inf)
+        log_weights = jnp.where(active, updated, log_weights)
+
+        def move(operand):
+            positions, kernel_state = operand
+            positions, kernel_state, acceptance = transition_fn(
+                step_key, positions, beta, kernel_state
+            )
+            return positions, kernel_state, jnp.reshape(jnp.asarray(acceptance, dtype), ())
+
+        def stay(operand):
+            positions, kernel_state = operand
+            return positions, kernel_state, jnp.asarray(jnp.nan, dtype)
+
+        positions, kernel_state, acceptance = jax.lax.cond(
+            transition & active, move, stay, (positions, kernel_state)
+        )
+        trace = log_weights if keep_trace else None
+        return (positions, log_weights, kernel_state), (acceptance, trace)
+
+    # The scan runs in equal compiled chunks (the last one padded with inactive steps), so the
+    # progress bar moves without recompiling per chunk.
+    num_chunks = max(1, min(int(num_chunks), num_steps)) if progress_bar else 1
+    chunk_length = math.ceil(num_steps / num_chunks)
+    padded = chunk_length * num_chunks
+    pad = padded - num_steps
+    beta_previous = jnp.concatenate([betas[:-1], jnp.full((pad,), betas[-1], dtype)])
+    beta_next = jnp.concatenate([betas[1:], jnp.full((pad,), betas[-1], dtype)])
+    transitions = jnp.asarray(np.concatenate([do_transition, np.zeros(pad, bool)]))
+    active = jnp.asarray(np.arange(padded) < num_steps)
+    step_keys = jax.random.split(rng_key, padded)
+    inputs = (beta_previous, beta_next, step_keys, transitions, active)
+
+    run_chunk = jax.jit(lambda carry, chunk: jax.lax.scan(one_step, carry, chunk))
+    carry = (initial_positions, jnp.zeros((num_particles,), dtype), kernel_state)
+    acceptances, traces = [], []
+    bar = tqdm(total=num_steps, desc="annealing", disable=not progress_bar, leave=False)
+    for chunk_index in range(num_chunks):
+        window = slice(chunk_index * chunk_length, (chunk_index + 1) * chunk_length)
+        carry, (acceptance, trace) = run_chunk(
+            carry, jax.tree.map(lambda a, w=window: a[w], inputs)
+        )
+        acceptances.append(acceptance)
+        traces.append(trace)
+        bar.update(min(chunk_length, num_steps - chunk_index * chunk_length))
+    bar.close()
+    positions, log_weights, kernel_state = carry
+    acceptance = jnp.concatenate(acceptances)[:num_steps]
+    log_weight_trace = jnp.concatenate(traces)[:num_steps] if keep_trace else None
+    return AnnealingResult(log_weights, positions, kernel_state, acceptance, log_weight_trace)
+
+
+def evidence_from_log_weights(log_weights, log_z0=0.0, *, reverse=False) -> Evidence:
+    """``log Z`` from AIS log weights (mAIS paper eq. 15-16, in log space), with its error.
+
+    Forward: ``log Z = log Z_0 + log mean exp(log_weights)``. Reverse (bidirectional Monte
+    Carlo, the weights of a run from the target to the base estimate ``Z_0 / Z``):
+    ``log Z = log Z_0 - log mean exp(log_weights)``, whose expectation is an upper bound on
+    ``log Z`` just as the forward one's is a lower bound (Jensen).
+
+    The stderr is the delta-method error of the log of a mean, ``sd(w) / (sqrt(N) mean(w))``
+    with ``w`` the normalised weights; the ESS is ``(sum w)^2 / sum w^2``. Both are unreliable
+    when the weights are heavy-tailed (a small ESS says so).
+
+    :param log_weights: array ``(N,)``; ``-inf`` entries are particles with zero weight.
+    :param float log_z0: ``log Z_0`` of the starting density.
+    :param bool reverse: the weights come from a reverse run.
+    :return: :class:`~numpyro_extras.Evidence` with ``log_weights`` and ``ess``.
+    :raises ValueError: if no particle has a finite weight.
+    """
+    log_weights = np.asarray(log_weights, dtype=np.float64)
+    if log_weights.size == 0:
+        raise ValueError("No log weights: the run had zero particles.")
+    if np.any(np.isnan(log_weights)) or not np.any(np.isfinite(log_weights)):
+        raise ValueError(
+            "No particle has a finite log weight: every trajectory hit a non-finite density."
+        )
+    num_particles = log_weights.size
+    log_mean = float(logsumexp(log_weights)) - math.log(num_particles)
+    normalised = np.exp(log_weights - np.max(log_weights))
+    ess = float(normalised.sum() ** 2 / np.sum(normalised**2))
+    relative = normalised / normalised.mean()
+    stderr = (
+        float(np.std(relative, ddof=1) / math.sqrt(num_particles))
+        if num_particles > 1
+        else math.inf
+    )
+    log_z = float(log_z0) - log_mean if reverse else float(log_z0) + log_mean
+    return Evidence(log_z, stderr, jnp.asarray(log_weights), ess)

@@ -1,0 +1,294 @@
+"""nx.ais: annealed importance sampling, marginalized AIS and reverse (BDMC) runs on NumPyro models.
+
+Every check compares with an exact ``log Z`` (closed form, enumeration or quadrature) within a
+tolerance set by the Monte Carlo error of the estimate, with fixed keys.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from scipy.special import logsumexp
+from scipy.stats import multivariate_normal, norm
+
+import numpyro_extras as nx
+from numpyro_extras.annealing import ais
+from numpyro_extras.annealing.ais import annealing_path
+from numpyro_extras.annealing.boltzmann import ising_lattice, ising_model
+from numpyro_extras.potential import split_model
+from numpyro_extras.targets import (
+    linear_regression_log_evidence,
+    linear_regression_model,
+    make_linear_regression_data,
+)
+
+PRIOR_SCALE = 2.0
+# The run size of most checks: 500 particles, 100 annealing steps.
+RUN = dict(num_particles=500, num_temperatures=100, progress_bar=False)
+
+
+def conjugate_gaussian_model(y):
+    """x ~ N(0, 2^2 I), y ~ N(x, I): log Z = log N(y; 0, 5 I)."""
+    x = numpyro.sample("x", dist.Normal(0.0, PRIOR_SCALE).expand([y.shape[0]]).to_event(1))
+    numpyro.sample("y", dist.Normal(x, 1.0).to_event(1), obs=y)
+
+
+def conjugate_gaussian_log_z(y):
+    return float(norm.logpdf(np.asarray(y), 0.0, math.sqrt(PRIOR_SCALE**2 + 1.0)).sum())
+
+
+MIXTURE_DATA = jnp.array([-0.4, 2.9, 0.3, 3.6, 1.1, -1.2])
+
+
+def mixture_model(y):
+    """mu ~ N(0, 2^2); z_i ~ Bernoulli(0.3); y_i ~ N(mu + 3 z_i, 1)."""
+    mu = numpyro.sample("mu", dist.Normal(0.0, 2.0))
+    with numpyro.plate("data", y.shape[0]):
+        z = numpyro.sample("z", dist.Bernoulli(0.3))
+        numpyro.sample("y", dist.Normal(mu + 3.0 * z, 1.0), obs=y)
+
+
+def mixture_log_z(y):
+    """log of the integral over mu of p(mu) prod_i (0.7 N(y_i; mu, 1) + 0.3 N(y_i; mu + 3, 1))."""
+    grid = np.linspace(-20.0, 20.0, 40001)
+    y = np.asarray(y)[:, None]
+    log_terms = np.logaddexp(
+        np.log(0.7) + norm.logpdf(y, grid, 1.0), np.log(0.3) + norm.logpdf(y, grid + 3.0, 1.0)
+    )
+    log_integrand = norm.logpdf(grid, 0.0, 2.0) + log_terms.sum(0)
+    return float(logsumexp(log_integrand) + np.log(grid[1] - grid[0]))
+
+
+def assert_within_error(evidence, truth, max_stderr):
+    assert np.isfinite(evidence.log_z)
+    assert 0.0 < evidence.stderr < max_stderr, evidence
+    assert abs(evidence.log_z - truth) < 4.0 * evidence.stderr, (evidence, truth)
+
+
+def test_z_estimate_is_unbiased_and_a_broken_transition_is_caught():
+    # Particles are independent runs here (fixed step size, no mass or pilot adaptation), so
+    # the particles' weights are independent draws of Z_hat from a single-particle run.
+    y = jnp.array([1.3])
+    exact_z = math.exp(conjugate_gaussian_log_z(y))
+    settings = dict(
+        num_particles=20000,
+        num_temperatures=4,
+        schedule="linear",
+        step_size=0.8,
+        adapt_mass=False,
+        num_pilot_steps=0,
+        progress_bar=False,
+    )
+
+    def mean_and_error(evidence):
+        runs = np.exp(np.asarray(evidence.log_weights)).reshape(2000, 10).mean(axis=1)
+        return runs.mean(), runs.std(ddof=1) / math.sqrt(runs.size)
+
+    evidence = ais(jax.random.PRNGKey(0), conjugate_gaussian_model, (y,), **settings)
+    mean, error = mean_and_error(evidence)
+    assert error < 0.01 * exact_z
+    assert abs(mean - exact_z) < 4 * error, (mean, exact_z, error)
+    # The weights do vary, and log Z_hat is biased low even though Z_hat is not (Jensen).
+    assert np.std(np.asarray(evidence.log_weights)) > 0.1
+    assert np.mean(np.asarray(evidence.log_weights)) < math.log(exact_z) - 0.01
+
+    def drifting_transition(rng_key, position, log_density_fn):
+        return position + 0.3  # not invariant: the estimate must come out biased
+
+    broken = ais(
+        jax.random.PRNGKey(0),
+        conjugate_gaussian_model,
+        (y,),
+        transition=drifting_transition,
+        **settings,
+    )
+    broken_mean, broken_error = mean_and_error(broken)
+    assert abs(broken_mean - exact_z) > 4 * broken_error
+
+
+def test_gaussian_log_z_from_prior_and_from_gaussian_base():
+    y = jnp.array([1.0, -2.0, 0.5])
+    truth = conjugate_gaussian_log_z(y)
+    prior_run = ais(jax.random.PRNGKey(1), conjugate_gaussian_model, (y,), **RUN)
+    assert_within_error(prior_run, truth, 0.1)
+    # A base near (not at) the posterior N(0.8 y, 0.8 I): the geometric path from it.
+    base = nx.GaussianBase(0.6 * y, 1.2 * jnp.eye(3), jnp.asarray(0.0))
+    base_run = ais(jax.random.PRNGKey(2), conjugate_gaussian_model, (y,), base=base, **RUN)
+    assert_within_error(base_run, truth, 0.05)
+
+
+@pytest.fixture(scope="module")
+def regression():
+    features, targets = make_linear_regression_data(0, num_data=30, num_features=3)
+    return features, targets, linear_regression_log_evidence(features, targets)
+
+
+def test_linear_regression_log_z_from_prior_and_fitted_base(regression):
+    features, targets, truth = regression
+    settings = dict(num_particles=500, num_temperatures=200, progress_bar=False)
+    prior_run = ais(jax.random.PRNGKey(3), linear_regression_model, (features, targets), **settings)
+    assert_within_error(prior_run, truth, 0.15)
+    base = nx.fit_base(
+        jax.random.PRNGKey(4),
+        linear_regression_model,
+        (features, targets),
+        method="gaussian",
+        num_steps=500,
+        elbo_particles=200,
+        progress_bar=False,
+    )
+    base_run = ais(
+        jax.random.PRNGKey(5),
+        linear_regression_model,
+        (features, targets),
+        base=base,
+        schedule="linear",
+        **settings,
+    )
+    assert_within_error(base_run, truth, 0.05)
+
+
+def test_marginal_path_is_the_marginal_of_the_tempered_joint():
+    # Summed out by funsor, against an explicit logsumexp over all 2^n assignments of the
+    # un-marginalized model's log prior + beta * log likelihood (likelihood scaled inside).
+    y = MIXTURE_DATA[:4]
+    log_f = jax.jit(
+        annealing_path(split_model(jax.random.PRNGKey(0), mixture_model, (y,), marginalize=("z",)))[
+            0
+        ]
+    )
+    joint = split_model(jax.random.PRNGKey(0), mixture_model, (y,))
+    assignments = jnp.asarray(np.indices((2,) * 4).reshape(4, -1).T)
+    for x in (jnp.array([-0.7]), jnp.array([1.4])):
+        log_prior = jax.vmap(lambda z, x=x: joint.log_prior_fn(x, {"z": z}))(assignments)
+        log_likelihood = jax.vmap(lambda z, x=x: joint.log_likelihood_fn(x, {"z": z}))(assignments)
+        for beta in (0.0, 0.3, 0.8, 1.0):
+            expected = logsumexp(np.asarray(log_prior + beta * log_likelihood))
+            np.testing.assert_allclose(float(log_f((x, {}), beta)), expected, rtol=1e-10)
+        tempered_marginal = float(log_f((x, {}), 0.0)) + 0.3 * (
+            float(log_f((x, {}), 1.0)) - float(log_f((x, {}), 0.0))
+        )
+        assert abs(float(log_f((x, {}), 0.3)) - tempered_marginal) > 0.05
+
+
+@pytest.mark.parametrize("marginalize", [(), ("black",)], ids=["gibbs", "mais"])
+def test_ising_log_z(marginalize):
+    # 16 spins, exact log Z by enumeration of the 2^16 states.
+    temperature = 2.5
+    truth = float(ising_lattice(4, temperature=temperature).log_partition())
+    evidence = ais(
+        jax.random.PRNGKey(6),
+        ising_model,
+        (4,),
+        {"temperature": temperature},
+        marginalize=marginalize,
+        **RUN,
+    )
+    assert_within_error(evidence, truth, 0.05)
+
+
+@pytest.mark.parametrize(
+    "marginalize, base",
+    [
+        ((), "prior"),
+        (("z",), "prior"),
+        # The geometric path from a Gaussian base on mu, with z summed out inside.
+        (("z",), nx.GaussianBase(jnp.array([0.5]), jnp.array([[0.8]]), jnp.asarray(0.0))),
+    ],
+    ids=["hmc_within_gibbs", "mais", "mais_from_gaussian_base"],
+)
+def test_mixture_with_discrete_assignments(marginalize, base):
+    truth = mixture_log_z(MIXTURE_DATA)
+    evidence = ais(
+        jax.random.PRNGKey(7),
+        mixture_model,
+        (MIXTURE_DATA,),
+        marginalize=marginalize,
+        base=base,
+        **RUN,
+    )
+    assert_within_error(evidence, truth, 0.1)
+
+
+def test_bidirectional_bounds_sandwich_the_truth(regression):
+    features, targets, truth = regression
+    # Exact posterior draws of the conjugate regression (prior N(0, I), unit noise).
+    precision = np.eye(features.shape[1]) + features.T @ features
+    covariance = np.linalg.inv(precision)
+    mean = covariance @ features.T @ targets
+    draws = multivariate_normal(mean, covariance).rvs(500, random_state=0)
+    # Few annealing steps, so that both bounds are visibly loose (with many they meet at log Z).
+    settings = dict(num_particles=500, num_temperatures=50, progress_bar=False)
+    forward = ais(jax.random.PRNGKey(8), linear_regression_model, (features, targets), **settings)
+    backward = ais(
+        jax.random.PRNGKey(9),
+        linear_regression_model,
+        (features, targets),
+        reverse=True,
+        init_samples={"w": jnp.asarray(draws)},
+        **settings,
+    )
+    assert forward.log_z < truth < backward.log_z
+    assert forward.stderr < 0.2 and backward.stderr < 0.2
+    assert truth - forward.log_z < 1.0 and backward.log_z - truth < 2.0
+
+
+def test_non_finite_density_is_a_rejected_move():
+    # The target is the prior restricted to x > 0: log Z = log 1/2. Particles that start at
+    # x < 0 get zero weight; HMC proposals into x < 0 (density -inf) must be rejected.
+    def half_line_model():
+        x = numpyro.sample("x", dist.Normal(0.0, 1.0))
+        numpyro.factor("cut", jnp.where(x > 0, 0.0, -jnp.inf))
+
+    evidence = ais(
+        jax.random.PRNGKey(10),
+        half_line_model,
+        num_particles=2000,
+        num_temperatures=20,
+        progress_bar=False,
+    )
+    assert np.all(~np.isnan(np.asarray(evidence.log_weights)))
+    assert_within_error(evidence, math.log(0.5), 0.05)
+
+
+def test_user_transition():
+    y = jnp.array([0.5, -1.0])
+
+    def random_walk_metropolis(rng_key, position, log_density_fn):
+        proposal_key, accept_key = jax.random.split(rng_key)
+        proposal = position + 0.5 * jax.random.normal(proposal_key, position.shape)
+        log_ratio = log_density_fn(proposal) - log_density_fn(position)
+        accept = jnp.log(jax.random.uniform(accept_key)) < log_ratio
+        return jnp.where(accept, proposal, position)
+
+    evidence = ais(
+        jax.random.PRNGKey(11),
+        conjugate_gaussian_model,
+        (y,),
+        transition=random_walk_metropolis,
+        **RUN,
+    )
+    assert_within_error(evidence, conjugate_gaussian_log_z(y), 0.1)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(marginalize=("nope",)), "no sample site of that name"),
+        (dict(marginalize=("mu",)), "continuous site"),
+        (dict(marginalize=("y",)), "observed site"),
+        (dict(num_particles=0), "num_particles must be a positive integer"),
+        (dict(schedule=np.array([0.0, 0.5, 0.9])), "must start at 0 and end at 1"),
+        (dict(reverse=True), "pass init_samples"),
+        (dict(base=nx.GaussianBase(jnp.zeros(1), jnp.eye(1), 0.0)), "discrete latent sites"),
+        (dict(reverse=True, init_samples={"z": jnp.zeros((4, 6))}), "lacks the latent sites"),
+    ],
+)
+def test_bad_input(overrides, message):
+    arguments = dict(num_particles=10, num_temperatures=5, progress_bar=False) | overrides
+    with pytest.raises(ValueError, match=message):
+        ais(jax.random.PRNGKey(0), mixture_model, (MIXTURE_DATA,), **arguments)
