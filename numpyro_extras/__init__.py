@@ -5,7 +5,6 @@ likelihood as they go; more method families follow the same pattern (a functiona
 thin :class:`~numpyro.infer.mcmc.MCMCKernel`).
 """
 
-from numpyro_extras.annealing.ais import ais
 from numpyro_extras.annealing.boltzmann import (
     BipartiteBoltzmann,
     BoltzmannComparison,
@@ -19,6 +18,7 @@ from numpyro_extras.annealing.boltzmann import (
     rbm,
     rbm_model,
 )
+from numpyro_extras.annealing.model_annealing import ais
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.potential import FlatModel, flatten_model
 from numpyro_extras.tempering import (

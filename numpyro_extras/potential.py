@@ -8,6 +8,7 @@ so no kernel carries its own copy of the plumbing.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -35,6 +36,7 @@ __all__ = [
     "flatten_model",
     "flat_model_from_potential",
     "check_finite_potential",
+    "arguments_fingerprint",
 ]
 
 
@@ -163,6 +165,34 @@ def flatten_model(
         initial_position=initial_position,
         latent_sites=tuple(initial_values),
     )
+
+
+def arguments_fingerprint(model_args, model_kwargs):
+    """A hash of a model's arguments, to reuse what was built for them only for the same data.
+
+    :param tuple model_args: positional arguments of the model.
+    :param dict model_kwargs: keyword arguments of the model.
+    :return: a hex digest of the arguments' structure and values, or ``None`` when any of them
+        is a tracer (nothing can be cached then).
+
+    **Example:**
+
+    .. code-block:: python
+
+        arguments_fingerprint((x, y), {}) == arguments_fingerprint((x.copy(), y), {})  # True
+    """
+    leaves, treedef = jax.tree.flatten((model_args, sorted((model_kwargs or {}).items())))
+    digest = hashlib.sha256(repr(treedef).encode())
+    for leaf in leaves:
+        if isinstance(leaf, jax.core.Tracer):
+            return None
+        if isinstance(leaf, (np.ndarray, jax.Array, np.generic, int, float, complex, bool)):
+            array = np.asarray(leaf)
+            digest.update(f"{array.shape}{array.dtype}".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+        else:
+            digest.update(repr(leaf).encode())
+    return digest.hexdigest()
 
 
 def _identity(value):

@@ -17,8 +17,8 @@ from scipy.stats import multivariate_normal, norm
 
 import numpyro_extras as nx
 from numpyro_extras.annealing import ais
-from numpyro_extras.annealing.ais import annealing_path
 from numpyro_extras.annealing.boltzmann import ising_lattice, ising_model
+from numpyro_extras.annealing.model_annealing import annealing_path
 from numpyro_extras.potential import split_model
 from numpyro_extras.targets import (
     linear_regression_log_evidence,

@@ -1,6 +1,5 @@
 """Annealed importance sampling: the shared driver, AIS for NumPyro models, marginalized AIS."""
 
-from numpyro_extras.annealing.ais import ais
 from numpyro_extras.annealing.boltzmann import (
     BipartiteBoltzmann,
     BoltzmannComparison,
@@ -20,6 +19,7 @@ from numpyro_extras.annealing.driver import (
     evidence_from_log_weights,
     inverse_temperature_schedule,
 )
+from numpyro_extras.annealing.model_annealing import ais
 
 __all__ = [
     "ais",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import jax
@@ -163,15 +164,57 @@ def anneal(
     dtype = jnp.result_type(float)
     betas = betas.astype(dtype)
 
+    do_transition = np.arange(1, num_steps + 1) < num_steps
+    if transition_at_last:
+        do_transition[:] = True
+
+    # The scan runs in equal compiled chunks (the last one padded with inactive steps), so the
+    # progress bar moves without recompiling per chunk.
+    num_chunks = max(1, min(int(num_chunks), num_steps)) if progress_bar else 1
+    chunk_length = math.ceil(num_steps / num_chunks)
+    padded = chunk_length * num_chunks
+    pad = padded - num_steps
+    beta_previous = jnp.concatenate([betas[:-1], jnp.full((pad,), betas[-1], dtype)])
+    beta_next = jnp.concatenate([betas[1:], jnp.full((pad,), betas[-1], dtype)])
+    transitions = jnp.asarray(np.concatenate([do_transition, np.zeros(pad, bool)]))
+    active = jnp.asarray(np.arange(padded) < num_steps)
+    step_keys = jax.random.split(rng_key, padded)
+    inputs = (beta_previous, beta_next, step_keys, transitions, active)
+
+    run_chunk = _compiled_chunk(
+        log_density_fn, log_weight_increment_fn, transition_fn, keep_trace, jnp.dtype(dtype)
+    )
+    carry = (initial_positions, jnp.zeros((num_particles,), dtype), kernel_state)
+    acceptances, traces = [], []
+    bar = tqdm(total=num_steps, desc="annealing", disable=not progress_bar, leave=False)
+    for chunk_index in range(num_chunks):
+        window = slice(chunk_index * chunk_length, (chunk_index + 1) * chunk_length)
+        carry, (acceptance, trace) = run_chunk(
+            carry, jax.tree.map(lambda a, w=window: a[w], inputs)
+        )
+        acceptances.append(acceptance)
+        traces.append(trace)
+        bar.update(min(chunk_length, num_steps - chunk_index * chunk_length))
+    bar.close()
+    positions, log_weights, kernel_state = carry
+    acceptance = jnp.concatenate(acceptances)[:num_steps]
+    log_weight_trace = jnp.concatenate(traces)[:num_steps] if keep_trace else None
+    return AnnealingResult(log_weights, positions, kernel_state, acceptance, log_weight_trace)
+
+
+@lru_cache(maxsize=32)
+def _compiled_chunk(log_density_fn, log_weight_increment_fn, transition_fn, keep_trace, dtype):
+    """The compiled scan over a chunk of annealing steps, built once per set of functions.
+
+    Callers that pass the same functions again (:func:`~numpyro_extras.ais` caches them per model
+    and arguments) reuse the compiled scan instead of tracing and compiling it anew.
+    """
     if log_weight_increment_fn is None:
 
         def log_weight_increment_fn(position, beta_previous, beta):
             return log_density_fn(position, beta) - log_density_fn(position, beta_previous)
 
     increments = jax.vmap(log_weight_increment_fn, in_axes=(0, None, None))
-    do_transition = np.arange(1, num_steps + 1) < num_steps
-    if transition_at_last:
-        do_transition[:] = True
 
     def one_step(carry, inputs):
         positions, log_weights, kernel_state = carry
@@ -198,36 +241,7 @@ def anneal(
         trace = log_weights if keep_trace else None
         return (positions, log_weights, kernel_state), (acceptance, trace)
 
-    # The scan runs in equal compiled chunks (the last one padded with inactive steps), so the
-    # progress bar moves without recompiling per chunk.
-    num_chunks = max(1, min(int(num_chunks), num_steps)) if progress_bar else 1
-    chunk_length = math.ceil(num_steps / num_chunks)
-    padded = chunk_length * num_chunks
-    pad = padded - num_steps
-    beta_previous = jnp.concatenate([betas[:-1], jnp.full((pad,), betas[-1], dtype)])
-    beta_next = jnp.concatenate([betas[1:], jnp.full((pad,), betas[-1], dtype)])
-    transitions = jnp.asarray(np.concatenate([do_transition, np.zeros(pad, bool)]))
-    active = jnp.asarray(np.arange(padded) < num_steps)
-    step_keys = jax.random.split(rng_key, padded)
-    inputs = (beta_previous, beta_next, step_keys, transitions, active)
-
-    run_chunk = jax.jit(lambda carry, chunk: jax.lax.scan(one_step, carry, chunk))
-    carry = (initial_positions, jnp.zeros((num_particles,), dtype), kernel_state)
-    acceptances, traces = [], []
-    bar = tqdm(total=num_steps, desc="annealing", disable=not progress_bar, leave=False)
-    for chunk_index in range(num_chunks):
-        window = slice(chunk_index * chunk_length, (chunk_index + 1) * chunk_length)
-        carry, (acceptance, trace) = run_chunk(
-            carry, jax.tree.map(lambda a, w=window: a[w], inputs)
-        )
-        acceptances.append(acceptance)
-        traces.append(trace)
-        bar.update(min(chunk_length, num_steps - chunk_index * chunk_length))
-    bar.close()
-    positions, log_weights, kernel_state = carry
-    acceptance = jnp.concatenate(acceptances)[:num_steps]
-    log_weight_trace = jnp.concatenate(traces)[:num_steps] if keep_trace else None
-    return AnnealingResult(log_weights, positions, kernel_state, acceptance, log_weight_trace)
+    return jax.jit(lambda carry, chunk: jax.lax.scan(one_step, carry, chunk))
 
 
 def evidence_from_log_weights(log_weights, log_z0=0.0, *, reverse=False) -> Evidence:

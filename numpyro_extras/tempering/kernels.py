@@ -12,7 +12,6 @@ The functional core (``joint_tempering`` and ``gibbs_tempering``, each returning
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from functools import lru_cache, partial
 from typing import Any, NamedTuple
@@ -29,6 +28,7 @@ from numpyro.util import is_prng_key
 
 from numpyro_extras.potential import (
     FlatModel,
+    arguments_fingerprint,
     check_finite_potential,
     flat_model_from_potential,
     flatten_model,
@@ -346,22 +346,6 @@ def _batched_value_and_grad(potential_fn):
     return jax.jit(jax.vmap(jax.value_and_grad(potential_fn)))
 
 
-def _arguments_fingerprint(model_args, model_kwargs):
-    """A hash of the model's arguments, so a fitted base is reused only for the same data."""
-    leaves, treedef = jax.tree.flatten((model_args, sorted((model_kwargs or {}).items())))
-    digest = hashlib.sha256(repr(treedef).encode())
-    for leaf in leaves:
-        if isinstance(leaf, jax.core.Tracer):
-            return None
-        if isinstance(leaf, (np.ndarray, jax.Array, np.generic, int, float, complex, bool)):
-            array = np.asarray(leaf)
-            digest.update(f"{array.shape}{array.dtype}".encode())
-            digest.update(np.ascontiguousarray(array).tobytes())
-        else:
-            digest.update(repr(leaf).encode())
-    return digest.hexdigest()
-
-
 def _is_concrete(value):
     return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value))
 
@@ -431,7 +415,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
                 self._flat_model = flat_model_from_potential(self._potential_fn, self._base.loc)
                 self._flattened_for = "potential_fn"
             return
-        fingerprint = _arguments_fingerprint(model_args, model_kwargs)
+        fingerprint = arguments_fingerprint(model_args, model_kwargs)
         if fingerprint is not None and fingerprint == self._flattened_for:
             return
         # The initial point of the flat model does not matter: chains start from the base.

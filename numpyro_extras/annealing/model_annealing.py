@@ -18,6 +18,7 @@ ones, alternating in mixed models; or a user transition.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -32,7 +33,7 @@ from numpyro_extras.annealing.driver import (
     inverse_temperature_schedule,
 )
 from numpyro_extras.evidence import Evidence
-from numpyro_extras.potential import SplitModel, split_model
+from numpyro_extras.potential import SplitModel, arguments_fingerprint, split_model
 from numpyro_extras.tempering.base import GaussianBase, validate_base
 
 __all__ = ["HMCAdaptation", "ais", "annealing_path", "gibbs_sweep"]
@@ -204,7 +205,7 @@ def _particle_variance(x, alive, fallback):
     return jnp.where(usable, variance, fallback)
 
 
-def _default_transition(split, log_density_fn, num_leapfrog_steps, num_mcmc_steps, settings):
+def _default_transition(split, log_density_fn, settings):
     """HMC on the continuous sites, then a Gibbs sweep on the discrete ones (for all particles)."""
 
     def transition_fn(rng_key, positions, beta, adaptation):
@@ -212,7 +213,7 @@ def _default_transition(split, log_density_fn, num_leapfrog_steps, num_mcmc_step
         hmc_key, gibbs_key = jax.random.split(rng_key)
         acceptance = jnp.asarray(1.0, x.dtype)
         if split.dimension:
-            for step_key in jax.random.split(hmc_key, num_mcmc_steps):
+            for step_key in jax.random.split(hmc_key, settings["num_mcmc_steps"]):
                 x, adaptation, acceptance = _hmc_step(
                     step_key,
                     x,
@@ -220,7 +221,7 @@ def _default_transition(split, log_density_fn, num_leapfrog_steps, num_mcmc_step
                     beta,
                     adaptation,
                     log_density_fn,
-                    num_leapfrog_steps,
+                    settings["num_leapfrog_steps"],
                     settings,
                 )
         if split.discrete_sites:
@@ -278,6 +279,47 @@ def _initial_positions(rng_key, split, base, num_particles, reverse, init_sample
     if isinstance(base, str):
         return split.sample_prior_fn(rng_key, num_particles)
     return base.sample(rng_key, (num_particles,)), {}
+
+
+# Built annealing functions per model, arguments and settings: a repeated call (another seed,
+# another particle count) then reuses the driver's compiled scan instead of compiling anew.
+_FUNCTION_CACHE: OrderedDict = OrderedDict()
+_FUNCTION_CACHE_SIZE = 16
+
+
+def _annealing_functions(model, model_args, model_kwargs, marginalize, base, transition, settings):
+    """``(split, log_density_fn, increment_fn, transition_fn)`` of :func:`ais`, cached."""
+    base_fingerprint = base if isinstance(base, str) else arguments_fingerprint((base,), {})
+    arguments = arguments_fingerprint(model_args, model_kwargs)
+    cache_key = None
+    if arguments is not None and base_fingerprint is not None:
+        cache_key = (
+            model,
+            arguments,
+            marginalize,
+            base_fingerprint,
+            transition,
+            tuple(sorted(settings.items())),
+        )
+        if cache_key in _FUNCTION_CACHE:
+            _FUNCTION_CACHE.move_to_end(cache_key)
+            return _FUNCTION_CACHE[cache_key]
+    # The structure key only picks the values of the one trace that reads the model's sites.
+    split = split_model(
+        jax.random.PRNGKey(0), model, model_args, model_kwargs, marginalize=marginalize
+    )
+    path_base = base if isinstance(base, str) else validate_base(base, split.dimension)
+    log_density_fn, increment_fn = annealing_path(split, path_base)
+    if transition is not None:
+        transition_fn = _user_transition(split, log_density_fn, transition)
+    else:
+        transition_fn = _default_transition(split, log_density_fn, settings)
+    functions = (split, log_density_fn, increment_fn, transition_fn)
+    if cache_key is not None:
+        _FUNCTION_CACHE[cache_key] = functions
+        if len(_FUNCTION_CACHE) > _FUNCTION_CACHE_SIZE:
+            _FUNCTION_CACHE.popitem(last=False)
+    return functions
 
 
 def _check_arguments(num_particles, base, reverse, init_samples, split):
@@ -398,13 +440,22 @@ def ais(
     """
     model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
     betas = inverse_temperature_schedule(schedule, num_temperatures)
-    structure_key, init_key, anneal_key = jax.random.split(rng_key, 3)
-    split = split_model(structure_key, model, model_args, model_kwargs, marginalize=marginalize)
+    _, init_key, anneal_key = jax.random.split(rng_key, 3)
+    settings = dict(
+        adapt_step_size=step_size is None,
+        adapt_mass=adapt_mass,
+        target=target_accept,
+        adaptation_rate=adaptation_rate,
+        num_leapfrog_steps=num_leapfrog_steps,
+        num_mcmc_steps=num_mcmc_steps,
+    )
+    split, log_density_fn, increment_fn, transition_fn = _annealing_functions(
+        model, model_args, model_kwargs, tuple(marginalize), base, transition, settings
+    )
     base = _check_arguments(num_particles, base, reverse, init_samples, split)
     num_particles = int(num_particles)
     if reverse:
         betas = betas[::-1]
-    log_density_fn, increment_fn = annealing_path(split, base)
     positions = _initial_positions(init_key, split, base, num_particles, reverse, init_samples)
 
     dtype = jnp.result_type(float)
@@ -412,23 +463,11 @@ def ais(
         jnp.full((num_particles,), jnp.log(0.5 if step_size is None else step_size), dtype),
         jnp.ones((num_particles, split.dimension), dtype),
     )
-    if transition is not None:
-        transition_fn = _user_transition(split, log_density_fn, transition)
-    else:
-        settings = dict(
-            adapt_step_size=step_size is None,
-            adapt_mass=adapt_mass,
-            target=target_accept,
-            adaptation_rate=adaptation_rate,
-        )
-        transition_fn = _default_transition(
-            split, log_density_fn, num_leapfrog_steps, num_mcmc_steps, settings
-        )
-        if split.dimension and num_pilot_steps > 0:
-            # The pilot is a run of transitions at the first temperature, as leading steps of
-            # the schedule: their weight increments are zero and the moved particles are still
-            # exact draws of f(., beta_0), so one compiled scan does both.
-            betas = np.concatenate([np.full(num_pilot_steps, betas[0]), betas])
+    if transition is None and split.dimension and num_pilot_steps > 0:
+        # The pilot is a run of transitions at the first temperature, as leading steps of the
+        # schedule: their weight increments are zero and the moved particles are still exact
+        # draws of f(., beta_0), so one compiled scan does both.
+        betas = np.concatenate([np.full(num_pilot_steps, betas[0]), betas])
     result = anneal(
         anneal_key,
         log_density_fn,
