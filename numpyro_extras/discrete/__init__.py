@@ -1,0 +1,50 @@
+"""Gradient-based sampling of discrete latents: the Automatic Cyclical Sampler (ACS).
+
+Pynadath et al., "Gradient-based discrete sampling with automatic cyclical scheduling"; the
+method spec is ``shared/specs/acs.md``. The functional core (:mod:`.proposal`,
+:mod:`.schedule`, :mod:`.tuning`) is pure JAX; :mod:`.kernels` wraps it as NumPyro kernels.
+"""
+
+from numpyro_extras.discrete.proposal import (
+    ChainState,
+    DiscreteVariable,
+    acceptance_probability,
+    acs_step,
+    decode,
+    encode,
+    init_chain,
+    local_differences_fn,
+    proposal_log_prob,
+    proposal_logits,
+)
+from numpyro_extras.discrete.schedule import (
+    CyclicalSchedule,
+    cosine_balancing,
+    cyclical_step_sizes,
+)
+from numpyro_extras.discrete.tuning import (
+    TuningResult,
+    TuningSettings,
+    tune_schedule,
+    tuning_cost,
+)
+
+__all__ = [
+    "ChainState",
+    "CyclicalSchedule",
+    "DiscreteVariable",
+    "TuningResult",
+    "TuningSettings",
+    "acceptance_probability",
+    "acs_step",
+    "cosine_balancing",
+    "cyclical_step_sizes",
+    "decode",
+    "encode",
+    "init_chain",
+    "local_differences_fn",
+    "proposal_log_prob",
+    "proposal_logits",
+    "tune_schedule",
+    "tuning_cost",
+]

@@ -1,0 +1,317 @@
+"""The locally balanced proposal of the ACS paper and its exact Metropolis-Hastings correction.
+
+Everything here is pure and works on ONE chain; ``jax.vmap`` batches it over chains. The target
+is ``pi(theta) ∝ exp(U(theta))`` with ``U`` a LOG density (spec P1): NumPyro's potential energy
+is ``-U``.
+
+A discrete state is a dict of integer *index* arrays, one per :class:`DiscreteVariable`: entry
+``theta_i`` of a variable with ``K`` values is in ``{0, ..., K - 1}``. Each coordinate is
+proposed from its own categorical distribution (spec eq. 5), all coordinates at once (one block
+move, spec P18), and the move is accepted with the MH probability of eq. 6.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+__all__ = [
+    "KINDS",
+    "DiscreteVariable",
+    "ChainState",
+    "encode",
+    "decode",
+    "local_differences_fn",
+    "proposal_logits",
+    "proposal_log_prob",
+    "init_chain",
+    "acs_step",
+    "acceptance_probability",
+]
+
+# How a variable's values enter the log density and how far apart two values are:
+#   binary      {0, 1} as floats; a flip costs distance 1 (spec eq. 5, binary case)
+#   ordinal     {0, ..., K-1} as floats; distance (v - theta_i)^2 (spec eq. 5, ordinal case)
+#   categorical {0, ..., K-1} as integers (e.g. a NumPyro Categorical site); Hamming distance
+#   one_hot     one-hot float vectors (..., K); Hamming distance (spec P11: the reference
+#               code's convention, so alpha means the same for a flip and a class change)
+KINDS = ("binary", "ordinal", "categorical", "one_hot")
+
+
+class DiscreteVariable(NamedTuple):
+    """A block of discrete coordinates of the same kind.
+
+    :param tuple shape: shape of the block of coordinates (for ``one_hot``, without the one-hot
+        axis).
+    :param int num_values: ``K``, the number of values of every coordinate (2 for ``binary``).
+    :param str kind: one of ``"binary"``, ``"ordinal"``, ``"categorical"``, ``"one_hot"``.
+    :param bool gradient: ``True``: the first-order differences ``grad U . (v - theta)`` of
+        spec eq. 5 (one gradient evaluation); ``False``: exact differences
+        ``U(theta with theta_i <- v) - U(theta)`` (``d (K - 1)`` extra evaluations of ``U``;
+        needed when ``U`` is not differentiable in the variable, e.g. it indexes with it).
+        ``categorical`` variables are integers and always use exact differences.
+    :param dtype: the dtype the log density receives (``None``: float for ``binary``,
+        ``ordinal`` and ``one_hot``, int32/int64 for ``categorical``; ``binary`` and ``ordinal``
+        variables without gradients get this dtype too).
+    """
+
+    shape: tuple
+    num_values: int
+    kind: str = "binary"
+    gradient: bool = True
+    dtype: Any = None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+class ChainState(NamedTuple):
+    """One chain of the discrete sampler, with what the next proposal needs cached.
+
+    :param indices: dict name -> integer array of the variable's shape, the current values.
+    :param log_density: ``U`` at ``indices``.
+    :param differences: dict name -> array ``shape + (K,)``: the (first-order or exact) change
+        of ``U`` when one coordinate moves to each value; 0 at the current value, ``-inf``
+        where it is not finite. Caching it makes a step cost one evaluation (spec eq. 6).
+    """
+
+    indices: dict
+    log_density: jax.Array
+    differences: dict
+
+
+def _float_dtype():
+    return jnp.result_type(float)
+
+
+def _value_dtype(variable: DiscreteVariable):
+    if variable.dtype is not None:
+        return variable.dtype
+    if variable.kind == "categorical":
+        return jnp.result_type(int)
+    return _float_dtype()
+
+
+def _encode_one(variable: DiscreteVariable, index):
+    if variable.kind == "one_hot":
+        return jax.nn.one_hot(index, variable.num_values, dtype=_float_dtype())
+    if variable.gradient:
+        return index.astype(_float_dtype())
+    return index.astype(_value_dtype(variable))
+
+
+def encode(variables: dict, indices: dict) -> dict:
+    """Index arrays -> the values the log density receives (floats where it is differentiated).
+
+    :param dict variables: name -> :class:`DiscreteVariable`.
+    :param dict indices: name -> integer array.
+    :return: dict name -> values.
+    """
+    return {name: _encode_one(variables[name], indices[name]) for name in variables}
+
+
+def decode(variables: dict, values: dict) -> dict:
+    """Values as a user or a model holds them -> integer index arrays (inverse of encode)."""
+    indices = {}
+    for name, variable in variables.items():
+        value = jnp.asarray(values[name])
+        if variable.kind == "one_hot":
+            indices[name] = jnp.argmax(value, -1).astype(jnp.int32)
+        else:
+            indices[name] = jnp.round(value).astype(jnp.int32)
+    return indices
+
+
+def _distances(variable: DiscreteVariable, index):
+    """``D(v, theta_i)`` for every value ``v``: squared for binary/ordinal, Hamming otherwise."""
+    values = jnp.arange(variable.num_values)
+    offset = values - index[..., None]
+    if variable.kind in ("binary", "ordinal"):
+        return (offset**2).astype(_float_dtype())
+    return (offset != 0).astype(_float_dtype())
+
+
+def _sanitize(differences, index):
+    """0 at the current value, ``-inf`` wherever the difference is not finite.
+
+    A deterministic function of the state, so the proposal stays a Markov kernel and the MH
+    test keeps the chain exact; non-finite directions are simply never proposed.
+    """
+    current = jnp.arange(differences.shape[-1]) == index[..., None]
+    finite = jnp.where(jnp.isfinite(differences), differences, -jnp.inf)
+    return jnp.where(current, 0.0, finite)
+
+
+def local_differences_fn(log_density_fn: Callable, variables: dict) -> Callable:
+    """Build ``indices -> (U, differences)``: one ``value_and_grad`` plus exact differences.
+
+    For a variable with ``gradient=True`` the change of ``U`` when coordinate ``i`` moves to
+    ``v`` is approximated to first order (spec eq. 4-5): ``dU/dtheta_i (v - theta_i)`` for
+    binary and ordinal values, ``G_{i,v} - G_{i,theta_i}`` with ``G = dU/d onehot`` for one-hot
+    values. With ``gradient=False`` it is computed exactly by evaluating ``U`` at all
+    ``d (K - 1)`` single-coordinate changes (``vmap``; memory and time ``d K`` evaluations).
+
+    :param log_density_fn: ``values dict -> U`` (a log density, spec P1).
+    :param dict variables: name -> :class:`DiscreteVariable`.
+    :return: a function ``indices -> (log_density, differences)``.
+    """
+    gradient_names = [name for name, v in variables.items() if v.gradient]
+    for name in gradient_names:
+        if variables[name].kind == "categorical":
+            raise ValueError(
+                f"Variable {name!r} is categorical (integer values): its log density has no "
+                "gradient; use gradient=False (exact differences) or a one_hot variable."
+            )
+
+    def evaluate(indices):
+        values = encode(variables, indices)
+        if gradient_names:
+
+            def log_density_of(differentiated):
+                return log_density_fn({**values, **differentiated})
+
+            log_density, gradients = jax.value_and_grad(log_density_of)(
+                {name: values[name] for name in gradient_names}
+            )
+        else:
+            log_density = log_density_fn(values)
+        differences = {}
+        for name, variable in variables.items():
+            index = indices[name]
+            if variable.gradient and variable.kind == "one_hot":
+                gradient = gradients[name]
+                current = jnp.take_along_axis(gradient, index[..., None], -1)
+                raw = gradient - current
+            elif variable.gradient:
+                offset = jnp.arange(variable.num_values) - index[..., None]
+                raw = gradients[name][..., None] * offset
+            else:
+                raw = _exact_differences(log_density_fn, variable, name, values, index)
+                raw = raw - log_density
+            differences[name] = _sanitize(raw, index)
+        return log_density, differences
+
+    return evaluate
+
+
+def _exact_differences(log_density_fn, variable, name, values, index):
+    """``U`` at every single-coordinate change of one variable, shape ``shape + (K,)``."""
+    flat = jnp.reshape(index, (-1,))
+
+    def log_density_at(coordinate, value):
+        moved = flat.at[coordinate].set(value.astype(flat.dtype)).reshape(variable.shape)
+        return log_density_fn({**values, name: _encode_one(variable, moved)})
+
+    table = jax.vmap(jax.vmap(log_density_at, in_axes=(None, 0)), in_axes=(0, None))(
+        jnp.arange(flat.shape[0]), jnp.arange(variable.num_values)
+    )
+    return table.reshape(tuple(variable.shape) + (variable.num_values,))
+
+
+def proposal_logits(variables: dict, indices: dict, differences: dict, alpha, beta) -> dict:
+    """Per-coordinate logits of spec eq. 5: ``beta Delta_i(v) - D(v, theta_i) / (2 alpha)``.
+
+    :param dict variables: name -> :class:`DiscreteVariable`.
+    :param dict indices: the current state.
+    :param dict differences: its cached differences (:class:`ChainState`).
+    :param alpha: step size, ``> 0``; ``inf`` drops the distance term (spec P13).
+    :param beta: balancing exponent (``g(t) = t^beta``).
+    :return: dict name -> logits ``shape + (K,)``; the current value's logit is 0.
+    """
+    inverse_two_alpha = 0.5 / alpha
+    return {
+        name: beta * differences[name] - _distances(variable, indices[name]) * inverse_two_alpha
+        for name, variable in variables.items()
+    }
+
+
+def proposal_log_prob(logits: dict, indices: dict) -> jax.Array:
+    """``log Q(theta' | theta)``: the sum over coordinates of ``log_softmax(logits)[theta'_i]``."""
+    total = 0.0
+    for name, logit in logits.items():
+        log_probs = jax.nn.log_softmax(logit, -1)
+        total = total + jnp.sum(jnp.take_along_axis(log_probs, indices[name][..., None], -1))
+    return total
+
+
+def init_chain(evaluate_fn: Callable, indices: dict) -> ChainState:
+    """A :class:`ChainState` at ``indices`` (one evaluation)."""
+    indices = {name: jnp.asarray(index, jnp.int32) for name, index in indices.items()}
+    log_density, differences = evaluate_fn(indices)
+    return ChainState(indices, log_density, differences)
+
+
+def acs_step(
+    rng_key, state: ChainState, alpha, beta, evaluate_fn: Callable, variables: dict, mh=True
+) -> tuple[ChainState, jax.Array]:
+    """One ACS/DMALA transition at fixed ``(alpha, beta)``: propose all coordinates, MH-correct.
+
+    ``A = min(1, exp(U(theta') - U(theta)) Q(theta | theta') / Q(theta' | theta))`` (spec eq. 6);
+    the reverse proposal uses the differences at ``theta'``, which are cached for the next step,
+    so a step costs one evaluation of ``evaluate_fn``. A proposal whose ``U`` is not finite, or
+    whose acceptance ratio is NaN, is rejected (acceptance probability 0).
+
+    :param rng_key: PRNG key.
+    :param ChainState state: the current state.
+    :param alpha: step size ``> 0`` (may be ``inf``).
+    :param beta: balancing exponent.
+    :param evaluate_fn: ``indices -> (U, differences)`` from :func:`local_differences_fn`.
+    :param dict variables: name -> :class:`DiscreteVariable`.
+    :param bool mh: ``False`` skips the MH test (biased; only for the tuner's burn-in, spec P10);
+        non-finite proposals are still rejected.
+    :return: ``(new_state, acceptance_probability)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        evaluate = local_differences_fn(log_density_fn, variables)
+        state = init_chain(evaluate, {"x": jnp.zeros(10, jnp.int32)})
+        state, accept_prob = acs_step(key, state, 0.5, 0.5, evaluate, variables)  # DMALA
+    """
+    proposal_key, accept_key = jax.random.split(rng_key)
+    forward_logits = proposal_logits(variables, state.indices, state.differences, alpha, beta)
+    names = list(variables)
+    keys = jax.random.split(proposal_key, len(names))
+    proposed = {
+        name: jax.random.categorical(key, forward_logits[name], -1).astype(jnp.int32)
+        for name, key in zip(names, keys, strict=True)
+    }
+    proposed_state = ChainState(proposed, *evaluate_fn(proposed))
+    if mh:
+        accept_prob = acceptance_probability(variables, state, proposed_state, alpha, beta)
+    else:
+        accept_prob = jnp.isfinite(proposed_state.log_density).astype(_float_dtype())
+    accept = jax.random.uniform(accept_key, dtype=_float_dtype()) < accept_prob
+    new_state = jax.tree.map(lambda new, old: jnp.where(accept, new, old), proposed_state, state)
+    return new_state, accept_prob
+
+
+def acceptance_probability(
+    variables: dict, state: ChainState, proposed: ChainState, alpha, beta
+) -> jax.Array:
+    """``A(theta' | theta)`` of spec eq. 6 for the proposal of eq. 5 at ``(alpha, beta)``.
+
+    ``min(1, exp(U(theta') - U(theta) + log Q(theta | theta') - log Q(theta' | theta)))``; 0 when
+    ``U(theta')`` is not finite or the ratio is NaN (a numerical failure is a rejection).
+
+    :param dict variables: name -> :class:`DiscreteVariable`.
+    :param ChainState state: ``theta`` with its cached differences.
+    :param ChainState proposed: ``theta'`` with its differences (for the reverse proposal).
+    :return: scalar in [0, 1].
+    """
+    forward = proposal_logits(variables, state.indices, state.differences, alpha, beta)
+    reverse = proposal_logits(variables, proposed.indices, proposed.differences, alpha, beta)
+    log_ratio = (
+        proposed.log_density
+        - state.log_density
+        + proposal_log_prob(reverse, state.indices)
+        - proposal_log_prob(forward, proposed.indices)
+    )
+    valid = jnp.isfinite(proposed.log_density) & ~jnp.isnan(log_ratio)
+    return jnp.where(valid, jnp.exp(jnp.minimum(log_ratio, 0.0)), 0.0)

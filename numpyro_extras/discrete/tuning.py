@@ -1,0 +1,285 @@
+"""Automatic tuning of the cyclical schedule (ACS paper Algorithms 2-5, with the spec's fixes).
+
+The tuner runs a batch of chains (acceptance is averaged over them, as in the paper) and
+returns a frozen :class:`~numpyro_extras.discrete.schedule.CyclicalSchedule` together with the
+batch's final states. Its draws are warm-up draws and are never kept (spec P9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from numpyro_extras.discrete.proposal import ChainState, acs_step
+from numpyro_extras.discrete.schedule import (
+    CyclicalSchedule,
+    cosine_balancing,
+    cyclical_step_sizes,
+)
+
+__all__ = ["TuningSettings", "TuningResult", "tune_schedule", "tuning_cost"]
+
+
+class TuningSettings(NamedTuple):
+    """Every constant of the tuner; defaults are the ACS paper's (spec section 3 table).
+
+    :param int steps_per_cycle: ``s`` (paper 20 for sampling).
+    :param float target_accept_prob: ``rho*`` (paper 0.5).
+    :param float beta_max: balancing exponent at ``alpha_max`` (paper 0.95 for RBMs).
+    :param float beta_min: balancing exponent at ``alpha_min`` (always 0.5).
+    :param float alpha_ceil: where the search for ``alpha_max`` starts (paper 5, spec P5;
+        ordinal spaces need far more).
+    :param float alpha_floor: where the search for ``alpha_min`` starts (paper 0.05).
+    :param float zeta: the search's relative step ``zeta`` (paper 0.5, "insensitive").
+    :param int budget: MH steps for the two step-size searches together (paper 200).
+    :param int num_burnin: InitBurnin steps without MH (paper 50, spec P10).
+    :param int num_burnin_mh: InitBurnin steps with MH, rounded down to whole cycles (paper 50).
+    :param int num_alpha_candidates: ``t`` of Alg. 4 (paper 5).
+    :param int num_beta_candidates: ``t`` of Alg. 5 (paper 10).
+    :param int test_steps: MH steps per candidate; acceptance is averaged over them and the
+        chains (spec P8).
+    """
+
+    steps_per_cycle: int = 20
+    target_accept_prob: float = 0.5
+    beta_max: float = 0.95
+    beta_min: float = 0.5
+    alpha_ceil: float = 5.0
+    alpha_floor: float = 0.05
+    zeta: float = 0.5
+    budget: int = 200
+    num_burnin: int = 50
+    num_burnin_mh: int = 50
+    num_alpha_candidates: int = 5
+    num_beta_candidates: int = 10
+    test_steps: int = 1
+
+    def validate(self) -> TuningSettings:
+        """Raise a ValueError naming the first bad setting; return self."""
+        if int(self.steps_per_cycle) < 2:
+            raise ValueError(f"steps_per_cycle must be >= 2, got {self.steps_per_cycle}.")
+        if not 0.0 < self.target_accept_prob < 1.0:
+            raise ValueError(
+                f"target_accept_prob must lie in (0, 1), got {self.target_accept_prob}."
+            )
+        if not 0.5 <= self.beta_min <= self.beta_max <= 1.0:
+            raise ValueError(
+                "Need 0.5 <= beta_min <= beta_max <= 1 (spec P20), got "
+                f"beta_min={self.beta_min}, beta_max={self.beta_max}."
+            )
+        if not 0.0 < self.alpha_floor < self.alpha_ceil:
+            raise ValueError(
+                "Need 0 < alpha_floor < alpha_ceil, got "
+                f"alpha_floor={self.alpha_floor}, alpha_ceil={self.alpha_ceil}."
+            )
+        if not 0.0 < self.zeta < 2.0:
+            raise ValueError(f"zeta must lie in (0, 2), got {self.zeta}.")
+        for name in ("num_alpha_candidates", "num_beta_candidates", "test_steps"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.rounds_per_search < 1:
+            raise ValueError(
+                f"budget={self.budget} is too small: each step-size search needs at least "
+                f"num_alpha_candidates * test_steps = "
+                f"{self.num_alpha_candidates * self.test_steps} steps."
+            )
+        if int(self.num_burnin) < 0 or int(self.num_burnin_mh) < 0:
+            raise ValueError("num_burnin and num_burnin_mh must be >= 0.")
+        return self
+
+    @property
+    def rounds_per_search(self) -> int:
+        """Rounds of Alg. 4 in each search: half the budget, ``t * test_steps`` steps a round."""
+        return int(self.budget) // 2 // (int(self.num_alpha_candidates) * int(self.test_steps))
+
+
+class TuningResult(NamedTuple):
+    """What the tuner found.
+
+    :param CyclicalSchedule schedule: the frozen ``(alpha_k, beta_k)``, ``k = 0..s-1``.
+    :param alpha_max: the tuned largest step size.
+    :param alpha_min: the tuned smallest step size.
+    :param accept_at_max: the tuner's mean acceptance at ``(alpha_max, beta_max)``.
+    :param accept_at_min: the tuner's mean acceptance at ``(alpha_min, beta_min)``.
+    """
+
+    schedule: CyclicalSchedule
+    alpha_max: jax.Array
+    alpha_min: jax.Array
+    accept_at_max: jax.Array
+    accept_at_min: jax.Array
+
+
+def tuning_cost(settings: TuningSettings) -> int:
+    """Number of MH steps (evaluations per chain) the tuner takes, an upper bound."""
+    s = int(settings.steps_per_cycle)
+    burnin = int(settings.num_burnin) + s * (int(settings.num_burnin_mh) // s)
+    searches = 2 * settings.rounds_per_search * settings.num_alpha_candidates
+    balancing = (s - 2) * int(settings.num_beta_candidates)
+    return burnin + (searches + balancing) * int(settings.test_steps)
+
+
+def _take(tree, index):
+    return jax.tree.map(lambda leaf: leaf[index], tree)
+
+
+def tune_schedule(
+    rng_key,
+    states: ChainState,
+    evaluate_fn: Callable,
+    variables: dict,
+    settings: TuningSettings | None = None,
+) -> tuple[TuningResult, ChainState]:
+    """Tune the cyclical schedule on a batch of chains (spec Alg. 2: Alg. 3, 4 twice, 5).
+
+    1. InitBurnin (Alg. 3): ``num_burnin`` proposals at ``(alpha_ceil, beta_max)`` accepted
+       without MH, then whole cycles of the naive cosine schedule with MH.
+    2. EstimateAlpha (Alg. 4, multiplicative form, spec P6) for ``alpha_min`` from
+       ``alpha_floor`` upward at ``beta_min``, then for ``alpha_max`` from ``alpha_ceil``
+       downward at ``beta_max`` (acceptance is non-monotone in alpha, so the search starts from
+       above). Each round tries ``t`` candidates from the same states, each for ``test_steps``
+       MH steps, and keeps the one whose mean acceptance probability is closest to ``rho*``
+       (spec P8: probabilities, not 0/1 accepts).
+    3. The step sizes of the corrected eq. 7.
+    4. EstimateBalSched (Alg. 5 with spec P7): ``beta_0 = beta_max``; for ``k = 1..s-2`` the
+       ``beta`` in ``linspace(beta_min, beta_{k-1}, t)`` with the highest mean acceptance at
+       ``alpha_k`` (so the schedule is non-increasing, eq. 8); entries clipped to ``alpha_min``
+       and the last one get ``beta_min``.
+
+    :param rng_key: PRNG key.
+    :param ChainState states: a batch of chains (leading axis), e.g. ``jax.vmap(init_chain)``.
+    :param evaluate_fn: ``indices -> (U, differences)`` for ONE chain.
+    :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
+    :param TuningSettings settings: the tuner's constants (``None``: the paper's defaults).
+    :return: ``(TuningResult, final_states)``; the tuner takes :func:`tuning_cost` steps.
+
+    **Example:**
+
+    .. code-block:: python
+
+        states = jax.vmap(lambda i: init_chain(evaluate, i))(initial_indices)   # 32 chains
+        result, states = tune_schedule(key, states, evaluate, variables)
+        result.schedule.step_sizes, result.schedule.balancing
+    """
+    settings = (TuningSettings() if settings is None else settings).validate()
+    dtype = jnp.result_type(float)
+    s = int(settings.steps_per_cycle)
+    target = settings.target_accept_prob
+
+    def batch_step(key, batch, alpha, beta, mh=True):
+        keys = jax.random.split(key, jax.tree.leaves(batch.log_density)[0].shape[0])
+        return jax.vmap(
+            lambda k, state: acs_step(k, state, alpha, beta, evaluate_fn, variables, mh)
+        )(keys, batch)
+
+    def run_steps(key, batch, alpha, beta):
+        """``test_steps`` MH steps; the mean acceptance probability over steps and chains."""
+
+        def one(carry, step_key):
+            batch, total = carry
+            batch, accept_prob = batch_step(step_key, batch, alpha, beta)
+            return (batch, total + jnp.mean(accept_prob)), None
+
+        keys = jax.random.split(key, settings.test_steps)
+        (batch, total), _ = jax.lax.scan(one, (batch, jnp.zeros((), dtype)), keys)
+        return batch, total / settings.test_steps
+
+    def try_candidates(key, batch, alphas, betas):
+        """Every candidate from the same states (sequentially, to bound memory)."""
+        keys = jax.random.split(key, alphas.shape[0])
+        return jax.lax.map(lambda c: run_steps(c[0], batch, c[1], c[2]), (keys, alphas, betas))
+
+    # --- Alg. 3: InitBurnin ---------------------------------------------------------------------
+    burnin_key, min_key, max_key, beta_key = jax.random.split(rng_key, 4)
+    first_key, cycle_key = jax.random.split(burnin_key)
+
+    def free_step(batch, key):
+        return batch_step(key, batch, settings.alpha_ceil, settings.beta_max, mh=False)[0], None
+
+    states, _ = jax.lax.scan(free_step, states, jax.random.split(first_key, settings.num_burnin))
+    naive_alphas = cyclical_step_sizes(settings.alpha_ceil, settings.alpha_floor, s)
+    naive_betas = cosine_balancing(settings.beta_max, settings.beta_min, s)
+    num_cycle_steps = s * (int(settings.num_burnin_mh) // s)
+
+    def naive_step(batch, inputs):
+        key, k = inputs
+        return batch_step(key, batch, naive_alphas[k % s], naive_betas[k % s])[0], None
+
+    states, _ = jax.lax.scan(
+        naive_step,
+        states,
+        (jax.random.split(cycle_key, num_cycle_steps), jnp.arange(num_cycle_steps)),
+    )
+
+    # --- Alg. 4: EstimateAlpha ------------------------------------------------------------------
+    t = int(settings.num_alpha_candidates)
+    fractions = jnp.linspace(0.0, 1.0, t)
+
+    def estimate_alpha(key, batch, bound, beta, search_maximum):
+        def one_round(carry, round_key):
+            batch, bound, rho = carry
+            shift = settings.zeta * jnp.abs(target - rho)
+            if search_maximum:
+                proposal = bound * (1.0 - shift)
+                candidates = proposal + (bound - proposal) * fractions
+            else:
+                proposal = bound * (1.0 + shift)
+                candidates = bound + (proposal - bound) * fractions
+            finals, rhos = try_candidates(round_key, batch, candidates, jnp.full((t,), beta, dtype))
+            best = jnp.argmin(jnp.abs(rhos - target))
+            return (_take(finals, best), candidates[best], rhos[best]), None
+
+        keys = jax.random.split(key, settings.rounds_per_search)
+        start = (batch, jnp.asarray(bound, dtype), jnp.zeros((), dtype))
+        (batch, bound, rho), _ = jax.lax.scan(one_round, start, keys)
+        return batch, bound, rho
+
+    states, alpha_min, accept_at_min = estimate_alpha(
+        min_key, states, settings.alpha_floor, settings.beta_min, False
+    )
+    states, alpha_max, accept_at_max = estimate_alpha(
+        max_key, states, settings.alpha_ceil, settings.beta_max, True
+    )
+    step_sizes = cyclical_step_sizes(alpha_max, alpha_min, s)
+
+    # --- Alg. 5: EstimateBalSched ---------------------------------------------------------------
+    u = int(settings.num_beta_candidates)
+    beta_fractions = jnp.linspace(0.0, 1.0, u)
+
+    def balancing_entry(carry, inputs):
+        batch, beta_ceiling = carry
+        key, alpha = inputs
+
+        def search(batch):
+            candidates = settings.beta_min + (beta_ceiling - settings.beta_min) * beta_fractions
+            finals, rhos = try_candidates(key, batch, jnp.full((u,), alpha, dtype), candidates)
+            best = jnp.argmax(rhos)
+            return _take(finals, best), candidates[best]
+
+        def clipped(batch):
+            return batch, jnp.asarray(settings.beta_min, dtype)
+
+        # Entries clipped to alpha_min are the exploitation phase: beta_min (spec P7).
+        batch, beta = jax.lax.cond(alpha > alpha_min, search, clipped, batch)
+        return (batch, beta), beta
+
+    middle = step_sizes[1 : s - 1]
+    (states, _), middle_betas = jax.lax.scan(
+        balancing_entry,
+        (states, jnp.asarray(settings.beta_max, dtype)),
+        (jax.random.split(beta_key, middle.shape[0]), middle),
+    )
+    balancing = jnp.concatenate(
+        [
+            jnp.full((1,), settings.beta_max, dtype),
+            middle_betas,
+            jnp.full((1,), settings.beta_min, dtype),
+        ]
+    )
+    result = TuningResult(
+        CyclicalSchedule(step_sizes, balancing), alpha_max, alpha_min, accept_at_max, accept_at_min
+    )
+    return result, states
