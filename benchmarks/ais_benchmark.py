@@ -1,26 +1,37 @@
-"""Benchmark nx.ais against BlackJAX adaptive tempered SMC: log Z RMSE at a fixed gradient budget.
+"""Benchmark nx.ais against continuous tempering and BlackJAX SMC at one gradient budget.
 
-On Bayesian linear regression (closed-form log Z) and the radon hierarchical model (reference:
-one long ``nx.ais`` run from the fitted base, on a seed that is not a benchmark seed), per seed:
+On the targets of the continuous-tempering benchmark (``tempering_benchmark.py``, next to this
+file) every method gets the same number of gradient evaluations per log Z estimate, and the
+script prints one markdown table of log Z errors over the seeds:
 
-* ``nx.ais`` from the prior (``base="prior"``);
-* ``nx.ais`` from a Gaussian base fitted by ``nx.fit_base`` (the geometric path);
-* BlackJAX adaptive tempered SMC from the same base (the runner of ``tempering_benchmark.py``),
-  its particle count sized from a pilot run so that it spends the same gradient budget as AIS.
+* ``nx.ais`` from the prior (``base="prior"``: the likelihood is annealed in);
+* ``nx.ais`` from the Gaussian base the tempering kernels use (the geometric path);
+* joint and Gibbs continuous tempering (``nx.JointContinuousTempering``,
+  ``nx.GibbsContinuousTempering``), 10 chains per estimate, run lengths set from the budget;
+* BlackJAX adaptive tempered SMC from the same base, its particle count sized from a pilot run.
 
-Cost is counted in gradient evaluations: AIS spends ``num_particles x (num_temperatures - 1 +
-pilot steps) x (leapfrog steps + 1)`` (``blackjax.hmc.init`` evaluates one gradient per move,
-then one per leapfrog step); SMC as in ``tempering_benchmark.py``. Base fits are set-up costs.
+Targets: Boltzmann machine relaxations D_B = 16 (one system per seed, exact log Z), Bayesian
+linear regression (closed form) and the radon hierarchical regression (reference: long
+tempering runs, with a bidirectional AIS sandwich beside it). Cost is counted as in the
+tempering benchmark; AIS spends ``num_particles x (num_temperatures - 1 + pilot steps) x
+(leapfrog steps + 1)`` (``blackjax.hmc.init`` evaluates one gradient per move, then one per
+leapfrog step), and its temperature count is set from the budget. Base fits, the SMC pilot and
+the reference runs are set-up costs.
+
+A second table gives AIS throughput, particles x temperatures per second (compile excluded),
+and how it scales with the number of particles.
 
 Usage::
 
-    python benchmarks/ais_benchmark.py --quick          # smoke-size run
-    python benchmarks/ais_benchmark.py > ais.log        # 10 seeds (radon: --radon-seeds)
+    python benchmarks/ais_benchmark.py --quick                       # smoke size, ~5 min
+    python benchmarks/ais_benchmark.py --output report.md > run.log 2>&1   # docs/benchmarks.md
+    python benchmarks/ais_benchmark.py --targets linear_regression --seeds 0 1 2
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -30,169 +41,381 @@ import numpyro
 
 # log Z to a few hundredths of a nat needs double precision; set it before any array exists.
 numpyro.enable_x64()
-# The SMC runner and the problem type of the tempering benchmark, next to this file.
+# The problems, runners and report helpers of the tempering benchmark, next to this file.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
-import numpy as np  # noqa: E402
 import tempering_benchmark as tb  # noqa: E402
+from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
 from numpyro_extras import targets  # noqa: E402
 
+TARGET_NAMES = ("boltzmann", "linear_regression", "radon")
 NUM_LEAPFROG_STEPS = 5
 NUM_PILOT_STEPS = 10
+STREAM_AIS = 7
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """Budgets (gradient evaluations per estimate) and AIS particle counts per target."""
+
+    tempering: tb.Settings
+    boltzmann_budget: int
+    boltzmann_particles: int
+    regression_budget: int
+    regression_particles: int
+    radon_budget: int
+    radon_particles: int
+    radon_reference_particles: int
+    radon_reference_temperatures: int
+    throughput_particles: tuple[int, ...]
+    throughput_temperatures: int
+
+
+FULL = Sizes(
+    tempering=tb.FULL,
+    boltzmann_budget=1_000_000,
+    boltzmann_particles=1000,
+    regression_budget=200_000,
+    regression_particles=256,
+    radon_budget=600_000,
+    radon_particles=500,
+    radon_reference_particles=1000,
+    radon_reference_temperatures=1000,
+    throughput_particles=(100, 1000, 10_000),
+    throughput_temperatures=50,
+)
+
+QUICK = Sizes(
+    tempering=tb.QUICK,
+    boltzmann_budget=60_000,
+    boltzmann_particles=200,
+    regression_budget=30_000,
+    regression_particles=100,
+    radon_budget=150_000,
+    radon_particles=200,
+    radon_reference_particles=300,
+    radon_reference_temperatures=300,
+    throughput_particles=(100, 1000),
+    throughput_temperatures=50,
+)
+
+
+def ais_temperatures(budget, num_particles):
+    """The number of annealing steps that spends ``budget`` gradient evaluations."""
+    per_step = num_particles * (NUM_LEAPFROG_STEPS + 1)
+    return max(2, round(budget / per_step) + 1 - NUM_PILOT_STEPS)
 
 
 def ais_gradient_evaluations(num_particles, num_temperatures):
     return num_particles * (num_temperatures - 1 + NUM_PILOT_STEPS) * (NUM_LEAPFROG_STEPS + 1)
 
 
-def run_ais(problem, seed, base, num_particles, num_temperatures):
-    key = jax.random.fold_in(jax.random.PRNGKey(seed), 7)
-    evidence = nx.ais(
-        key,
-        problem.model,
-        (),
-        problem.model_kwargs,
-        num_particles=num_particles,
-        num_temperatures=num_temperatures,
-        base=base,
-        num_leapfrog_steps=NUM_LEAPFROG_STEPS,
-        num_pilot_steps=NUM_PILOT_STEPS,
-        progress_bar=False,
-    )
-    return evidence.log_z, evidence.stderr
-
-
-def benchmark_target(problem, reference, seeds, num_particles, num_temperatures, smc_settings):
-    budget = ais_gradient_evaluations(num_particles, num_temperatures)
-    runner = tb.SMCRunner(problem.smc_potential, smc_settings)
-    rows = []
-    methods = {
-        "AIS from the prior": lambda seed: run_ais(
-            problem, seed, "prior", num_particles, num_temperatures
-        ),
-        "AIS from the fitted base": lambda seed: run_ais(
-            problem, seed, problem.base, num_particles, num_temperatures
-        ),
-    }
-
-    def run_smc(seed):
-        key = jax.random.fold_in(jax.random.PRNGKey(seed), tb.STREAM_SMC)
-        pilot_key, run_key = jax.random.split(key)
-        particles, step_size = runner.particles_for_budget(pilot_key, problem, budget)
-        log_z, _, gradients, *_ = runner.run(run_key, problem, particles, step_size)
-        run_smc.gradients.append(gradients)
-        return log_z, math.nan
-
-    run_smc.gradients = []
-    methods["BlackJAX adaptive tempered SMC"] = run_smc
-    for name, method in methods.items():
-        start = time.perf_counter()
-        estimates = []
-        for seed in seeds:
-            estimates.append(method(seed))
-            tb.log(f"  {problem.title} / {name} seed {seed}: log Z = {estimates[-1][0]:.3f}")
-        errors = np.array([log_z for log_z, _ in estimates]) - reference
-        gradients = np.mean(run_smc.gradients) if run_smc.gradients else budget
-        rows.append(
-            (
-                problem.title,
-                name,
-                float(np.sqrt(np.mean(errors**2))),
-                float(np.mean(errors)),
-                # SMC reports no stderr of its own (nan).
-                float(np.mean([stderr for _, stderr in estimates])),
-                float(gradients),
-                (time.perf_counter() - start) / len(seeds),
-            )
+def run_ais(model, model_args, model_kwargs, seeds, base, budget, num_particles):
+    """``nx.ais`` per seed, sized to ``budget``; returns ``{seed: Estimate}``."""
+    num_temperatures = ais_temperatures(budget, num_particles)
+    estimates = {}
+    for seed in seeds:
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), STREAM_AIS)
+        evidence = nx.ais(
+            key,
+            model,
+            model_args,
+            model_kwargs,
+            num_particles=num_particles,
+            num_temperatures=num_temperatures,
+            base=base,
+            num_leapfrog_steps=NUM_LEAPFROG_STEPS,
+            num_pilot_steps=NUM_PILOT_STEPS,
+            progress_bar=False,
         )
+        gradients = ais_gradient_evaluations(num_particles, num_temperatures)
+        estimates[seed] = tb.Estimate(evidence.log_z, evidence.stderr, gradients)
+    return estimates
+
+
+@dataclasses.dataclass
+class TargetRows:
+    """One target's estimates per method, its exact (or reference) log Z and notes."""
+
+    title: str
+    log_z: dict | float
+    log_z_label: str
+    methods: dict = dataclasses.field(default_factory=dict)
+    seconds: dict = dataclasses.field(default_factory=dict)
+    notes: list = dataclasses.field(default_factory=list)
+
+    def add(self, name, estimates, seconds):
+        self.methods.setdefault(name, {}).update(estimates)
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+
+def timed(function, *args, **kwargs):
+    start = time.perf_counter()
+    result = function(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def run_methods(rows, problem, seeds, sizes, budget, num_particles, warmup, ais_target):
+    """Every method on ``problem`` for ``seeds``, each at ``budget`` gradient evaluations.
+
+    ``ais_target`` is ``(model, model_args, model_kwargs)`` for ``nx.ais``.
+    """
+    settings = sizes.tempering
+    model, model_args, model_kwargs = ais_target
+    tb.log(f"{problem.title} seeds {seeds}: AIS")
+    for label, base in (("AIS from the prior", "prior"), ("AIS from the base", problem.base)):
+        estimates, seconds = timed(
+            run_ais, model, model_args, model_kwargs, seeds, base, budget, num_particles
+        )
+        rows.add(label, estimates, seconds)
+    tb.log(f"{problem.title} seeds {seeds}: joint and Gibbs tempering")
+    joint, seconds = timed(tb.run_joint, problem, seeds, settings, warmup, budget=budget)
+    rows.add("joint CT", joint.estimates, seconds)
+    gibbs, seconds = timed(tb.run_gibbs, problem, seeds, settings, warmup, budget=budget)
+    rows.add("Gibbs CT", gibbs.estimates, seconds)
+    tb.log(f"{problem.title} seeds {seeds}: BlackJAX SMC")
+    runner = tb.SMCRunner(problem.smc_potential, settings)
+    smc, seconds = timed(tb.run_smc, runner, problem, seeds, {seed: budget for seed in seeds})
+    rows.add("SMC", smc.estimates, seconds)
+
+
+def benchmark_boltzmann(seeds, sizes):
+    title = "Boltzmann relaxation D_B=16 (D=15)"
+    rows = TargetRows(title, {}, "exact per system")
+    settings = sizes.tempering
+    for seed in seeds:
+        relaxation = targets.make_boltzmann_relaxation(seed, 16)
+        problem = tb.boltzmann_problem(seed, relaxation=relaxation)
+        rows.log_z[seed] = relaxation.log_z
+        run_methods(
+            rows,
+            problem,
+            [seed],
+            sizes,
+            sizes.boltzmann_budget,
+            sizes.boltzmann_particles,
+            settings.boltzmann_warmup,
+            (targets.boltzmann_relaxation_model, (relaxation,), {}),
+        )
+    rows.notes.append(
+        f"{title}: one system per seed; the base is the spec 3.2 mean-field mixture of the "
+        "tempering benchmark; AIS from the prior anneals the log cosh factor into N(0, I). "
+        f"AIS: {sizes.boltzmann_particles} particles x "
+        f"{ais_temperatures(sizes.boltzmann_budget, sizes.boltzmann_particles)} temperatures."
+    )
     return rows
 
 
-def linear_regression_problem():
+def benchmark_linear_regression(seeds, sizes):
     features, responses = targets.make_linear_regression_data(0)
+    log_z = targets.linear_regression_log_evidence(features, responses)
     model_kwargs = {"features": features, "targets": responses}
     base = nx.fit_base(
         jax.random.PRNGKey(0), targets.linear_regression_model, (), model_kwargs, progress_bar=False
     )
-    log_z = targets.linear_regression_log_evidence(features, responses)
     title = f"Linear regression N={features.shape[0]}, P={features.shape[1]}"
     problem = tb.model_problem(
         "linear_regression", title, targets.linear_regression_model, model_kwargs, base, log_z
     )
-    return problem, log_z, "closed form"
+    rows = TargetRows(title, log_z, "closed form")
+    run_methods(
+        rows,
+        problem,
+        seeds,
+        sizes,
+        sizes.regression_budget,
+        sizes.regression_particles,
+        sizes.tempering.regression_warmup,
+        (targets.linear_regression_model, (), model_kwargs),
+    )
+    rows.notes.append(
+        f"{title}: base nx.fit_base (log zeta - log Z = {float(base.log_zeta) - log_z:+.3f}); "
+        f"AIS: {sizes.regression_particles} particles x "
+        f"{ais_temperatures(sizes.regression_budget, sizes.regression_particles)} temperatures."
+    )
+    return rows
 
 
-def radon_problem(reference_particles, reference_temperatures):
-    data = targets.load_radon()
-    base = nx.fit_base(
-        jax.random.PRNGKey(0), targets.radon_model, (), data, method="gaussian", progress_bar=False
+def radon_sandwich(problem, data, sizes):
+    """Bidirectional AIS on radon: a forward run (stochastic lower bound) and a reverse run from
+    NUTS posterior draws (stochastic upper bound), both from the tempering base."""
+    num_particles = sizes.radon_reference_particles
+    num_temperatures = sizes.radon_reference_temperatures
+    common = dict(
+        num_particles=num_particles,
+        num_temperatures=num_temperatures,
+        base=problem.base,
+        progress_bar=False,
     )
-    problem = tb.model_problem(
-        "radon", "Radon hierarchical regression", targets.radon_model, data, base, None
+    lower = nx.ais(jax.random.PRNGKey(2000), targets.radon_model, (), data, **common)
+    nuts = MCMC(
+        NUTS(targets.radon_model),
+        num_warmup=500,
+        num_samples=max(250, num_particles // 4),
+        num_chains=4,
+        chain_method="vectorized",
+        progress_bar=False,
     )
-    reference = nx.ais(
-        jax.random.PRNGKey(1000),
+    nuts.run(jax.random.PRNGKey(2001), **data)
+    upper = nx.ais(
+        jax.random.PRNGKey(2002),
         targets.radon_model,
         (),
         data,
-        num_particles=reference_particles,
-        num_temperatures=reference_temperatures,
-        base=base,
-        progress_bar=False,
+        reverse=True,
+        init_samples=nuts.get_samples(),
+        **common,
     )
-    note = (
-        f"reference nx.ais from the fitted base, {reference_particles} particles x "
-        f"{reference_temperatures} temperatures: {reference.log_z:.3f} +- {reference.stderr:.3f}"
+    return lower, upper
+
+
+def benchmark_radon(seeds, sizes):
+    settings = sizes.tempering
+    data = targets.load_radon()
+    base, base_note = tb.radon_bootstrapped_base(data)
+    title = "Radon hierarchical regression"
+    problem = tb.model_problem("radon", title, targets.radon_model, data, base, None)
+    reference, reference_stderr, reference_note = tb.radon_tempering_reference(problem, settings)
+    rows = TargetRows(title, reference, "reference (long CT runs)")
+    rows.notes += [f"{title}: {base_note}", reference_note]
+    tb.log(f"{title}: bidirectional AIS sandwich")
+    lower, upper = radon_sandwich(problem, data, sizes)
+    rows.notes.append(
+        f"{title}: bidirectional AIS from the same base, {sizes.radon_reference_particles} "
+        f"particles x {sizes.radon_reference_temperatures} temperatures each way: forward "
+        f"(lower bound) {lower.log_z:.3f} +- {lower.stderr:.3f} (ESS {lower.ess:.0f}), reverse "
+        f"from NUTS draws (upper bound) {upper.log_z:.3f} +- {upper.stderr:.3f} "
+        f"(ESS {upper.ess:.0f}); the CT reference {reference:.3f} +- {reference_stderr:.3f} "
+        f"{'lies' if lower.log_z <= reference <= upper.log_z else 'does NOT lie'} between them."
     )
-    return problem, reference.log_z, note
+    run_methods(
+        rows,
+        problem,
+        seeds,
+        sizes,
+        sizes.radon_budget,
+        sizes.radon_particles,
+        settings.radon_warmup,
+        (targets.radon_model, (), data),
+    )
+    rows.notes.append(
+        f"{title}: AIS: {sizes.radon_particles} particles x "
+        f"{ais_temperatures(sizes.radon_budget, sizes.radon_particles)} temperatures."
+    )
+    return rows
 
 
-def fmt(value):
-    return "-" if math.isnan(value) else f"{value:.3f}"
-
-
-def table(rows):
+def throughput(sizes):
+    """AIS particles x temperatures per second (compile excluded) against the particle count."""
+    features, responses = targets.make_linear_regression_data(0)
+    models = {
+        "Linear regression (P=5)": (
+            targets.linear_regression_model,
+            {"features": features, "targets": responses},
+            (),
+        ),
+        "Radon (D=92)": (targets.radon_model, targets.load_radon(), ()),
+        "Ising 4x4 (16 spins, exact Gibbs)": (nx.ising_model, {"coupling": 0.3}, (4,)),
+    }
     lines = [
-        "| target | method | log Z RMSE | mean error | mean reported stderr | gradient evals | "
-        "s / seed |",
-        "|---|---|---|---|---|---|---|",
+        "| model | particles | temperatures | seconds | particle-temperatures / s | "
+        "throughput / smallest run's |",
+        "|---|---|---|---|---|---|",
     ]
-    for title, name, rmse, bias, stderr, gradients, seconds in rows:
-        lines.append(
-            f"| {title} | {name} | {rmse:.3f} | {bias:+.3f} | {fmt(stderr)} | {gradients:.2e} | "
-            f"{seconds:.1f} |"
-        )
+    for title, (model, model_kwargs, model_args) in models.items():
+        smallest = None
+        for num_particles in sizes.throughput_particles:
+            settings = dict(
+                num_particles=num_particles,
+                num_temperatures=sizes.throughput_temperatures,
+                num_pilot_steps=0,
+                progress_bar=False,
+            )
+            # The first call compiles; the second, on the cached compiled scan, is timed.
+            nx.ais(jax.random.PRNGKey(0), model, model_args, model_kwargs, **settings)
+            _, seconds = timed(
+                nx.ais, jax.random.PRNGKey(1), model, model_args, model_kwargs, **settings
+            )
+            rate = num_particles * sizes.throughput_temperatures / seconds
+            smallest = smallest or rate
+            lines.append(
+                f"| {title} | {num_particles} | {sizes.throughput_temperatures} | "
+                f"{seconds:.2f} | {rate:.3g} | {rate / smallest:.2f} |"
+            )
+            tb.log(f"throughput {title}, {num_particles} particles: {rate:.3g} / s")
     return "\n".join(lines)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def log_z_table(results):
+    lines = [
+        "| target | log Z | method | seeds | grad. evals / estimate | error: mean +- sd | RMSE | "
+        "mean reported stderr | abs(error) <= 2 stderr | RMSE / SMC's | s / estimate |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rows in results:
+        truth = rows.log_z
+        smc_rmse = None
+        if "SMC" in rows.methods:
+            smc_rmse = tb.summarise(rows.methods["SMC"], truth).rmse
+        for name, estimates in rows.methods.items():
+            summary = tb.summarise(estimates, truth)
+            label = rows.log_z_label
+            if not isinstance(truth, dict):
+                label = f"{truth:.3f} ({label})"
+            ratio = "-"
+            if smc_rmse and name != "SMC":
+                ratio = f"{summary.rmse / smc_rmse:.2f}"
+            coverage = "-" if math.isnan(summary.coverage) else f"{summary.coverage:.0%}"
+            lines.append(
+                f"| {rows.title} | {label} | {name} | {len(estimates)} | "
+                f"{summary.gradient_evaluations:.3g} | "
+                f"{summary.mean_error:+.3f} +- {tb.fmt(summary.error_sd)} | {summary.rmse:.3f} | "
+                f"{tb.fmt(summary.mean_stderr)} | {coverage} | {ratio} | "
+                f"{rows.seconds[name] / len(estimates):.1f} |"
+            )
+    return "\n".join(lines)
+
+
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke-size run")
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
-    parser.add_argument("--radon-seeds", type=int, default=10)
-    arguments = parser.parse_args(argv)
-    seeds = arguments.seeds[:2] if arguments.quick else arguments.seeds
-    settings = tb.QUICK if arguments.quick else tb.FULL
-    sizes = (
-        dict(num_particles=200, num_temperatures=100)
-        if arguments.quick
-        else dict(num_particles=1000, num_temperatures=500)
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0-9")
+    parser.add_argument("--targets", nargs="+", choices=TARGET_NAMES, default=None)
+    parser.add_argument("--no-throughput", action="store_true", help="skip the throughput table")
+    parser.add_argument("--output", help="also write the markdown report to this file")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    options = parse_arguments(arguments)
+    sizes = QUICK if options.quick else FULL
+    seeds = options.seeds or ([0, 1] if options.quick else list(range(10)))
+    runners = {
+        "boltzmann": benchmark_boltzmann,
+        "linear_regression": benchmark_linear_regression,
+        "radon": benchmark_radon,
+    }
+    results = [runners[name](seeds, sizes) for name in options.targets or TARGET_NAMES]
+    sections = []
+    if not options.no_throughput:
+        sections += ["## AIS throughput (compile excluded)", "", throughput(sizes), ""]
+    elapsed = time.perf_counter() - tb._START
+    environment = tb.environment_lines(arguments, sizes, elapsed, script="ais_benchmark.py")
+    text = "\n".join(
+        ["## Environment", "", *environment, "", "## log Z at one gradient budget", ""]
+        + [log_z_table(results), ""]
+        + sections
+        + ["## Notes", ""]
+        + [f"- {note}" for rows in results for note in rows.notes]
     )
-    reference_size = (500, 500) if arguments.quick else (2000, 2000)
-    rows, notes = [], []
-    problem, log_z, note = linear_regression_problem()
-    notes.append(f"{problem.title}: {note} log Z = {log_z:.3f}.")
-    rows += benchmark_target(problem, log_z, seeds, smc_settings=settings, **sizes)
-    problem, reference, note = radon_problem(*reference_size)
-    notes.append(f"{problem.title}: {note}.")
-    radon_seeds = seeds[: arguments.radon_seeds]
-    rows += benchmark_target(problem, reference, radon_seeds, smc_settings=settings, **sizes)
-    print(table(rows))
-    print()
-    for line in notes:
-        print(f"- {line}")
+    print(text)
+    if options.output:
+        with open(options.output, "w") as output:
+            output.write(text + "\n")
+    tb.log("done")
 
 
 if __name__ == "__main__":

@@ -262,8 +262,10 @@ def boltzmann_smc_potential(params, x):
     return targets.boltzmann_relaxation_potential(relaxation)(x)
 
 
-def boltzmann_problem(seed, num_units=16):
-    relaxation = targets.make_boltzmann_relaxation(seed, num_units)
+def boltzmann_problem(seed, num_units=16, relaxation=None):
+    """System ``seed`` (or the given ``relaxation`` of it) with the spec 3.2 base."""
+    if relaxation is None:
+        relaxation = targets.make_boltzmann_relaxation(seed, num_units)
     base = meanfield_mixture_base(relaxation, seed)
     return Problem(
         "boltzmann",
@@ -932,13 +934,14 @@ def benchmark_linear_regression(seeds, settings):
     )
 
 
-def benchmark_radon(seeds, settings):
-    data = targets.load_radon()
-    seeds = seeds[: settings.radon_max_seeds]
+def radon_bootstrapped_base(data):
+    """The radon base: full-rank Gaussian VI, then one bootstrap round (spec 2.8).
+
+    This is what ``fit_base(..., bootstrap_rounds=1)`` does, spelled out to report both
+    ``log zeta``: the VI bound is ~9 nats below log Z here, which leaves the joint chains near
+    ``beta = 1`` without the bootstrap. Returns ``(base, note)``.
+    """
     start = time.perf_counter()
-    # A full-rank Gaussian VI fit, then one bootstrap round (spec 2.8; what
-    # fit_base(..., bootstrap_rounds=1) does, spelled out to report both log zeta): the VI bound is
-    # ~9 nats below log Z here, which leaves the chains near beta = 1 without the bootstrap.
     vi_base = nx.fit_base(
         jax.random.PRNGKey(0), targets.radon_model, (), data, method="gaussian", progress_bar=False
     )
@@ -952,33 +955,51 @@ def benchmark_radon(seeds, settings):
     )
     bootstrap.run(jax.random.fold_in(jax.random.PRNGKey(0), STREAM_BASE), **data)
     base = nx.refit_base(bootstrap)
-    title = "Radon hierarchical regression"
-    notes = [
-        f"{title}: base = nx.fit_base(method='gaussian') (full-rank VI), then one bootstrap round "
-        f"(nx.refit_base after Gibbs CT, 4 chains x 1500 transitions; "
+    note = (
+        "base = nx.fit_base(method='gaussian') (full-rank VI), then one bootstrap round "
+        "(nx.refit_base after Gibbs CT, 4 chains x 1500 transitions; "
         f"{time.perf_counter() - start:.0f} s in all): VI log zeta "
         f"{float(vi_base.log_zeta):.2f}, after the bootstrap round {float(base.log_zeta):.2f}."
-    ]
-    problem = model_problem("radon", title, targets.radon_model, data, base, None)
+    )
+    return base, note
+
+
+def radon_tempering_reference(problem, settings, seed=1000):
+    """Mean of a long joint CT run and a long Gibbs CT run on radon (no exact log Z).
+
+    Returns ``(log Z, stderr, note)``; ``seed`` is not a benchmark seed.
+    """
+    title = problem.title
     log(f"{title}: reference (long joint and Gibbs tempering runs)")
     reference_samples = settings.radon_reference_factor * settings.radon_samples
-    reference_seed = 1000
     joint_reference = run_joint(
-        problem, [reference_seed], settings, settings.radon_warmup, reference_samples
-    ).estimates[reference_seed]
+        problem, [seed], settings, settings.radon_warmup, reference_samples
+    ).estimates[seed]
     gibbs_reference = run_gibbs(
-        problem, [reference_seed], settings, settings.radon_warmup, reference_samples
-    ).estimates[reference_seed]
+        problem, [seed], settings, settings.radon_warmup, reference_samples
+    ).estimates[seed]
     reference = 0.5 * (joint_reference.log_z + gibbs_reference.log_z)
     reference_stderr = 0.5 * math.hypot(joint_reference.stderr, gibbs_reference.stderr)
-    notes.append(
+    note = (
         f"{title}: no exact log Z. Reference = mean of a long joint CT run "
         f"({joint_reference.log_z:.3f} +- {joint_reference.stderr:.3f}, "
         f"{joint_reference.gradient_evaluations:.2e} gradient evaluations) and a long Gibbs CT run "
         f"({gibbs_reference.log_z:.3f} +- {gibbs_reference.stderr:.3f}, "
         f"{gibbs_reference.gradient_evaluations:.2e}), {settings.num_chains} chains x "
-        f"{reference_samples} draws each, seed {reference_seed} (not a benchmark seed)."
+        f"{reference_samples} draws each, seed {seed} (not a benchmark seed)."
     )
+    return reference, reference_stderr, note
+
+
+def benchmark_radon(seeds, settings):
+    data = targets.load_radon()
+    seeds = seeds[: settings.radon_max_seeds]
+    base, base_note = radon_bootstrapped_base(data)
+    title = "Radon hierarchical regression"
+    notes = [f"{title}: {base_note}"]
+    problem = model_problem("radon", title, targets.radon_model, data, base, None)
+    reference, reference_stderr, reference_note = radon_tempering_reference(problem, settings)
+    notes.append(reference_note)
     methods, timing = benchmark_batched(
         problem,
         seeds,
@@ -1242,12 +1263,12 @@ def package_commit():
     return completed.stdout.strip()
 
 
-def environment_lines(arguments, settings, elapsed):
+def environment_lines(arguments, settings, elapsed, script="tempering_benchmark.py"):
     versions = ", ".join(
         f"{module.__name__} {module.__version__}"
         for module in (jax, numpyro, blackjax, nx, np, arviz)
     )
-    command = " ".join(["python benchmarks/tempering_benchmark.py", *arguments])
+    command = " ".join([f"python benchmarks/{script}", *arguments])
     return [
         f"- Command: `{command}`",
         f"- Date: {datetime.datetime.now().isoformat(timespec='minutes')}",
