@@ -18,6 +18,7 @@ from scipy.stats import multivariate_normal, norm
 import numpyro_extras as nx
 from numpyro_extras.annealing import ais
 from numpyro_extras.annealing.boltzmann import ising_lattice, ising_model
+from numpyro_extras.annealing.driver import _compiled_chunk
 from numpyro_extras.annealing.model_annealing import annealing_path
 from numpyro_extras.potential import split_model
 from numpyro_extras.targets import (
@@ -150,6 +151,25 @@ def test_linear_regression_log_z_from_prior_and_fitted_base(regression):
         **settings,
     )
     assert_within_error(base_run, truth, 0.05)
+
+
+def test_repeated_calls_reuse_the_compiled_run_and_new_data_rebuild_it():
+    y = jnp.array([1.3, -0.4])
+    other_y = jnp.array([4.0, 2.5])
+    settings = dict(RUN, num_particles=300, num_temperatures=50)
+    first = ais(jax.random.PRNGKey(3), conjugate_gaussian_model, (y,), **settings)
+    compiled_before = _compiled_chunk.cache_info()
+    again = ais(jax.random.PRNGKey(3), conjugate_gaussian_model, (y,), **settings)
+    compiled_after = _compiled_chunk.cache_info()
+    # The same functions come back from the cache, so the driver's compiled scan is reused ...
+    assert compiled_after.hits == compiled_before.hits + 1
+    assert compiled_after.misses == compiled_before.misses
+    np.testing.assert_array_equal(np.asarray(first.log_weights), np.asarray(again.log_weights))
+    # ... while other data (same shapes) must not reuse the first data's path.
+    other = ais(jax.random.PRNGKey(3), conjugate_gaussian_model, (other_y,), **settings)
+    assert_within_error(first, conjugate_gaussian_log_z(y), 0.05)
+    assert_within_error(other, conjugate_gaussian_log_z(other_y), 0.05)
+    assert abs(other.log_z - first.log_z) > 1.0
 
 
 def test_marginal_path_is_the_marginal_of_the_tempered_joint():
