@@ -19,6 +19,15 @@ from numpyro_extras.annealing.boltzmann import (
     rbm_model,
 )
 from numpyro_extras.annealing.model_annealing import ais
+from numpyro_extras.discrete import (
+    ACS,
+    DMALA,
+    ACSState,
+    CyclicalSchedule,
+    DiscreteVariable,
+    OneHotCategorical,
+    TuningSettings,
+)
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.potential import FlatModel, flatten_model
 from numpyro_extras.tempering import (
@@ -44,6 +53,13 @@ from numpyro_extras.tempering import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ACS",
+    "ACSState",
+    "CyclicalSchedule",
+    "DMALA",
+    "DiscreteVariable",
+    "OneHotCategorical",
+    "TuningSettings",
     "ais",
     "BipartiteBoltzmann",
     "BoltzmannComparison",

@@ -294,7 +294,8 @@ def enumerated_support(site) -> jax.Array:
         site = trace(seed(model, key)).get_trace()["z"]   # z ~ Categorical(probs of size 3)
         enumerated_support(site)                           # [0, 1, 2]
     """
-    fn = site["fn"]
+    # ``.expand([n]).to_event(1)`` wrappers cannot enumerate; their base has the same values.
+    fn = _unwrapped_distribution(site["fn"])
     if not fn.has_enumerate_support:
         raise ValueError(
             f"The discrete site {site['name']!r} ({type(fn).__name__}) cannot enumerate its "
@@ -521,3 +522,174 @@ def split_model(rng_key, model, model_args=(), model_kwargs=None, *, marginalize
         supports=supports,
         dimension=int(first_position.shape[0]),
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# Discrete latent sites for gradient-based discrete samplers (ACS, DMALA)
+# ------------------------------------------------------------------------------------------------
+
+# Site kinds a gradient-based discrete sampler can move, by the values a site takes:
+#   binary      Bernoulli: {0, 1}
+#   categorical Categorical: class indices {0, ..., K-1}
+#   one_hot     OneHotCategorical: one-hot vectors of length K
+DISCRETE_SITE_KINDS = ("binary", "categorical", "one_hot")
+
+
+class DiscreteSiteLayout(NamedTuple):
+    """How one discrete latent site is laid out as coordinates.
+
+    :param str name: the site name.
+    :param str kind: one of :data:`DISCRETE_SITE_KINDS`.
+    :param tuple shape: shape of the site's coordinates (the value's shape, without the one-hot
+        axis for ``one_hot`` sites), plates and event dimensions included.
+    :param int num_values: ``K``, values per coordinate (2 for ``binary``).
+    :param dtype: dtype of the site's values as the model samples them.
+    """
+
+    name: str
+    kind: str
+    shape: tuple
+    num_values: int
+    dtype: Any
+
+
+def _unwrapped_distribution(fn):
+    """The distribution under ``.expand``, ``.to_event`` and ``.mask`` wrappers."""
+    from numpyro.distributions import ExpandedDistribution, Independent, MaskedDistribution
+
+    while isinstance(fn, (ExpandedDistribution, Independent, MaskedDistribution)):
+        fn = fn.base_dist
+    return fn
+
+
+def _site_layout(name, site):
+    import numpyro.distributions as dist
+    from numpyro.distributions import constraints
+
+    base = _unwrapped_distribution(site["fn"])
+    value = site["value"]
+    shape = tuple(jnp.shape(value))
+    dtype = jnp.result_type(value)
+    if isinstance(base, (dist.BernoulliProbs, dist.BernoulliLogits)):
+        return DiscreteSiteLayout(name, "binary", shape, 2, dtype)
+    if isinstance(base, (dist.CategoricalProbs, dist.CategoricalLogits)):
+        return DiscreteSiteLayout(
+            name, "categorical", shape, int(base.support.upper_bound) + 1, dtype
+        )
+    support = getattr(base, "support", None)
+    if (
+        support is not None
+        and support.is_discrete
+        and support.event_dim == 1
+        and base.has_enumerate_support
+        and base.event_shape
+    ):
+        size = int(base.event_shape[-1])
+        values = np.asarray(base.enumerate_support(expand=False)).reshape(size, size)
+        if np.array_equal(values, np.eye(size)):
+            return DiscreteSiteLayout(name, "one_hot", shape[:-1], size, dtype)
+    kind = type(base).__name__
+    if isinstance(support, constraints._Boolean):
+        kind += " (boolean, but not a Bernoulli)"
+    raise ValueError(
+        f"The discrete latent site {name!r} is a {kind} site; gradient-based discrete samplers "
+        "handle Bernoulli, Categorical and OneHotCategorical sites only. Marginalise it out "
+        "(infer={'enumerate': 'parallel'} with numpyro's kernels), condition on it, or "
+        "rewrite it as one of those."
+    )
+
+
+def discrete_site_layouts(model, model_args=(), model_kwargs=None, *, kernel_name="this kernel"):
+    """The coordinates of every discrete latent site of a model.
+
+    Sites may be scalars, in plates, or written with ``.expand([...]).to_event(...)``.
+
+    :param model: a NumPyro model.
+    :param tuple model_args: positional arguments of the model.
+    :param dict model_kwargs: keyword arguments of the model.
+    :param str kernel_name: named in the errors.
+    :return: tuple of :class:`DiscreteSiteLayout`, in the order the model samples the sites.
+    :raises ValueError: if the model has no discrete latent site, or one whose distribution is
+        not Bernoulli, Categorical or one-hot categorical (the error names it).
+
+    **Example:**
+
+    .. code-block:: python
+
+        def model():
+            with numpyro.plate("n", 5):
+                numpyro.sample("z", dist.Bernoulli(0.3))
+
+        discrete_site_layouts(model)  # (DiscreteSiteLayout("z", "binary", (5,), 2, int32),)
+    """
+    model_trace = _model_trace(model, model_args, model_kwargs or {})
+    names = discrete_latent_sites(model, model_args, model_kwargs)
+    if not names:
+        raise ValueError(
+            f"{kernel_name} samples discrete latent sites, but the model has none (its latent "
+            "sites are all continuous or observed). Use NUTS for continuous models."
+        )
+    return tuple(_site_layout(name, model_trace[name]) for name in names)
+
+
+class DiscreteLatentModel(NamedTuple):
+    """A model's joint log density as a function of continuous and discrete latent values.
+
+    :param split: the model's :class:`SplitModel` (continuous sites as flat unconstrained ``x``).
+    :param layouts: a :class:`DiscreteSiteLayout` per discrete latent site.
+    :param log_density_fn: ``(x, discrete) -> log p(x, discrete, observed)`` with the discrete
+        values given as a dict (a LOG density; Jacobians of the continuous transforms included).
+        Bernoulli and one-hot values may be floats, so the density can be differentiated in them.
+    :param constrain_fn: ``(x, discrete) -> dict`` of the constrained latent site values plus
+        the model's deterministic sites.
+    """
+
+    split: SplitModel
+    layouts: tuple
+    log_density_fn: Callable
+    constrain_fn: Callable
+
+
+def discrete_latent_model(
+    rng_key, model, model_args=(), model_kwargs=None, *, kernel_name="this kernel"
+) -> DiscreteLatentModel:
+    """Build the log density of a model with discrete latent sites (and maybe continuous ones).
+
+    :param rng_key: key for the traces that read the model's structure.
+    :param model: a NumPyro model with Bernoulli / Categorical / one-hot categorical latents.
+    :param tuple model_args: positional arguments of the model.
+    :param dict model_kwargs: keyword arguments of the model.
+    :param str kernel_name: named in the errors.
+    :return: a :class:`DiscreteLatentModel`.
+    :raises ValueError: see :func:`discrete_site_layouts`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        latent = discrete_latent_model(key, model, (data,))
+        x, discrete = latent.split.sample_prior_fn(key, 1)
+        latent.log_density_fn(x[0], {name: value[0] for name, value in discrete.items()})
+    """
+    from numpyro.infer.util import constrain_fn as numpyro_constrain_fn
+
+    model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+    layouts = discrete_site_layouts(model, model_args, model_kwargs, kernel_name=kernel_name)
+    split = split_model(rng_key, model, model_args, model_kwargs)
+
+    def log_density_fn(x, discrete):
+        return -potential_energy(
+            substitute(model, data=discrete), model_args, model_kwargs, split.unravel_fn(x)
+        )
+
+    def constrain_fn(x, discrete):
+        constrained = numpyro_constrain_fn(
+            substitute(model, data=discrete),
+            model_args,
+            model_kwargs,
+            split.unravel_fn(x),
+            return_deterministic=True,
+        )
+        return {**discrete, **constrained}
+
+    return DiscreteLatentModel(split, layouts, log_density_fn, constrain_fn)

@@ -5,6 +5,8 @@ method spec is ``shared/specs/acs.md``. The functional core (:mod:`.proposal`,
 :mod:`.schedule`, :mod:`.tuning`) is pure JAX; :mod:`.kernels` wraps it as NumPyro kernels.
 """
 
+from numpyro_extras.discrete.distributions import OneHotCategorical
+from numpyro_extras.discrete.kernels import ACS, DMALA, GRAD_MODES, ACSState
 from numpyro_extras.discrete.proposal import (
     ChainState,
     DiscreteVariable,
@@ -30,6 +32,11 @@ from numpyro_extras.discrete.tuning import (
 )
 
 __all__ = [
+    "ACS",
+    "ACSState",
+    "DMALA",
+    "GRAD_MODES",
+    "OneHotCategorical",
     "ChainState",
     "CyclicalSchedule",
     "DiscreteVariable",

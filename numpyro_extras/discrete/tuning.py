@@ -34,7 +34,8 @@ class TuningSettings(NamedTuple):
         ordinal spaces need far more).
     :param float alpha_floor: where the search for ``alpha_min`` starts (paper 0.05).
     :param float zeta: the search's relative step ``zeta`` (paper 0.5, "insensitive").
-    :param int budget: MH steps for the two step-size searches together (paper 200).
+    :param int budget: MH steps for the two step-size searches together (paper 200; 500 for
+        runs of 5000 steps or more, spec Sec. 4.4, the default here).
     :param int num_burnin: InitBurnin steps without MH (paper 50, spec P10).
     :param int num_burnin_mh: InitBurnin steps with MH, rounded down to whole cycles (paper 50).
     :param int num_alpha_candidates: ``t`` of Alg. 4 (paper 5).
@@ -50,7 +51,7 @@ class TuningSettings(NamedTuple):
     alpha_ceil: float = 5.0
     alpha_floor: float = 0.05
     zeta: float = 0.5
-    budget: int = 200
+    budget: int = 500
     num_burnin: int = 50
     num_burnin_mh: int = 50
     num_alpha_candidates: int = 5
@@ -220,7 +221,7 @@ def tune_schedule(
 
     def estimate_alpha(key, batch, bound, beta, search_maximum):
         def one_round(carry, round_key):
-            batch, bound, rho = carry
+            batch, bound, rho, done = carry
             shift = settings.zeta * jnp.abs(target - rho)
             if search_maximum:
                 proposal = bound * (1.0 - shift)
@@ -228,13 +229,34 @@ def tune_schedule(
             else:
                 proposal = bound * (1.0 + shift)
                 candidates = bound + (proposal - bound) * fractions
-            finals, rhos = try_candidates(round_key, batch, candidates, jnp.full((t,), beta, dtype))
-            best = jnp.argmin(jnp.abs(rhos - target))
-            return (_take(finals, best), candidates[best], rhos[best]), None
+
+            def search(batch):
+                finals, rhos = try_candidates(
+                    round_key, batch, candidates, jnp.full((t,), beta, dtype)
+                )
+                distance = jnp.abs(rhos - target)
+                if search_maximum:
+                    best = jnp.argmin(distance)
+                else:
+                    # Ties (e.g. every candidate accepts with probability 1 because none moves)
+                    # go to the candidate farthest along the search, or it never leaves
+                    # alpha_floor.
+                    best = t - 1 - jnp.argmin(distance[::-1])
+                return _take(finals, best), candidates[best], rhos[best]
+
+            def stay(batch):
+                return batch, bound, rho
+
+            batch, bound, rho = jax.lax.cond(done, stay, search, batch)
+            # The search only moves one way (down for alpha_max, up for alpha_min), so once the
+            # acceptance has reached rho* it stops: noise would otherwise push it past the target
+            # with no way back (the reference code's early stop, spec P6).
+            reached = rho >= target if search_maximum else rho <= target
+            return (batch, bound, rho, done | reached), None
 
         keys = jax.random.split(key, settings.rounds_per_search)
-        start = (batch, jnp.asarray(bound, dtype), jnp.zeros((), dtype))
-        (batch, bound, rho), _ = jax.lax.scan(one_round, start, keys)
+        start = (batch, jnp.asarray(bound, dtype), jnp.zeros((), dtype), jnp.zeros((), bool))
+        (batch, bound, rho, _), _ = jax.lax.scan(one_round, start, keys)
         return batch, bound, rho
 
     states, alpha_min, accept_at_min = estimate_alpha(

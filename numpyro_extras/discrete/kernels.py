@@ -1,0 +1,631 @@
+"""NumPyro kernels for discrete latents: the Automatic Cyclical Sampler and DMALA.
+
+:class:`ACS` moves every discrete latent site of a model jointly with the locally balanced
+proposal of the ACS paper (spec eq. 5) and the exact MH test (eq. 6), at the ``(alpha, beta)``
+of a cyclical schedule (eq. 7-8) that it tunes itself before warm-up (Alg. 2-5). With an
+``inner_kernel`` (HMC or NUTS) it alternates with it on the continuous sites, Gibbs style.
+:class:`DMALA` is the fixed-step special case (``beta = 0.5``).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from numpyro.infer import HMC, NUTS
+from numpyro.infer.hmc import hmc
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.util import is_prng_key
+
+from numpyro_extras.discrete.proposal import (
+    KINDS,
+    ChainState,
+    DiscreteVariable,
+    acs_step,
+    decode,
+    init_chain,
+    local_differences_fn,
+)
+from numpyro_extras.discrete.schedule import check_schedule
+from numpyro_extras.discrete.tuning import TuningResult, TuningSettings, tune_schedule
+from numpyro_extras.potential import arguments_fingerprint, discrete_latent_model
+from numpyro_extras.tempering.kernels import _is_concrete
+
+__all__ = ["ACS", "ACSState", "DMALA", "GRAD_MODES"]
+
+# How the proposal gets the change of U per coordinate (spec section 7):
+#   auto      gradients for Bernoulli and one-hot sites when the model can be differentiated in
+#             them (checked once by tracing), exact differences otherwise and for Categorical
+#   gradient  gradients for Bernoulli and one-hot sites (an error if the model cannot be
+#             differentiated in them); Categorical sites still use exact differences
+#   exact     exact differences everywhere: d (K - 1) extra evaluations of the model per step
+GRAD_MODES = ("auto", "gradient", "exact")
+
+
+class ACSState(NamedTuple):
+    """State of an ACS / DMALA chain.
+
+    :param z: the sample field: dict of the discrete sites' values as the model samples them
+        (ints for Bernoulli and Categorical, one-hot vectors for one-hot sites) and, with an
+        inner kernel, the continuous sites' unconstrained values; for a ``potential_fn``, the
+        variables' values.
+    :param chain: the discrete core state (indices, cached ``U`` and differences).
+    :param tuning: the frozen schedule and what the tuner found (``alpha_max``, ``alpha_min``,
+        its acceptance at both ends; NaN acceptances for a schedule given by the user).
+    :param iteration: transitions so far, warm-up included.
+    :param alpha: the step size of the last transition.
+    :param beta: its balancing exponent.
+    :param accept_prob: its MH acceptance probability.
+    :param mean_accept_prob: running mean of ``accept_prob``, restarted when warm-up ends.
+    :param inner_state: the inner kernel's HMC state on the flat continuous sites (``None``
+        without an inner kernel).
+    :param rng_key: random key.
+    """
+
+    z: Any
+    chain: ChainState
+    tuning: TuningResult
+    iteration: jax.Array
+    alpha: jax.Array
+    beta: jax.Array
+    accept_prob: jax.Array
+    mean_accept_prob: jax.Array
+    inner_state: Any
+    rng_key: jax.Array
+
+
+def _hmc_settings(inner_kernel, inner_kwargs):
+    """``(algo, settings)`` for NumPyro's functional ``hmc`` from a class or an instance."""
+    if isinstance(inner_kernel, type) and issubclass(inner_kernel, HMC):
+        algo = "NUTS" if issubclass(inner_kernel, NUTS) else "HMC"
+        settings = dict(
+            step_size=1.0,
+            adapt_step_size=True,
+            adapt_mass_matrix=True,
+            dense_mass=False,
+            target_accept_prob=0.8,
+            num_steps=None,
+            trajectory_length=2 * math.pi if algo == "HMC" else None,
+            max_tree_depth=10,
+        )
+        unknown = sorted(set(inner_kwargs) - set(settings))
+        if unknown:
+            raise ValueError(f"Unknown inner kernel settings {unknown}; known: {sorted(settings)}.")
+        settings.update(inner_kwargs)
+        return algo, settings
+    if isinstance(inner_kernel, HMC):
+        if inner_kwargs:
+            raise ValueError("Give inner kernel settings to the inner kernel instance itself.")
+        # The instance's own settings; its model, if any, is not used (ACS conditions the model
+        # on the discrete values itself).
+        return inner_kernel._algo, dict(
+            step_size=inner_kernel._step_size,
+            adapt_step_size=inner_kernel._adapt_step_size,
+            adapt_mass_matrix=inner_kernel._adapt_mass_matrix,
+            dense_mass=inner_kernel._dense_mass,
+            target_accept_prob=inner_kernel._target_accept_prob,
+            num_steps=inner_kernel._num_steps,
+            trajectory_length=inner_kernel._trajectory_length,
+            max_tree_depth=inner_kernel._max_tree_depth,
+        )
+    raise ValueError(
+        "inner_kernel must be numpyro.infer.NUTS or HMC (the class, or an instance), got "
+        f"{inner_kernel!r}."
+    )
+
+
+class _Target(NamedTuple):
+    """What the kernel needs of a model or a potential, built once per set of model arguments."""
+
+    variables: dict
+    log_density_fn: Any  # (x, values) -> U
+    sample_initial_fn: Any  # (key, n) -> (x (n, dim), indices dict (n, ...))
+    site_values_fn: Any  # indices -> values in the model's / user's representation
+    continuous_unravel_fn: Any  # flat x -> dict of unconstrained continuous values
+    constrain_fn: Any  # z -> constrained values
+    dimension: int
+    continuous_sites: tuple = ()
+
+
+class ACS(MCMCKernel):
+    """The Automatic Cyclical Sampler for discrete latents (Pynadath et al., spec ``acs.md``).
+
+    Every transition proposes new values for ALL discrete coordinates at once from the
+    coordinate-wise locally balanced proposal of spec eq. 5,
+    ``Q^i(v | theta) ∝ exp(beta Delta_i(v) - D(v, theta_i) / (2 alpha))``, where ``Delta_i(v)``
+    approximates ``U(theta with theta_i <- v) - U(theta)`` (``U`` = the model's log density,
+    spec P1), and accepts them with the exact MH probability of eq. 6, so every transition
+    leaves the posterior invariant. ``(alpha, beta)`` follow a cyclical schedule of ``s`` steps:
+    a large step with ``beta`` near 1 opens each cycle (jumps between modes), then the step
+    shrinks along the cosine of eq. 7 to ``alpha_min`` with ``beta = 0.5`` (local moves).
+
+    **Tuning.** Unless ``schedule`` is given, ``init`` runs the paper's tuner (Alg. 2-5;
+    :func:`~numpyro_extras.discrete.tune_schedule`) on ``num_tuning_chains`` copies per chain
+    (acceptance is averaged over them, as in the paper's batched chains): burn-in, then
+    ``alpha_min`` and ``alpha_max`` with acceptance ``target_accept_prob``, then ``beta`` per
+    step of the cycle (eq. 8). The schedule is then frozen: warm-up and kept draws run with it
+    (spec P9). The tuner costs ``num_tuning_chains x tuning_cost(settings)`` evaluations (32 x
+    about 780 by default); ``mcmc.last_state.tuning`` holds the schedule, ``alpha_max``,
+    ``alpha_min`` and the tuner's acceptance at both ends, per chain.
+
+    **Gradients.** Bernoulli values are passed to the model as floats ``{0., 1.}`` and one-hot
+    values as float vectors, so a model that uses them arithmetically (``z * a + (1 - z) * b``,
+    ``onehot @ means``) is differentiable and one gradient gives all differences (one
+    evaluation per step). Categorical sites (integer classes, which ``log_prob`` and models
+    index with) get exact differences, ``d (K - 1)`` model evaluations per step, vectorised:
+    fine for small sites, costly for large ones; write them with
+    :class:`~numpyro_extras.discrete.OneHotCategorical` to get gradients. ``grad_mode`` sets the
+    rule (:data:`GRAD_MODES`); with ``"auto"`` a Bernoulli or one-hot site that the model cannot
+    be differentiated in (tracing fails, e.g. it indexes with the value) falls back to exact
+    differences. A model that uses a value through ``jnp.where`` or comparisons has a zero
+    gradient there: still exact, but pass ``grad_mode="exact"`` for useful proposals.
+
+    **Continuous sites.** With ``inner_kernel`` (``NUTS``/``HMC``, class or instance), each
+    transition is an ACS move of the discrete sites given the continuous ones, then one inner
+    kernel move of the continuous sites given the discrete ones (adapted during warm-up). The
+    tuner runs with the continuous sites at their initial values.
+
+    :param model: a NumPyro model with Bernoulli, Categorical or one-hot categorical latents.
+    :param potential_fn: alternatively, ``values -> -log density`` (NumPyro's potential
+        convention) of a pure-JAX target over ``variables``.
+    :param variables: with ``potential_fn``: a :class:`~numpyro_extras.discrete.DiscreteVariable`
+        (``potential_fn`` then receives one array) or a dict of them (it receives a dict).
+    :param inner_kernel: ``NUTS`` or ``HMC`` (class or instance) for the continuous sites.
+    :param schedule: ``(step_sizes, balancing)`` arrays of one cycle; skips the tuner.
+    :param int steps_per_cycle: ``s`` (paper 20).
+    :param float target_accept_prob: ``rho*`` of the tuner (paper 0.5).
+    :param float beta_max: balancing exponent of the first step of a cycle (paper 0.95).
+    :param float beta_min: balancing exponent of the last steps (0.5).
+    :param float alpha_ceil: start of the ``alpha_max`` search (paper 5; ordinal targets need
+        far more).
+    :param float alpha_floor: start of the ``alpha_min`` search (paper 0.05).
+    :param dict tuning_settings: any other :class:`~numpyro_extras.discrete.TuningSettings`
+        field (``budget``, ``zeta``, ``test_steps``, ...).
+    :param int num_tuning_chains: copies per chain the tuner averages over.
+    :param str grad_mode: see :data:`GRAD_MODES`.
+    :param inner_kwargs: settings of an inner kernel class (``step_size``, ``dense_mass``, ...).
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc = MCMC(nx.ACS(nx.rbm_model), num_warmup=500, num_samples=5000)
+        mcmc.run(jax.random.PRNGKey(0), machine)
+        mcmc.last_state.tuning.schedule      # the tuned (alpha_k, beta_k)
+        mcmc = MCMC(nx.ACS(mixture_model, inner_kernel=NUTS), num_warmup=500, num_samples=2000)
+    """
+
+    sample_field = "z"
+
+    def __init__(
+        self,
+        model=None,
+        *,
+        potential_fn=None,
+        variables=None,
+        inner_kernel=None,
+        schedule=None,
+        steps_per_cycle=20,
+        target_accept_prob=0.5,
+        beta_max=0.95,
+        beta_min=0.5,
+        alpha_ceil=5.0,
+        alpha_floor=0.05,
+        tuning_settings=None,
+        num_tuning_chains=32,
+        grad_mode="auto",
+        **inner_kwargs,
+    ):
+        if (model is None) == (potential_fn is None):
+            raise ValueError("Give exactly one of `model` or `potential_fn`.")
+        if potential_fn is not None:
+            if variables is None:
+                raise ValueError("With `potential_fn`, `variables` (DiscreteVariable) is needed.")
+            if inner_kernel is not None:
+                raise ValueError("`inner_kernel` needs a model with continuous sites.")
+        elif variables is not None:
+            raise ValueError("`variables` goes with `potential_fn`; a model has its own sites.")
+        if grad_mode not in GRAD_MODES:
+            raise ValueError(f"grad_mode must be one of {GRAD_MODES}, got {grad_mode!r}.")
+        self._model = model
+        self._potential_fn = potential_fn
+        self._variables = variables
+        self._grad_mode = grad_mode
+        self._inner = None if inner_kernel is None else _hmc_settings(inner_kernel, inner_kwargs)
+        if inner_kernel is None and inner_kwargs:
+            raise ValueError(f"Unknown arguments {sorted(inner_kwargs)} (no inner kernel).")
+        self._schedule = None if schedule is None else check_schedule(schedule)
+        self._settings = TuningSettings(
+            steps_per_cycle=int(steps_per_cycle),
+            target_accept_prob=float(target_accept_prob),
+            beta_max=float(beta_max),
+            beta_min=float(beta_min),
+            alpha_ceil=float(alpha_ceil),
+            alpha_floor=float(alpha_floor),
+            **(tuning_settings or {}),
+        )
+        if self._schedule is None:
+            self._settings.validate()
+        if int(num_tuning_chains) < 1:
+            raise ValueError(f"num_tuning_chains must be >= 1, got {num_tuning_chains}.")
+        self._num_tuning_chains = int(num_tuning_chains)
+        self._target: _Target | None = None
+        self._prepared_for = None
+        self._built = None
+        self._step_fn = None
+
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def variables(self) -> dict | None:
+        """The discrete variables the kernel moves (known after ``init``)."""
+        return None if self._target is None else self._target.variables
+
+    @property
+    def default_fields(self):
+        return ("z",)
+
+    def get_diagnostics_str(self, state):
+        return (
+            f"acc. prob={float(state.mean_accept_prob):.2f} "
+            f"alpha={float(state.alpha):.3g} beta={float(state.beta):.2f}"
+        )
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        if self._target is None:
+            return lambda z: z
+        return self._target.constrain_fn
+
+    # --- building the target ----------------------------------------------------------------------
+
+    def _prepare(self, model_args, model_kwargs):
+        if self._model is None:
+            if self._target is None:
+                self._target = self._potential_target()
+            return
+        fingerprint = arguments_fingerprint(model_args, model_kwargs)
+        if fingerprint is not None and fingerprint == self._prepared_for:
+            return
+        self._target = self._model_target(model_args, model_kwargs)
+        self._prepared_for = fingerprint
+
+    def _potential_target(self):
+        single = isinstance(self._variables, DiscreteVariable)
+        variables = {"x": self._variables} if single else dict(self._variables)
+        for name, variable in variables.items():
+            if variable.kind not in KINDS:
+                raise ValueError(f"Variable {name!r}: kind must be one of {KINDS}.")
+            if variable.kind == "binary" and variable.num_values != 2:
+                raise ValueError(f"Variable {name!r} is binary but has {variable.num_values}.")
+            if variable.kind == "categorical" or self._grad_mode == "exact":
+                variables[name] = variable._replace(gradient=False)
+        potential_fn = self._potential_fn
+
+        def log_density_fn(x, values):
+            return -potential_fn(values["x"] if single else values)
+
+        def sample_initial_fn(key, num):
+            keys = jax.random.split(key, len(variables))
+            indices = {
+                name: jax.random.randint(k, (num,) + tuple(v.shape), 0, v.num_values)
+                for (name, v), k in zip(variables.items(), keys, strict=True)
+            }
+            return jnp.zeros((num, 0)), indices
+
+        def site_values_fn(indices):
+            values = {}
+            for name, variable in variables.items():
+                if variable.kind == "one_hot":
+                    values[name] = jax.nn.one_hot(indices[name], variable.num_values)
+                else:
+                    values[name] = indices[name]
+            return values["x"] if single else values
+
+        return _Target(
+            variables,
+            log_density_fn,
+            sample_initial_fn,
+            site_values_fn,
+            lambda x: {},
+            lambda z: z,
+            0,
+        )
+
+    def _model_target(self, model_args, model_kwargs):
+        latent = discrete_latent_model(
+            jax.random.PRNGKey(0), self._model, model_args, model_kwargs, kernel_name="ACS"
+        )
+        split = latent.split
+        if split.continuous_sites and self._inner is None:
+            raise ValueError(
+                f"The model has continuous latent sites {list(split.continuous_sites)}; ACS "
+                "moves discrete sites only. Pass inner_kernel=NUTS (or HMC) to sample them too."
+            )
+        layouts = {layout.name: layout for layout in latent.layouts}
+        variables = {}
+        x_prototype = jnp.zeros(split.dimension)
+        for name, layout in layouts.items():
+            use_gradient = layout.kind != "categorical" and self._grad_mode != "exact"
+            if use_gradient and not self._differentiable(latent, layouts, name, x_prototype):
+                if self._grad_mode == "gradient":
+                    raise ValueError(
+                        f"grad_mode='gradient', but the model cannot be differentiated in the "
+                        f"discrete site {name!r} (it probably indexes with its value); use "
+                        "grad_mode='auto' or 'exact'."
+                    )
+                use_gradient = False
+            dtype = None if use_gradient else layout.dtype
+            variables[name] = DiscreteVariable(
+                layout.shape, layout.num_values, layout.kind, use_gradient, dtype
+            )
+
+        def site_values_fn(indices):
+            values = {}
+            for name, layout in layouts.items():
+                if layout.kind == "one_hot":
+                    values[name] = jax.nn.one_hot(
+                        indices[name], layout.num_values, dtype=layout.dtype
+                    )
+                else:
+                    values[name] = indices[name].astype(layout.dtype)
+            return values
+
+        def sample_initial_fn(key, num):
+            x, discrete = split.sample_prior_fn(key, num)
+            return x, jax.vmap(partial(decode, variables))(discrete)
+
+        continuous = split.continuous_sites
+
+        def constrain_fn(z):
+            x = ravel_pytree({name: z[name] for name in continuous})[0]
+            return latent.constrain_fn(x, {name: z[name] for name in layouts})
+
+        return _Target(
+            variables,
+            latent.log_density_fn,
+            sample_initial_fn,
+            site_values_fn,
+            split.unravel_fn,
+            constrain_fn,
+            split.dimension,
+            continuous,
+        )
+
+    @staticmethod
+    def _differentiable(latent, layouts, name, x):
+        """Whether the model's log density can be traced and differentiated with float values
+        for the site ``name`` (the others at their sampled dtype)."""
+        values = {}
+        for other, layout in layouts.items():
+            if layout.kind == "one_hot":
+                values[other] = jnp.zeros(layout.shape + (layout.num_values,), layout.dtype)
+            else:
+                values[other] = jnp.zeros(layout.shape, layout.dtype)
+        layout = layouts[name]
+        float_value = jnp.zeros(jnp.shape(values[name]), jnp.result_type(float))
+
+        def log_density_in(value):
+            return latent.log_density_fn(x, {**values, name: value})
+
+        try:
+            jax.eval_shape(jax.grad(log_density_in), float_value)
+        except Exception:  # noqa: BLE001 - any tracing failure means "not differentiable"
+            return False
+        return layout.kind in ("binary", "one_hot")
+
+    # --- the chain ------------------------------------------------------------------------------
+
+    def _build(self, num_warmup):
+        target = self._target
+        variables = target.variables
+        schedule = self._schedule
+        settings = self._settings
+        num_copies = 1 if schedule is not None else self._num_tuning_chains
+        inner = self._inner
+
+        def evaluate_at(x):
+            return local_differences_fn(lambda values: target.log_density_fn(x, values), variables)
+
+        def z_of(indices, x):
+            return {**target.continuous_unravel_fn(x), **_as_dict(target.site_values_fn(indices))}
+
+        def z_for_potential(indices):
+            return target.site_values_fn(indices)
+
+        if inner is not None:
+            algo, hmc_settings = inner
+
+            def potential_fn_gen(values):
+                return lambda x: -target.log_density_fn(x, values)
+
+            hmc_init, hmc_sample = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
+
+        def model_values(indices):
+            """Discrete values for the inner kernel's potential, as the model samples them."""
+            return _as_dict(target.site_values_fn(indices))
+
+        def init_one(rng_key, initial_indices, initial_x):
+            draw_key, tune_key, inner_key, rng_key = jax.random.split(rng_key, 4)
+            x, indices = target.sample_initial_fn(draw_key, num_copies)
+            if initial_indices is not None:
+                indices = {
+                    name: index.at[0].set(initial_indices[name]) for name, index in indices.items()
+                }
+            x0 = x[0] if initial_x is None else initial_x
+            evaluate = evaluate_at(x0)
+            copies = jax.vmap(partial(init_chain, evaluate))(indices)
+            if schedule is None:
+                tuning, copies = tune_schedule(tune_key, copies, evaluate, variables, settings)
+            else:
+                nan = jnp.full((), jnp.nan)
+                tuning = TuningResult(
+                    schedule, jnp.max(schedule.step_sizes), jnp.min(schedule.step_sizes), nan, nan
+                )
+            chain = jax.tree.map(lambda leaf: leaf[0], copies)
+            inner_state = None
+            if inner is not None:
+                inner_state = hmc_init(
+                    x0,
+                    num_warmup,
+                    model_args=(model_values(chain.indices),),
+                    rng_key=inner_key,
+                    **hmc_settings,
+                )
+            zero = jnp.zeros(())
+            return ACSState(
+                z_of(chain.indices, x0)
+                if self._model is not None
+                else z_for_potential(chain.indices),
+                chain,
+                tuning,
+                jnp.zeros((), jnp.int32),
+                tuning.schedule.step_sizes[0],
+                tuning.schedule.balancing[0],
+                zero,
+                zero,
+                inner_state,
+                rng_key,
+            )
+
+        def step_one(state: ACSState):
+            rng_key, step_key, inner_key = jax.random.split(state.rng_key, 3)
+            steps = state.tuning.schedule.step_sizes
+            k = state.iteration % steps.shape[0]
+            alpha, beta = steps[k], state.tuning.schedule.balancing[k]
+            if inner is None:
+                x = jnp.zeros(target.dimension)
+                evaluate = evaluate_at(x)
+                chain = state.chain
+            else:
+                x = state.inner_state.z
+                evaluate = evaluate_at(x)
+                # The continuous sites moved since the cached U was computed.
+                chain = init_chain(evaluate, state.chain.indices)
+            chain, accept_prob = acs_step(step_key, chain, alpha, beta, evaluate, variables)
+            inner_state = None
+            if inner is not None:
+                values = model_values(chain.indices)
+                potential, gradient = jax.value_and_grad(potential_fn_gen(values))(x)
+                inner_state = state.inner_state._replace(
+                    potential_energy=potential, z_grad=gradient, rng_key=inner_key
+                )
+                inner_state = hmc_sample(inner_state, model_args=(values,))
+                x = inner_state.z
+            iteration = state.iteration + 1
+            # The running mean restarts when warm-up ends, so it reports the kept draws.
+            kept = iteration - num_warmup
+            count = jnp.where(kept > 0, kept, iteration).astype(accept_prob.dtype)
+            previous = jnp.where(kept == 1, 0.0, state.mean_accept_prob)
+            mean_accept_prob = previous + (accept_prob - previous) / count
+            z = (
+                z_of(chain.indices, x)
+                if self._model is not None
+                else z_for_potential(chain.indices)
+            )
+            return ACSState(
+                z,
+                chain,
+                state.tuning,
+                iteration,
+                alpha,
+                beta,
+                accept_prob,
+                mean_accept_prob,
+                inner_state,
+                rng_key,
+            )
+
+        return init_one, step_one
+
+    def _initial_values(self, init_params, batched):
+        """``init_params`` (site values; continuous ones unconstrained) -> (indices, x)."""
+        if init_params is None:
+            return None, None
+        target = self._target
+        single = self._model is None and isinstance(self._variables, DiscreteVariable)
+        values = {"x": init_params} if single else init_params
+        missing = [name for name in target.variables if name not in values]
+        if missing:
+            raise ValueError(f"init_params lack the discrete sites {missing}.")
+        decode_fn = partial(decode, target.variables)
+        indices = jax.vmap(decode_fn)(values) if batched else decode_fn(values)
+        x = None
+        if target.continuous_sites:
+            continuous = {name: values[name] for name in target.continuous_sites}
+            ravel = lambda tree: ravel_pytree(tree)[0]  # noqa: E731
+            x = jax.vmap(ravel)(continuous) if batched else ravel(continuous)
+        return indices, x
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        # Under chain_method="parallel" init runs inside pmap's trace, but the model arguments
+        # are concrete: build the model plumbing eagerly, once per set of model arguments.
+        with jax.ensure_compile_time_eval():
+            self._prepare(model_args, model_kwargs or {})
+        batched = not is_prng_key(rng_key)
+        indices, x = self._initial_values(init_params, batched)
+        build_key = (self._prepared_for, num_warmup)
+        if self._built is None or self._built[0] != build_key or build_key[0] is None:
+            init_one, step_one = self._build(num_warmup)
+            self._built = (
+                build_key,
+                jax.jit(init_one),
+                step_one,
+                jax.jit(jax.vmap(init_one)),
+                jax.vmap(step_one),
+            )
+        _, init_one, step_one, init_batch, step_batch = self._built
+        init_fn, self._step_fn = (init_batch, step_batch) if batched else (init_one, step_one)
+        state = init_fn(rng_key, indices, x)
+        self._check_initial_state(state)
+        return state
+
+    def _check_initial_state(self, state):
+        log_density = state.chain.log_density
+        if not _is_concrete(log_density):
+            return
+        bad = np.flatnonzero(~np.isfinite(np.reshape(np.asarray(log_density), -1)))
+        if bad.size:
+            raise ValueError(
+                f"The log density is not finite at the starting point of chain {int(bad[0])} "
+                "(after tuning). Check the model's support and data, or give init_params."
+            )
+
+    def sample(self, state, model_args, model_kwargs):
+        return self._step_fn(state)
+
+
+def _as_dict(values, name="x"):
+    return values if isinstance(values, dict) else {name: values}
+
+
+class DMALA(ACS):
+    """Discrete Metropolis-adjusted Langevin (Zhang et al. 2022): ACS at one fixed step size.
+
+    The proposal of spec eq. 5 with ``beta = 0.5`` and a constant ``alpha``, MH-corrected, no
+    tuning; the baseline ACS is compared with. Same arguments and state as :class:`ACS`.
+    Categorical and one-hot sites use the Hamming distance (spec P11): their ``alpha`` is twice
+    the DMALA paper's for the same proposal.
+
+    :param model: a NumPyro model with discrete latents (or use ``potential_fn``).
+    :param float step_size: ``alpha`` (DMALA paper RBM setting: 0.2).
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc = MCMC(nx.DMALA(nx.rbm_model, step_size=0.2), num_warmup=100, num_samples=5000)
+    """
+
+    def __init__(self, model=None, step_size=0.2, **kwargs):
+        if "schedule" in kwargs:
+            raise ValueError("DMALA has a fixed step size; use ACS for a schedule.")
+        if not float(step_size) > 0:
+            raise ValueError(f"step_size must be positive, got {step_size}.")
+        super().__init__(model, schedule=([float(step_size)], [0.5]), **kwargs)
