@@ -12,6 +12,9 @@ from numpyro.infer import MCMC, NUTS
 
 import numpyro_extras as nx
 
+# A cyclical schedule for the tests whose point is not the tuner (it saves the tuner's compile).
+CYCLE = (np.asarray(nx.discrete.cyclical_step_sizes(3.0, 0.4, 5)), [0.9, 0.8, 0.7, 0.6, 0.5])
+
 
 def _batch_means_stderr(draws, num_batches=20):
     """Monte Carlo standard error of the mean of (chains, draws, ...) by batch means."""
@@ -114,7 +117,7 @@ def test_ising_marginals_with_expanded_site():
     enumeration: magnetisation per spin and nearest-neighbour correlation."""
     coupling, field = 0.3, 0.1
     model, right = _ising_expand_model(coupling, field)
-    mcmc = _run(nx.ACS(model), num_samples=2000)
+    mcmc = _run(nx.ACS(model, schedule=CYCLE), num_samples=2000)
     x = np.asarray(mcmc.get_samples(group_by_chain=True)["spins"], float)
     spins = 2 * x - 1
 
@@ -163,7 +166,7 @@ def _categorical_model(onehot):
 def test_categorical_sites_against_enumeration(onehot):
     """Categorical sites (exact differences) and one-hot sites (gradients): class marginals."""
     model, exact = _categorical_model(onehot)
-    kernel = nx.ACS(model)
+    kernel = nx.ACS(model, schedule=CYCLE)
     mcmc = _run(kernel, num_samples=1500)
     assert kernel.variables["c"].gradient is onehot
     c = np.asarray(mcmc.get_samples(group_by_chain=True)["c"])
@@ -193,7 +196,9 @@ def test_mixed_discrete_and_continuous_against_exact_posterior():
     y = np.array([1.5, -0.7, 2.2])
     scale = 2.0
     mcmc = _run(
-        nx.ACS(_mixture_model(y, scale), inner_kernel=NUTS), num_warmup=300, num_samples=1500
+        nx.ACS(_mixture_model(y, scale), inner_kernel=NUTS, schedule=CYCLE),
+        num_warmup=300,
+        num_samples=1500,
     )
     samples = mcmc.get_samples(group_by_chain=True)
     z = np.asarray(samples["z"], float)
@@ -233,46 +238,30 @@ def _tiny_model():
 
 
 def test_chain_methods_agree_and_dmala_is_acs_at_half():
-    """sequential, parallel and vectorized chains give the same draws from the same key; DMALA
-    equals ACS with a constant schedule at beta = 0.5 bit for bit."""
-    schedule = ([0.7] * 3, [0.5] * 3)
-    runs = {
-        method: np.asarray(
-            _run(
-                nx.ACS(_tiny_model, schedule=schedule),
-                num_warmup=10,
-                num_samples=300,
-                num_chains=2,
-                method=method,
-            ).get_samples()["x"]
-        )
-        for method in ("sequential", "parallel", "vectorized")
-    }
-    np.testing.assert_array_equal(runs["sequential"], runs["vectorized"])
-    np.testing.assert_array_equal(runs["sequential"], runs["parallel"])
-    dmala = _run(
-        nx.DMALA(_tiny_model, step_size=0.7),
-        num_warmup=10,
-        num_samples=300,
-        num_chains=2,
-        method="sequential",
-    )
-    np.testing.assert_array_equal(np.asarray(dmala.get_samples()["x"]), runs["sequential"])
-    assert runs["sequential"].std() > 0
-
-
-def test_tuned_kernel_runs_under_every_chain_method():
-    """The tuner itself (inside init) works under pmap, vmap and sequential chains."""
+    """sequential, parallel and vectorized chains, tuner included, give the same draws from the
+    same key; DMALA equals ACS with a constant schedule at beta = 0.5 bit for bit."""
+    small_tuner = dict(steps_per_cycle=4, tuning_settings={"budget": 40}, num_tuning_chains=8)
+    runs = {}
     for method in ("sequential", "parallel", "vectorized"):
         mcmc = _run(
-            nx.ACS(_tiny_model, steps_per_cycle=4, tuning_settings={"budget": 40}),
+            nx.ACS(_tiny_model, **small_tuner),
             num_warmup=10,
-            num_samples=50,
+            num_samples=300,
             num_chains=2,
             method=method,
         )
-        assert mcmc.get_samples()["x"].shape == (100, 5)
+        runs[method] = np.asarray(mcmc.get_samples()["x"])
         assert np.all(np.asarray(mcmc.last_state.tuning.alpha_max) > 0)
+    np.testing.assert_array_equal(runs["sequential"], runs["vectorized"])
+    np.testing.assert_array_equal(runs["sequential"], runs["parallel"])
+    assert runs["sequential"].std() > 0
+
+    def draws(kernel):
+        mcmc = _run(kernel, num_warmup=10, num_samples=300, num_chains=1)
+        return np.asarray(mcmc.get_samples()["x"])
+
+    constant = draws(nx.ACS(_tiny_model, schedule=([0.7] * 3, [0.5] * 3)))
+    np.testing.assert_array_equal(draws(nx.DMALA(_tiny_model, step_size=0.7)), constant)
 
 
 def test_potential_fn_entry_on_ordinal_target():
@@ -284,7 +273,8 @@ def test_potential_fn_entry_on_ordinal_target():
         return -jax.nn.logsumexp(-distances / 0.8)
 
     variable = nx.DiscreteVariable((2,), 8, "ordinal")
-    kernel = nx.ACS(potential_fn=potential_fn, variables=variable, alpha_ceil=50.0)
+    schedule = ([40.0, 10.0, 2.0, 0.5], [0.7, 0.6, 0.5, 0.5])
+    kernel = nx.ACS(potential_fn=potential_fn, variables=variable, schedule=schedule)
     mcmc = _run(kernel, num_samples=2000)
     x = np.asarray(mcmc.get_samples(group_by_chain=True), float)
     grid = np.array(list(itertools.product(range(8), repeat=2)), float)
