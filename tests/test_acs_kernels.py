@@ -55,8 +55,10 @@ def _enumerate_binary(num_units):
 def test_rbm_marginals_and_tuner_claims():
     """Joint RBM (8 visible + 4 hidden Bernoulli sites in plates) against exact enumeration of
     its 4096 states; the tuner's claims of spec C7 in a small size."""
-    machine = nx.random_rbm(jax.random.PRNGKey(1), 8, 4, inverse_temperature=2.0, units="binary")
-    mcmc = _run(nx.ACS(nx.rbm_model), machine, extra_fields=("accept_prob", "alpha", "beta"))
+    machine = nx.random_rbm(jax.random.PRNGKey(1), 8, 4, inverse_temperature=4.0, units="binary")
+    # alpha_ceil above the paper's 5: on 12 units even alpha = 5 accepts more than rho* = 0.5.
+    kernel = nx.ACS(nx.rbm_model, alpha_ceil=50.0)
+    mcmc = _run(kernel, machine, extra_fields=("accept_prob", "alpha", "beta"))
     samples = mcmc.get_samples(group_by_chain=True)
     assert samples["v"].dtype == jnp.result_type(int) and samples["v"].shape == (4, 2000, 8)
 
