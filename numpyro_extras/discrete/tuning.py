@@ -265,6 +265,9 @@ def tune_schedule(
     states, alpha_max, accept_at_max = estimate_alpha(
         max_key, states, settings.alpha_ceil, settings.beta_max, True
     )
+    # Where rho* is reached only at tiny steps (a near-deterministic conditional: no move is
+    # likely), the downward search can end below alpha_min; the cycle is then constant.
+    alpha_max = jnp.maximum(alpha_max, alpha_min)
     step_sizes = cyclical_step_sizes(alpha_max, alpha_min, s)
 
     # --- Alg. 5: EstimateBalSched ---------------------------------------------------------------
