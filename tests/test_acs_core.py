@@ -67,11 +67,23 @@ def _ordinal_target():
     return {"x": DiscreteVariable((2,), 6, "ordinal")}, log_density
 
 
+def _kinked_ordinal_target():
+    """Spec E1's unsmoothed form: the distance's gradient is NaN at each mode's centre."""
+    modes = jnp.array([[1.0, 1.0], [4.0, 4.0]])
+
+    def log_density(values):
+        distances = jnp.linalg.norm(values["x"][None, :] - modes, axis=-1)
+        return jax.nn.logsumexp(-distances / 0.6)
+
+    return {"x": DiscreteVariable((2,), 6, "ordinal")}, log_density
+
+
 TARGETS = {
     "rbm": _rbm_target,
     "one_hot": _one_hot_target,
     "categorical_exact": _categorical_exact_target,
     "ordinal": _ordinal_target,
+    "kinked_ordinal": _kinked_ordinal_target,
 }
 
 
@@ -307,3 +319,16 @@ def test_non_finite_proposal_is_rejected():
     assert np.all(np.asarray(moved.indices["x"])[:, :2] == 0)
     assert np.all(np.isfinite(np.asarray(accept_prob)))
     assert np.any(np.asarray(moved.indices["x"])[:, 2:] == 1)  # finite moves still happen
+
+
+def test_states_with_a_non_finite_gradient_stay_reachable():
+    # At a mode's centre the unsquared distance has a NaN gradient; the kernel must still move
+    # out of and into that state, or the chain is exact but not irreducible (silently wrong).
+    variables, _, states, pi = _enumerated("kinked_ordinal")
+    centre = int(np.flatnonzero((np.asarray(states.indices["x"]) == [1, 1]).all(-1))[0])
+    _, matrix = _transition_matrix("kinked_ordinal", states, 2.0, 0.5)
+    np.testing.assert_allclose(pi @ matrix, pi, atol=1e-10)
+    assert 1.0 - matrix[centre, centre] > 0.05
+    assert matrix[:, centre].sum() - matrix[centre, centre] > 0.05
+    power = np.linalg.matrix_power(matrix, 4 * len(pi))
+    assert np.all(power > 0), "some state cannot be reached from another"

@@ -180,6 +180,14 @@ def local_differences_fn(log_density_fn: Callable, variables: dict) -> Callable:
             )
         else:
             log_density = log_density_fn(values)
+        if gradient_names:
+            # A non-finite gradient (e.g. of a distance at its kink) says nothing about where the
+            # target is: read it as flat. Dropping those directions instead would make such states
+            # unreachable (a move into one could never be proposed back), silently.
+            gradients = {
+                name: jnp.where(jnp.isfinite(gradient), gradient, 0.0)
+                for name, gradient in gradients.items()
+            }
         differences = {}
         for name, variable in variables.items():
             index = indices[name]
