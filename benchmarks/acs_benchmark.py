@@ -98,7 +98,7 @@ class Settings:
     rbm_visible: int = 20
     rbm_hidden: int = 20
     ising_size: int = 4
-    num_tuning_chains: int = 32
+    num_tuning_chains: int = 8  # nx.ACS's default
     dmala_tuning_rounds: int = 12
     dmala_tuning_steps: int = 100
     timing_steps: int = 2000

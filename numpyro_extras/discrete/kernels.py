@@ -149,8 +149,9 @@ class ACS(MCMCKernel):
     (acceptance is averaged over them, as in the paper's batched chains): burn-in, then
     ``alpha_min`` and ``alpha_max`` with acceptance ``target_accept_prob``, then ``beta`` per
     step of the cycle (eq. 8). The schedule is then frozen: warm-up and kept draws run with it
-    (spec P9). The tuner costs ``num_tuning_chains x tuning_cost(settings)`` evaluations (32 x
-    about 780 by default); ``mcmc.last_state.tuning`` holds the schedule, ``alpha_max``,
+    (spec P9). The tuner costs ``num_tuning_chains x tuning_cost(settings)`` evaluations (8 x
+    about 770 by default: about 6,000 per chain, spec C11 asks for an overhead that is small
+    against the run); ``mcmc.last_state.tuning`` holds the schedule, ``alpha_max``,
     ``alpha_min`` and the tuner's acceptance at both ends, per chain.
 
     **Gradients.** Bernoulli values are passed to the model as floats ``{0., 1.}`` and one-hot
@@ -186,7 +187,8 @@ class ACS(MCMCKernel):
     :param float alpha_floor: start of the ``alpha_min`` search (paper 0.05).
     :param dict tuning_settings: any other :class:`~numpyro_extras.discrete.TuningSettings`
         field (``budget``, ``zeta``, ``test_steps``, ...).
-    :param int num_tuning_chains: copies per chain the tuner averages over.
+    :param int num_tuning_chains: copies per chain the tuner averages over (more copies: less
+        noisy acceptance estimates, at ``tuning_cost`` evaluations each).
     :param str grad_mode: see :data:`GRAD_MODES`.
     :param inner_kwargs: settings of an inner kernel class (``step_size``, ``dense_mass``, ...).
 
@@ -217,7 +219,7 @@ class ACS(MCMCKernel):
         alpha_ceil=5.0,
         alpha_floor=0.05,
         tuning_settings=None,
-        num_tuning_chains=32,
+        num_tuning_chains=8,
         grad_mode="auto",
         **inner_kwargs,
     ):
