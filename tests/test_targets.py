@@ -31,6 +31,10 @@ from numpyro_extras.targets import (
     load_radon,
     make_boltzmann_relaxation,
     make_linear_regression_data,
+    make_multimodal_grid,
+    multimodal_grid_log_density,
+    multimodal_grid_nearest_mode,
+    multimodal_grid_probabilities,
     radon_model,
 )
 
@@ -415,13 +419,6 @@ def test_radon_model_dimension_and_potential():
 
 
 def test_multimodal_grid_matches_its_formula_and_is_normalised():
-    from numpyro_extras.targets import (
-        make_multimodal_grid,
-        multimodal_grid_log_density,
-        multimodal_grid_nearest_mode,
-        multimodal_grid_probabilities,
-    )
-
     grid = make_multimodal_grid(uneven=True)
     theta = np.array([[25.0, 25.0], [40.0, 71.0], [149.0, 0.0]])
     distances = np.linalg.norm(theta[:, None, :] - grid.modes[None], axis=-1)
