@@ -22,6 +22,7 @@ from numpyro.infer.hmc import hmc
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
+from numpyro_extras.compiled_chain import compiled_chain
 from numpyro_extras.discrete.proposal import (
     KINDS,
     ChainState,
@@ -572,18 +573,10 @@ class ACS(MCMCKernel):
             self._prepare(model_args, model_kwargs or {})
         batched = not is_prng_key(rng_key)
         indices, x = self._initial_values(init_params, batched)
-        build_key = (self._prepared_for, num_warmup)
-        if self._built is None or self._built[0] != build_key or build_key[0] is None:
-            init_one, step_one = self._build(num_warmup)
-            self._built = (
-                build_key,
-                jax.jit(init_one),
-                step_one,
-                jax.jit(jax.vmap(init_one)),
-                jax.vmap(step_one),
-            )
-        _, init_one, step_one, init_batch, step_batch = self._built
-        init_fn, self._step_fn = (init_batch, step_batch) if batched else (init_one, step_one)
+        self._built = compiled_chain(
+            self._built, (self._prepared_for, num_warmup), lambda: self._build(num_warmup)
+        )
+        init_fn, self._step_fn = self._built.functions(batched)
         state = init_fn(rng_key, indices, x)
         self._check_initial_state(state)
         return state

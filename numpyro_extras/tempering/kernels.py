@@ -26,6 +26,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
+from numpyro_extras.compiled_chain import compiled_chain
 from numpyro_extras.potential import (
     FlatModel,
     arguments_fingerprint,
@@ -488,20 +489,11 @@ class _ContinuousTemperingKernel(MCMCKernel):
         self._check_initial_positions(positions)
         # Rebuilding the step function would make a re-run recompile, so reuse it while the model
         # arguments and warm-up length stay the same.
-        build_key = (self._flattened_for, num_warmup)
-        if self._built is None or self._built[0] != build_key or build_key[0] is None:
-            with jax.ensure_compile_time_eval():
-                init_one, step_one = self._build(num_warmup)
-            # One compiled init instead of NumPyro's HMC init run operation by operation.
-            self._built = (
-                build_key,
-                jax.jit(init_one),
-                step_one,
-                jax.jit(jax.vmap(init_one)),
-                jax.vmap(step_one),
-            )
-        _, init_one, step_one, init_batch, step_batch = self._built
-        init_fn, self._step_fn = (init_batch, step_batch) if batched else (init_one, step_one)
+        # One compiled init instead of NumPyro's HMC init run operation by operation.
+        self._built = compiled_chain(
+            self._built, (self._flattened_for, num_warmup), lambda: self._build(num_warmup)
+        )
+        init_fn, self._step_fn = self._built.functions(batched)
         return init_fn(positions, chain_keys)
 
     def sample(self, state, model_args, model_kwargs):

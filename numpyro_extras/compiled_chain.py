@@ -1,0 +1,69 @@
+"""The compiled init and step functions of a kernel, for one chain and for a batch of chains.
+
+NumPyro calls a kernel's ``init`` with one key (``chain_method`` "sequential" or "parallel") or
+with a batch of keys ("vectorized"), then its ``sample`` many times. Every kernel of
+numpyro_extras builds a pure ``init_one`` / ``step_one`` pair for one chain; this module compiles
+that pair once per build key (the model arguments' fingerprint and the warm-up length) so that a
+re-run with the same arguments does not trace and compile again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import NamedTuple
+
+import jax
+
+__all__ = ["CompiledChain", "compiled_chain"]
+
+
+class CompiledChain(NamedTuple):
+    """A kernel's chain functions, built for ``build_key``.
+
+    :param build_key: what they were built for; its first entry is ``None`` when the model
+        arguments could not be fingerprinted (then they are never reused).
+    :param init_one: jitted ``init`` of one chain.
+    :param step_one: ``step`` of one chain (NumPyro's ``MCMC`` compiles the sampling loop).
+    :param init_batch: jitted, vmapped ``init`` of a batch of chains.
+    :param step_batch: vmapped ``step`` of a batch of chains.
+    """
+
+    build_key: Hashable
+    init_one: Callable
+    step_one: Callable
+    init_batch: Callable
+    step_batch: Callable
+
+    def functions(self, batched: bool) -> tuple[Callable, Callable]:
+        """``(init, step)`` for a batch of chains or for one."""
+        return (self.init_batch, self.step_batch) if batched else (self.init_one, self.step_one)
+
+
+def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> CompiledChain:
+    """Reuse ``previous`` if it was built for ``build_key``, else build the chain functions.
+
+    :param previous: the kernel's last :class:`CompiledChain`, or ``None``.
+    :param tuple build_key: ``(arguments fingerprint, num_warmup, ...)``.
+    :param build_fn: ``() -> (init_one, step_one)``, the kernel's pure functions for one chain.
+    :return: a :class:`CompiledChain`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        self._compiled = compiled_chain(self._compiled, (fingerprint, num_warmup), build)
+        init_fn, self._step_fn = self._compiled.functions(batched)
+    """
+    if previous is not None and previous.build_key == build_key and build_key[0] is not None:
+        return previous
+    # Under chain_method="parallel" init runs inside pmap's trace; whatever the build computes
+    # from concrete values is computed now, not traced.
+    with jax.ensure_compile_time_eval():
+        init_one, step_one = build_fn()
+    return CompiledChain(
+        build_key,
+        jax.jit(init_one),
+        step_one,
+        jax.jit(jax.vmap(init_one)),
+        jax.vmap(step_one),
+    )
