@@ -739,8 +739,9 @@ def multimodal_grid_log_density(grid, theta):
     """
     ``U(theta)`` of :class:`MultimodalGrid` (a log density, unnormalised), differentiable.
 
-    The distance's gradient is taken as 0 at a mode centre, where the Euclidean norm has none;
-    a NaN there would make a gradient-based proposal unable to leave the centre.
+    The distance's gradient is taken as 0 at a mode centre, where the Euclidean norm has none,
+    so that any gradient user (not only ACS, which reads a non-finite gradient as flat) gets a
+    finite value there.
 
     :param MultimodalGrid grid: the target.
     :param theta: coordinates, float array ``[..., 2]`` (integers in ``{0, ..., N - 1}``).
