@@ -71,7 +71,13 @@ import numpyro_extras as nx  # noqa: E402
 from numpyro_extras import discrete, targets  # noqa: E402
 
 BOLTZMANN_TARGETS = ("rbm_mild", "rbm_cold", "ising_mild", "ising_cold")
-GRID_TARGETS = ("grid_even", "grid_uneven", "grid_even_paper", "grid_uneven_paper")
+GRID_TARGETS = (
+    "grid_even",
+    "grid_uneven",
+    "grid_even_paper",
+    "grid_uneven_paper",
+    "diagonal_paper",
+)
 TARGET_NAMES = BOLTZMANN_TARGETS + GRID_TARGETS
 QUICK_TARGETS = ("rbm_cold", "grid_even_paper")
 # The DMALA paper's RBM step size (spec E2) and the synthetic target's acceptance (spec E1).
@@ -229,6 +235,17 @@ def boltzmann_samplers(num_units, settings):
         Sampler(
             "ACS (tuned)",
             lambda: nx.ACS(model, num_tuning_chains=settings.num_tuning_chains),
+            ("accept_prob",),
+            one_per_step,
+            acs_tuning_evaluations(settings.num_tuning_chains),
+        ),
+        Sampler(
+            "ACS (tuned, jump rule)",
+            lambda: nx.ACS(
+                model,
+                num_tuning_chains=settings.num_tuning_chains,
+                tuning_settings={"alpha_max_rule": "jump"},
+            ),
             ("accept_prob",),
             one_per_step,
             acs_tuning_evaluations(settings.num_tuning_chains),
@@ -500,9 +517,6 @@ PAPER_SPACING = 75
 PAPER_ALPHA_MAX = 1575.0
 GRID_ALPHA_MIN = 3.0
 GRID_STEPS_PER_CYCLE = 20
-# Where the tuner's alpha_max search starts on the ordinal target (the paper's 5 is for binary
-# coordinates; spec P5).
-GRID_ALPHA_CEIL = 1575.0
 
 
 class GridTarget(NamedTuple):
@@ -510,6 +524,7 @@ class GridTarget(NamedTuple):
     title: str
     grid: targets.MultimodalGrid
     spacing: int
+    neighbour_distance: float  # between neighbouring mode centres
     probabilities: np.ndarray  # (N, N)
     cells: np.ndarray  # (N, N): index of the nearest mode
     mode_weights: np.ndarray  # (L,): exact mass of each mode's cell
@@ -517,21 +532,35 @@ class GridTarget(NamedTuple):
 
 def make_grid_target(name):
     """``grid_even`` / ``grid_uneven``: spec C8's CPU size (spacing 25, N = 150);
-    ``..._paper``: the paper's size (spacing 75, N = 450, 202,500 states)."""
+    ``..._paper``: the paper's size (spacing 75, N = 450, 202,500 states); ``diagonal_paper``:
+    the paper's size with 5 modes on the diagonal (spacing 75 along each axis, neighbours 106
+    apart), one mode per row and column, each as wide as the paper's."""
     uneven = name.startswith("grid_uneven")
-    spacing, num_values = (PAPER_SPACING, 450) if name.endswith("_paper") else (25, 150)
-    grid = targets.make_multimodal_grid(spacing=spacing, num_values=num_values, uneven=uneven)
+    if name == "diagonal_paper":
+        spacing, num_values = PAPER_SPACING, 450
+        # sigma^2 L = 3.75 as in the paper's 25-mode target, so each mode is as wide.
+        grid = targets.make_multimodal_grid(
+            5, spacing, num_values, sigma2=0.15 * 25 / 5, layout="diagonal"
+        )
+        neighbour_distance = spacing * np.sqrt(2.0)
+    else:
+        spacing, num_values = (PAPER_SPACING, 450) if name.endswith("_paper") else (25, 150)
+        grid = targets.make_multimodal_grid(spacing=spacing, num_values=num_values, uneven=uneven)
+        neighbour_distance = float(spacing)
     values = np.arange(grid.num_values)
     states = np.stack(np.meshgrid(values, values, indexing="ij"), -1)
     cells, _ = targets.multimodal_grid_nearest_mode(grid, states)
     probabilities = targets.multimodal_grid_probabilities(grid)
     mode_weights = np.bincount(cells.ravel(), probabilities.ravel(), len(grid.modes))
     kind = "uneven modes (top-left weight 1.0, others 0.4, sigma^2 0.2)" if uneven else "even"
+    layout = "on the diagonal" if name == "diagonal_paper" else "on a square grid"
     title = (
-        f"Synthetic 2-D ordinal, {len(grid.modes)} modes, spacing {spacing}, "
+        f"Synthetic 2-D ordinal, {len(grid.modes)} modes {layout}, spacing {spacing}, "
         f"N={grid.num_values}, {kind}"
     )
-    return GridTarget(name, title, grid, spacing, probabilities, cells, mode_weights)
+    return GridTarget(
+        name, title, grid, spacing, neighbour_distance, probabilities, cells, mode_weights
+    )
 
 
 def grid_variable(grid):
@@ -591,16 +620,50 @@ def tune_dmala_step_size(grid, settings, key):
     return best[0], best[1], evaluations
 
 
-def tune_acs_grid(grid, settings, key):
-    """The paper's tuner (``nx.discrete.tune_schedule``) on ``grid_chains`` chains all started
-    in the top-left mode, ``alpha_ceil`` = :data:`GRID_ALPHA_CEIL`. Returns the result and the
-    tuning evaluations per chain."""
-    variables, evaluate, states = grid_core(grid, settings.grid_chains)
-    tuning_settings = discrete.TuningSettings(alpha_ceil=GRID_ALPHA_CEIL)
-    result, _ = jax.jit(
-        lambda k, s: discrete.tune_schedule(k, s, evaluate, variables, tuning_settings)
-    )(key, states)
-    return result, 1 + discrete.tuning_cost(tuning_settings)
+def run_grid_tuned(target, settings, key, rule):
+    """ACS tuned as ``nx.ACS`` tunes by default: per chain, the tuner
+    (``nx.discrete.tune_schedule``, default settings but ``alpha_max_rule=rule``) on
+    ``num_tuning_chains`` copies, here all started in the top-left mode; then every chain
+    restarts in the mode and runs ``grid_steps`` steps with its own frozen schedule (the
+    functional core, vectorised over chains). Returns ``(draws (chains, steps, 2), mean
+    acceptance, evaluations per chain, note)``."""
+    grid, chains, copies = target.grid, settings.grid_chains, settings.num_tuning_chains
+    variables, evaluate, starts = grid_core(grid, chains)
+    tuning_settings = discrete.TuningSettings(alpha_max_rule=rule)
+
+    def tune(key, start):
+        copies_of_chain = jax.tree.map(lambda leaf: jnp.repeat(leaf[None], copies, 0), start)
+        return discrete.tune_schedule(key, copies_of_chain, evaluate, variables, tuning_settings)[0]
+
+    def run(key, start, schedule):
+        def one(chain, inputs):
+            step_key, k = inputs
+            s = schedule.step_sizes.shape[0]
+            chain, accept = discrete.acs_step(
+                step_key,
+                chain,
+                schedule.step_sizes[k % s],
+                schedule.balancing[k % s],
+                evaluate,
+                variables,
+            )
+            return chain, (chain.indices["x"], accept)
+
+        inputs = (jax.random.split(key, settings.grid_steps), jnp.arange(settings.grid_steps))
+        return jax.lax.scan(one, start, inputs)[1]
+
+    tune_keys, run_keys = jnp.split(jax.random.split(key, 2 * chains), 2)
+    with tb.compile_clock(f"grid ACS tuned ({rule})"):
+        results = jax.jit(jax.vmap(tune))(tune_keys, starts)
+        draws, accept = jax.jit(jax.vmap(run))(run_keys, starts, results.schedule)
+        draws = np.asarray(draws)
+    cost = copies * (discrete.tuning_cost(tuning_settings) + 1)
+    note = (
+        f"{copies} tuning copies per chain; alpha_max {fmt_range(results.alpha_max)}, alpha_min "
+        f"{fmt_range(results.alpha_min)} (median {float(jnp.median(results.alpha_max)):.3g} -> "
+        f"{float(jnp.median(results.alpha_min)):.3g}); tuner {cost} per chain"
+    )
+    return draws, float(jnp.mean(accept)), cost + settings.grid_steps, note
 
 
 def run_grid_acs(target, settings, key, label, schedule):
@@ -716,23 +779,19 @@ def benchmark_grid(name, settings, seed):
     budget_sweeps = max(1, round(steps / per_sweep))
 
     def acs_fixed():
-        alpha_max = PAPER_ALPHA_MAX * (target.spacing / PAPER_SPACING) ** 2
+        alpha_max = PAPER_ALPHA_MAX * (target.neighbour_distance / PAPER_SPACING) ** 2
         step_sizes = discrete.cyclical_step_sizes(alpha_max, GRID_ALPHA_MIN, GRID_STEPS_PER_CYCLE)
         schedule = (np.asarray(step_sizes), np.full(GRID_STEPS_PER_CYCLE, 0.5))
         draws, accept = run_grid_acs(target, settings, keys[0], "grid ACS fixed", schedule)
         note = f"alpha {alpha_max:.0f} -> {GRID_ALPHA_MIN:g}, beta 0.5, s = {GRID_STEPS_PER_CYCLE}"
         return draws, 1 + steps, accept, note
 
-    def acs_tuned():
-        result, tuning = tune_acs_grid(grid, settings, keys[1])
-        schedule = (np.asarray(result.schedule.step_sizes), np.asarray(result.schedule.balancing))
-        draws, accept = run_grid_acs(target, settings, keys[2], "grid ACS tuned", schedule)
-        note = (
-            f"tuned alpha {float(result.alpha_max):.3g} -> {float(result.alpha_min):.3g}, "
-            f"beta {schedule[1][0]:.2f} -> {schedule[1][-1]:.2f} (alpha_ceil "
-            f"{GRID_ALPHA_CEIL:g}); tuner {tuning} per chain, chains then restarted in the mode"
-        )
-        return draws, tuning + steps, accept, note
+    def acs_tuned(rule, stream):
+        def run():
+            draws, accept, evaluations, note = run_grid_tuned(target, settings, keys[stream], rule)
+            return draws, evaluations, accept, note
+
+        return run
 
     def dmala():
         alpha, tuned_accept, tuning = tune_dmala_step_size(grid, settings, keys[3])
@@ -755,7 +814,8 @@ def benchmark_grid(name, settings, seed):
     keys = [jax.random.fold_in(key, stream) for stream in range(8)]
     methods = {
         "ACS, fixed schedule (paper's E1 setting)": acs_fixed,
-        "ACS, tuned (nx.discrete.tune_schedule)": acs_tuned,
+        "ACS, tuned (default: jump rule)": acs_tuned("jump", 1),
+        "ACS, tuned (paper's acceptance rule)": acs_tuned("acceptance", 2),
         f"DMALA, alpha tuned to acceptance {DMALA_TARGET_ACCEPT}": dmala,
         "NumPyro DiscreteGibbs (Gibbs)": gibbs(False, steps, 5),
         "NumPyro DiscreteGibbs (random walk)": gibbs(True, steps, 6),
@@ -862,14 +922,14 @@ def targets_table(boltzmann_results, grid_results):
         acs = [row for row in rows if row.name.startswith("ACS")]
         dmala = by_name["DMALA"]
         gibbs = [row for row in rows if row.name.startswith("NumPyro") and "budget" not in row.name]
-        best = max(acs, key=lambda row: row.modes_any)
+        default = next(row for row in acs if "default" in row.name)
         lines.append(
-            f"| ACS finds all modes, all chains started in one ({target.title}) | "
+            f"| ACS (default tuning) finds all modes, all chains started in one ({target.title}) | "
             + "; ".join(
                 f"{row.name}: {row.modes_any}/{modes} (per chain {row.modes_per_chain_mean:.1f})"
                 for row in acs
             )
-            + f" | {tb.verdict(best.modes_any == modes)} |"
+            + f" | {tb.verdict(default.modes_any == modes)} |"
         )
         stays = dmala.modes_per_chain_mean < 1.5 and dmala.modes_any <= 2
         lines.append(
@@ -892,7 +952,7 @@ def targets_table(boltzmann_results, grid_results):
     for target, _, rows in boltzmann_results:
         if not target.name.startswith("rbm"):
             continue
-        acs, dmala = rows[0], rows[1]
+        acs, dmala = rows[0], next(row for row in rows if row.run.name.startswith("DMALA"))
         lines.append(
             f"| ACS min ESS per evaluation >= DMALA's ({target.title}; tuning and warm-up "
             f"counted) | {fmt(acs.per_thousand(acs.ess_min))} vs "

@@ -57,6 +57,7 @@ __all__ = [
     "make_boltzmann_relaxation",
     "make_linear_regression_data",
     "radon_model",
+    "MULTIMODAL_LAYOUTS",
     "MultimodalGrid",
     "make_multimodal_grid",
     "multimodal_grid_log_density",
@@ -675,6 +676,11 @@ class MultimodalGrid(NamedTuple):
     scale: float
 
 
+#: Where :func:`make_multimodal_grid` puts the modes: ``"grid"`` (the paper's square grid) or
+#: ``"diagonal"`` (one mode per row and column).
+MULTIMODAL_LAYOUTS = ("grid", "diagonal")
+
+
 def make_multimodal_grid(
     modes_per_side=5,
     spacing=25,
@@ -683,6 +689,7 @@ def make_multimodal_grid(
     uneven=False,
     heavy_weight=1.0,
     light_weight=0.4,
+    layout="grid",
 ):
     """
     The synthetic multimodal target of the ACS paper scaled to CPU size (spec claim C8).
@@ -694,11 +701,18 @@ def make_multimodal_grid(
     ``heavy_weight`` and every other mode ``light_weight``, with ``sigma^2 = 0.2`` (the paper's
     code).
 
+    ``layout="diagonal"`` puts ``L = modes_per_side`` modes at ``(spacing (k + 1), spacing
+    (k + 1))`` instead: neighbours are ``sqrt(2) spacing`` apart, as far as on the grid, but no
+    row or column holds two modes, so a sampler that moves one coordinate at a time (Gibbs)
+    cannot step from one mode to the next, as it can along the grid's rows. The modes of
+    correlated coordinates look like this.
+
     :param int modes_per_side: ``sqrt(L)`` (paper 5).
     :param int spacing: ``Delta`` between neighbouring modes (paper 75; 25 at CPU size).
     :param int num_values: ``N`` values per coordinate (paper 450; 150 at CPU size).
     :param float sigma2: ``sigma^2``; ``None`` for the paper's 0.15 (even) or 0.2 (uneven).
     :param bool uneven: uneven mode weights (Table 3).
+    :param str layout: one of :data:`MULTIMODAL_LAYOUTS`.
     :return: :class:`MultimodalGrid`.
 
     **Example**
@@ -716,9 +730,14 @@ def make_multimodal_grid(
             f"The modes must lie inside {{0, ..., {num_values - 1}}}^2: got modes_per_side="
             f"{modes_per_side}, spacing={spacing}."
         )
+    if layout not in MULTIMODAL_LAYOUTS:
+        raise ValueError(f"layout must be one of {MULTIMODAL_LAYOUTS}, got {layout!r}.")
     centres = spacing * (np.arange(modes_per_side) + 1.0)
-    rows, columns = np.meshgrid(centres, centres, indexing="ij")
-    modes = np.stack([rows.ravel(), columns.ravel()], -1)
+    if layout == "grid":
+        rows, columns = np.meshgrid(centres, centres, indexing="ij")
+        modes = np.stack([rows.ravel(), columns.ravel()], -1)
+    else:
+        modes = np.stack([centres, centres], -1)
     weights = np.ones(len(modes))
     if uneven:
         weights[:] = light_weight

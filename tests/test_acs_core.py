@@ -12,14 +12,18 @@ import numpyro_extras as nx
 from numpyro_extras.discrete import (
     ChainState,
     DiscreteVariable,
+    TuningSettings,
     acceptance_probability,
     acs_step,
+    acs_transition,
     cosine_balancing,
     cyclical_step_sizes,
     init_chain,
     local_differences_fn,
     proposal_log_prob,
     proposal_logits,
+    squared_jump,
+    tune_schedule,
 )
 
 STEP_SETTINGS = [(0.05, 0.5), (1.0, 0.7), (5.0, 0.95), (1575.0, 0.5)]
@@ -332,3 +336,87 @@ def test_states_with_a_non_finite_gradient_stay_reachable():
     assert matrix[:, centre].sum() - matrix[centre, centre] > 0.05
     power = np.linalg.matrix_power(matrix, 4 * len(pi))
     assert np.all(power > 0), "some state cannot be reached from another"
+
+
+def test_squared_jump_is_the_proposal_distance():
+    """Squared offsets for binary and ordinal coordinates, changed coordinates for categorical
+    ones (spec eq. 5 and P11); a transition's expected jump is A times the distance moved."""
+    variables = {
+        "b": DiscreteVariable((3,), 2, "binary"),
+        "o": DiscreteVariable((2,), 10, "ordinal"),
+        "c": DiscreteVariable((2,), 4, "categorical"),
+    }
+    here = {"b": jnp.array([0, 1, 1]), "o": jnp.array([2, 7]), "c": jnp.array([0, 3])}
+    there = {"b": jnp.array([1, 1, 0]), "o": jnp.array([5, 6]), "c": jnp.array([2, 3])}
+    assert float(squared_jump(variables, here, there)) == 2 + (9 + 1) + 1
+    assert float(squared_jump(variables, here, here)) == 0
+
+    ordinal, log_density = _ordinal_target()
+    evaluate = local_differences_fn(log_density, ordinal)
+    state = init_chain(evaluate, {"x": jnp.array([3, 3])})
+    keys = jax.random.split(jax.random.PRNGKey(0), 200)
+    new_states, accept_probs, jumps = jax.vmap(
+        lambda key: acs_transition(key, state, 2.0, 0.6, evaluate, ordinal)
+    )(keys)
+    same_states, same_accepts = jax.vmap(
+        lambda key: acs_step(key, state, 2.0, 0.6, evaluate, ordinal)
+    )(keys)
+    np.testing.assert_array_equal(new_states.indices["x"], same_states.indices["x"])
+    np.testing.assert_array_equal(accept_probs, same_accepts)
+    distances = np.sum((np.asarray(new_states.indices["x"]) - 3) ** 2, -1)
+    moved = distances > 0
+    assert moved.sum() >= 20
+    np.testing.assert_allclose(jumps[moved], accept_probs[moved] * distances[moved], rtol=1e-12)
+
+
+def _two_far_modes():
+    """Two ordinal coordinates in {0..59} with two sharp modes 39 apart along both axes."""
+    modes = jnp.array([[10.0, 10.0], [49.0, 49.0]])
+
+    def log_density(values):
+        distances = jnp.sqrt(jnp.sum((values["x"][None, :] - modes) ** 2, -1) + 1.0)
+        return jax.nn.logsumexp(-distances / 2.0)
+
+    return {"x": DiscreteVariable((2,), 60, "ordinal")}, log_density
+
+
+def test_jump_rule_keeps_the_step_that_crosses_between_modes():
+    """From chains all in one of two far modes, the paper's acceptance rule picks an alpha_max
+    whose moves stay in the mode; the jump rule keeps a step whose rarely accepted moves land in
+    the other mode, and every chain run with its schedule visits both modes."""
+    variables, log_density = _two_far_modes()
+    evaluate = local_differences_fn(log_density, variables)
+    starts = {"x": jnp.full((16, 2), 10, jnp.int32)}
+    copies = jax.vmap(functools.partial(init_chain, evaluate))(starts)
+
+    def tuned(rule):
+        settings = TuningSettings(alpha_max_rule=rule)
+        return jax.jit(lambda k, c: tune_schedule(k, c, evaluate, variables, settings)[0])(
+            jax.random.PRNGKey(0), copies
+        )
+
+    by_acceptance, by_jump = tuned("acceptance"), tuned("jump")
+    assert float(by_jump.alpha_max) > 5 * float(by_acceptance.alpha_max)
+    assert float(by_jump.accept_at_max) < float(by_acceptance.accept_at_max)
+
+    def run(schedule):
+        steps, betas = schedule.step_sizes, schedule.balancing
+
+        def one(chains, inputs):
+            key, k = inputs
+            keys = jax.random.split(key, 16)
+            step = lambda key, chain: acs_step(  # noqa: E731
+                key, chain, steps[k % 20], betas[k % 20], evaluate, variables
+            )[0]
+            chains = jax.vmap(step)(keys, chains)
+            return chains, chains.indices["x"][:, 0]
+
+        inputs = (jax.random.split(jax.random.PRNGKey(1), 2000), jnp.arange(2000))
+        return np.asarray(jax.jit(lambda c: jax.lax.scan(one, c, inputs)[1])(copies))
+
+    in_far_mode = run(by_jump.schedule) > 29.5  # (steps, chains)
+    assert np.all(in_far_mode.any(0)) and np.all((~in_far_mode).any(0))
+    # By symmetry each mode holds half the mass; 16 chains x 2000 steps estimate it.
+    assert abs(in_far_mode.mean() - 0.5) < 0.2
+    trapped = run(by_acceptance.schedule) > 29.5
+    assert trapped.mean() < 0.01

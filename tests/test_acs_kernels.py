@@ -57,7 +57,7 @@ def test_rbm_marginals_and_tuner_claims():
     its 4096 states; the tuner's claims of spec C7 in a small size."""
     machine = nx.random_rbm(jax.random.PRNGKey(1), 8, 4, inverse_temperature=4.0, units="binary")
     # alpha_ceil above the paper's 5: on 12 units even alpha = 5 accepts more than rho* = 0.5.
-    kernel = nx.ACS(nx.rbm_model, alpha_ceil=50.0)
+    kernel = nx.ACS(nx.rbm_model, alpha_ceil=50.0, tuning_settings={"alpha_max_rule": "acceptance"})
     mcmc = _run(kernel, machine, extra_fields=("accept_prob", "alpha", "beta"))
     samples = mcmc.get_samples(group_by_chain=True)
     assert samples["v"].dtype == jnp.result_type(int) and samples["v"].shape == (4, 2000, 8)
@@ -316,7 +316,14 @@ def test_bad_input():
     with pytest.raises(ValueError, match="beta_min <= beta_max"):
         nx.ACS(_tiny_model, beta_max=1.2)
     with pytest.raises(ValueError, match="alpha_floor < alpha_ceil"):
-        nx.ACS(_tiny_model, alpha_floor=10.0)
+        nx.ACS(_tiny_model, alpha_floor=10.0, alpha_ceil=5.0)
+    # Without alpha_ceil the ceiling depends on the model's sites: checked when the tuner runs.
+    with pytest.raises(ValueError, match="alpha_floor < alpha_ceil"):
+        MCMC(nx.ACS(_tiny_model, alpha_floor=10.0), num_warmup=1, num_samples=1).run(
+            jax.random.PRNGKey(0)
+        )
+    with pytest.raises(ValueError, match="alpha_max_rule"):
+        nx.ACS(_tiny_model, tuning_settings={"alpha_max_rule": "largest"})
     with pytest.raises(ValueError, match="grad_mode"):
         nx.ACS(_tiny_model, grad_mode="fast")
     with pytest.raises(ValueError, match="inner_kernel must be"):

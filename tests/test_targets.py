@@ -436,3 +436,26 @@ def test_multimodal_grid_matches_its_formula_and_is_normalised():
     # The distance has a kink at each centre: the gradient there must be finite.
     gradient = jax.grad(lambda x: multimodal_grid_log_density(grid, x))(jnp.array([50.0, 75.0]))
     assert np.all(np.isfinite(np.asarray(gradient)))
+
+
+def test_multimodal_diagonal_layout_has_one_mode_per_row():
+    """The diagonal layout's premise, exactly: given one coordinate at a mode centre, the
+    conditional of the other holds the other modes' mass only below 1e-5, so a one-coordinate
+    (Gibbs) update almost never leaves the mode; on the grid layout it holds a whole row."""
+    diagonal = make_multimodal_grid(8, 50, 450, sigma2=0.15 * 25 / 8, layout="diagonal")
+    assert diagonal.modes.shape == (8, 2)
+    assert len(set(diagonal.modes[:, 0])) == len(set(diagonal.modes[:, 1])) == 8
+
+    def other_modes_mass_in_row(grid, mode):
+        probabilities = multimodal_grid_probabilities(grid)
+        row = probabilities[int(grid.modes[mode][0])]
+        conditional = row / row.sum()
+        columns = np.arange(grid.num_values)
+        own = np.abs(columns - grid.modes[mode][1]) <= grid.num_values // 2 // len(grid.modes)
+        return conditional[~own].sum()
+
+    assert max(other_modes_mass_in_row(diagonal, m) for m in range(8)) < 1e-5
+    grid = make_multimodal_grid(5, spacing=75, num_values=450)
+    assert other_modes_mass_in_row(grid, 0) > 0.5
+    with pytest.raises(ValueError, match="layout"):
+        make_multimodal_grid(layout="rotated")

@@ -12,12 +12,14 @@ from numpyro_extras.discrete.proposal import (
     DiscreteVariable,
     acceptance_probability,
     acs_step,
+    acs_transition,
     decode,
     encode,
     init_chain,
     local_differences_fn,
     proposal_log_prob,
     proposal_logits,
+    squared_jump,
 )
 from numpyro_extras.discrete.schedule import (
     CyclicalSchedule,
@@ -25,14 +27,18 @@ from numpyro_extras.discrete.schedule import (
     cyclical_step_sizes,
 )
 from numpyro_extras.discrete.tuning import (
+    ALPHA_MAX_RULES,
     TuningResult,
     TuningSettings,
+    default_alpha_ceil,
+    default_alpha_max_rule,
     tune_schedule,
     tuning_cost,
 )
 
 __all__ = [
     "ACS",
+    "ALPHA_MAX_RULES",
     "ACSState",
     "DMALA",
     "GRAD_MODES",
@@ -44,14 +50,18 @@ __all__ = [
     "TuningSettings",
     "acceptance_probability",
     "acs_step",
+    "acs_transition",
     "cosine_balancing",
     "cyclical_step_sizes",
     "decode",
+    "default_alpha_ceil",
+    "default_alpha_max_rule",
     "encode",
     "init_chain",
     "local_differences_fn",
     "proposal_log_prob",
     "proposal_logits",
+    "squared_jump",
     "tune_schedule",
     "tuning_cost",
 ]

@@ -183,8 +183,9 @@ class ACS(MCMCKernel):
     :param float target_accept_prob: ``rho*`` of the tuner (paper 0.5).
     :param float beta_max: balancing exponent of the first step of a cycle (paper 0.95).
     :param float beta_min: balancing exponent of the last steps (0.5).
-    :param float alpha_ceil: start of the ``alpha_max`` search (paper 5; ordinal targets need
-        far more).
+    :param float alpha_ceil: start of the ``alpha_max`` search; ``None``:
+        :func:`~numpyro_extras.discrete.default_alpha_ceil` (the paper's 5, more for ordinal
+        variables).
     :param float alpha_floor: start of the ``alpha_min`` search (paper 0.05).
     :param dict tuning_settings: any other :class:`~numpyro_extras.discrete.TuningSettings`
         field (``budget``, ``zeta``, ``test_steps``, ...).
@@ -217,7 +218,7 @@ class ACS(MCMCKernel):
         target_accept_prob=0.5,
         beta_max=0.95,
         beta_min=0.5,
-        alpha_ceil=5.0,
+        alpha_ceil=None,
         alpha_floor=0.05,
         tuning_settings=None,
         num_tuning_chains=8,
@@ -248,7 +249,7 @@ class ACS(MCMCKernel):
             target_accept_prob=float(target_accept_prob),
             beta_max=float(beta_max),
             beta_min=float(beta_min),
-            alpha_ceil=float(alpha_ceil),
+            alpha_ceil=None if alpha_ceil is None else float(alpha_ceil),
             alpha_floor=float(alpha_floor),
             **(tuning_settings or {}),
         )

@@ -30,6 +30,8 @@ __all__ = [
     "proposal_log_prob",
     "init_chain",
     "acs_step",
+    "acs_transition",
+    "squared_jump",
     "acceptance_probability",
 ]
 
@@ -134,6 +136,26 @@ def _distances(variable: DiscreteVariable, index):
     if variable.kind in ("binary", "ordinal"):
         return (offset**2).astype(_float_dtype())
     return (offset != 0).astype(_float_dtype())
+
+
+def squared_jump(variables: dict, indices: dict, other: dict) -> jax.Array:
+    """The proposal's distance between two states, summed over coordinates (spec eq. 5):
+    squared differences for binary and ordinal coordinates, the number of changed coordinates
+    for categorical and one-hot ones (spec P11).
+
+    :param dict variables: name -> :class:`DiscreteVariable`.
+    :param dict indices: name -> integer array, one state.
+    :param dict other: name -> integer array, the other state.
+    :return: scalar.
+    """
+    total = jnp.zeros((), _float_dtype())
+    for name, variable in variables.items():
+        offset = (other[name] - indices[name]).astype(_float_dtype())
+        if variable.kind in ("binary", "ordinal"):
+            total = total + jnp.sum(offset**2)
+        else:
+            total = total + jnp.sum(offset != 0)
+    return total
 
 
 def _sanitize(differences, index):
@@ -282,6 +304,23 @@ def acs_step(
         state = init_chain(evaluate, {"x": jnp.zeros(10, jnp.int32)})
         state, accept_prob = acs_step(key, state, 0.5, 0.5, evaluate, variables)  # DMALA
     """
+    new_state, accept_prob, _ = acs_transition(
+        rng_key, state, alpha, beta, evaluate_fn, variables, mh
+    )
+    return new_state, accept_prob
+
+
+def acs_transition(
+    rng_key, state: ChainState, alpha, beta, evaluate_fn: Callable, variables: dict, mh=True
+) -> tuple[ChainState, jax.Array, jax.Array]:
+    """:func:`acs_step`, also returning the expected squared jump of the transition.
+
+    The expected squared jump is ``A(theta' | theta) D(theta', theta)``, with ``D`` the
+    distance of the proposal (:func:`squared_jump`): its mean over chains is the Rao-Blackwellised
+    expected squared jump distance that the tuner's ``alpha_max_rule="jump"`` maximises.
+
+    :return: ``(new_state, acceptance_probability, expected_squared_jump)``.
+    """
     proposal_key, accept_key = jax.random.split(rng_key)
     forward_logits = proposal_logits(variables, state.indices, state.differences, alpha, beta)
     names = list(variables)
@@ -297,7 +336,8 @@ def acs_step(
         accept_prob = jnp.isfinite(proposed_state.log_density).astype(_float_dtype())
     accept = jax.random.uniform(accept_key, dtype=_float_dtype()) < accept_prob
     new_state = jax.tree.map(lambda new, old: jnp.where(accept, new, old), proposed_state, state)
-    return new_state, accept_prob
+    jump = accept_prob * squared_jump(variables, state.indices, proposed)
+    return new_state, accept_prob, jump
 
 
 def acceptance_probability(

@@ -7,31 +7,49 @@ batch's final states. Its draws are warm-up draws and are never kept (spec P9).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from numpyro_extras.discrete.proposal import ChainState, acs_step
+from numpyro_extras.discrete.proposal import ChainState, acs_transition
 from numpyro_extras.discrete.schedule import (
     CyclicalSchedule,
     cosine_balancing,
     cyclical_step_sizes,
 )
 
-__all__ = ["TuningSettings", "TuningResult", "tune_schedule", "tuning_cost"]
+__all__ = [
+    "ALPHA_MAX_RULES",
+    "TuningSettings",
+    "TuningResult",
+    "default_alpha_ceil",
+    "default_alpha_max_rule",
+    "tune_schedule",
+    "tuning_cost",
+]
+
+#: How the tuner picks ``alpha_max`` among the step sizes its downward search tries:
+#: ``"acceptance"``: the one whose acceptance is closest to ``rho*`` (the paper's Alg. 4);
+#: ``"jump"``: the one with the largest expected squared jump distance
+#: ``E[A(theta' | theta) D(theta', theta)]``, which keeps a large step whose rare accepted
+#: moves cross between modes (the paper sets ``alpha_max`` by hand for such targets).
+#: ``None`` in :class:`TuningSettings` chooses by the variables (:func:`default_alpha_max_rule`).
+ALPHA_MAX_RULES = ("acceptance", "jump")
 
 
 class TuningSettings(NamedTuple):
-    """Every constant of the tuner; defaults are the ACS paper's (spec section 3 table).
+    """Every constant of the tuner; defaults are the ACS paper's (spec section 3 table), except
+    that ``alpha_ceil`` and ``alpha_max_rule`` default to choices by the variables (``None``).
 
     :param int steps_per_cycle: ``s`` (paper 20 for sampling).
     :param float target_accept_prob: ``rho*`` (paper 0.5).
     :param float beta_max: balancing exponent at ``alpha_max`` (paper 0.95 for RBMs).
     :param float beta_min: balancing exponent at ``alpha_min`` (always 0.5).
-    :param float alpha_ceil: where the search for ``alpha_max`` starts (paper 5, spec P5;
-        ordinal spaces need far more).
+    :param float alpha_ceil: where the search for ``alpha_max`` starts (paper 5, spec P5);
+        ``None``: :func:`default_alpha_ceil` of the variables (5, or more for ordinal ones).
     :param float alpha_floor: where the search for ``alpha_min`` starts (paper 0.05).
     :param float zeta: the search's relative step ``zeta`` (paper 0.5, "insensitive").
     :param int budget: MH steps for the two step-size searches together (paper 200; 500 for
@@ -42,13 +60,15 @@ class TuningSettings(NamedTuple):
     :param int num_beta_candidates: ``t`` of Alg. 5 (paper 10).
     :param int test_steps: MH steps per candidate; acceptance is averaged over them and the
         chains (spec P8).
+    :param str alpha_max_rule: one of :data:`ALPHA_MAX_RULES`; ``None``:
+        :func:`default_alpha_max_rule` of the variables.
     """
 
     steps_per_cycle: int = 20
     target_accept_prob: float = 0.5
     beta_max: float = 0.95
     beta_min: float = 0.5
-    alpha_ceil: float = 5.0
+    alpha_ceil: float | None = None
     alpha_floor: float = 0.05
     zeta: float = 0.5
     budget: int = 500
@@ -57,6 +77,7 @@ class TuningSettings(NamedTuple):
     num_alpha_candidates: int = 5
     num_beta_candidates: int = 10
     test_steps: int = 1
+    alpha_max_rule: str | None = None
 
     def validate(self) -> TuningSettings:
         """Raise a ValueError naming the first bad setting; return self."""
@@ -71,7 +92,11 @@ class TuningSettings(NamedTuple):
                 "Need 0.5 <= beta_min <= beta_max <= 1 (spec P20), got "
                 f"beta_min={self.beta_min}, beta_max={self.beta_max}."
             )
-        if not 0.0 < self.alpha_floor < self.alpha_ceil:
+        if self.alpha_max_rule is not None and self.alpha_max_rule not in ALPHA_MAX_RULES:
+            raise ValueError(
+                f"alpha_max_rule must be one of {ALPHA_MAX_RULES}, got {self.alpha_max_rule!r}."
+            )
+        if not 0.0 < self.alpha_floor < (math.inf if self.alpha_ceil is None else self.alpha_ceil):
             raise ValueError(
                 "Need 0 < alpha_floor < alpha_ceil, got "
                 f"alpha_floor={self.alpha_floor}, alpha_ceil={self.alpha_ceil}."
@@ -123,6 +148,42 @@ def tuning_cost(settings: TuningSettings) -> int:
     return burnin + (searches + balancing) * int(settings.test_steps)
 
 
+def default_alpha_ceil(variables: dict) -> float:
+    """Where the ``alpha_max`` search starts when ``alpha_ceil`` is not given.
+
+    5 (the paper's, spec P5) for binary, categorical and one-hot coordinates, where a step of
+    5 already proposes moves nearly by ``exp(beta Delta)`` alone. An ordinal coordinate with
+    ``K`` values can move ``K - 1``; ``(K - 1)^2 / 4`` makes a jump across half its range cost
+    half a nat in the proposal (the paper's hand-set 1575 on 450 values is of this kind), so
+    the downward search can start above every useful step.
+
+    :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
+    :return: float.
+    """
+    ceiling = 5.0
+    for variable in variables.values():
+        if variable.kind == "ordinal":
+            ceiling = max(ceiling, (variable.num_values - 1) ** 2 / 4.0)
+    return ceiling
+
+
+def default_alpha_max_rule(variables: dict) -> str:
+    """``"jump"`` when a variable is ordinal, else ``"acceptance"`` (the paper's Alg. 4).
+
+    An ordinal coordinate can move far in one step, and a step that crosses between its modes
+    is accepted rarely: acceptance near ``rho*`` picks a step that never crosses (measured on
+    the ACS paper's synthetic grid: 9 of 25 modes against 24 with the jump rule, all chains
+    started in one). A binary or categorical coordinate moves by one value at most, and there the
+    jump rule's lower acceptance cost effective samples (docs/benchmarks.md: about 15% less ESS
+    per evaluation on an RBM).
+
+    :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
+    :return: one of :data:`ALPHA_MAX_RULES`.
+    """
+    ordinal = any(variable.kind == "ordinal" for variable in variables.values())
+    return "jump" if ordinal else "acceptance"
+
+
 def _take(tree, index):
     return jax.tree.map(lambda leaf: leaf[index], tree)
 
@@ -143,7 +204,10 @@ def tune_schedule(
        downward at ``beta_max`` (acceptance is non-monotone in alpha, so the search starts from
        above). Each round tries ``t`` candidates from the same states, each for ``test_steps``
        MH steps, and keeps the one whose mean acceptance probability is closest to ``rho*``
-       (spec P8: probabilities, not 0/1 accepts).
+       (spec P8: probabilities, not 0/1 accepts). With ``alpha_max_rule="jump"`` (the default
+       for ordinal variables, :func:`default_alpha_max_rule`) the downward search runs the same
+       way, but ``alpha_max`` is the candidate it tried with the largest expected squared jump
+       ``E[A D]`` (:func:`~numpyro_extras.discrete.acs_transition`), not the last one.
     3. The step sizes of the corrected eq. 7.
     4. EstimateBalSched (Alg. 5 with spec P7): ``beta_0 = beta_max``; for ``k = 1..s-2`` the
        ``beta`` in ``linspace(beta_min, beta_{k-1}, t)`` with the highest mean acceptance at
@@ -154,7 +218,8 @@ def tune_schedule(
     :param ChainState states: a batch of chains (leading axis), e.g. ``jax.vmap(init_chain)``.
     :param evaluate_fn: ``indices -> (U, differences)`` for ONE chain.
     :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
-    :param TuningSettings settings: the tuner's constants (``None``: the paper's defaults).
+    :param TuningSettings settings: the tuner's constants (``None``: the paper's defaults, with
+        ``alpha_ceil`` and ``alpha_max_rule`` chosen by the variables).
     :return: ``(TuningResult, final_states)``; the tuner takes :func:`tuning_cost` steps.
 
     **Example:**
@@ -166,6 +231,11 @@ def tune_schedule(
         result.schedule.step_sizes, result.schedule.balancing
     """
     settings = (TuningSettings() if settings is None else settings).validate()
+    if settings.alpha_ceil is None:
+        settings = settings._replace(alpha_ceil=default_alpha_ceil(variables)).validate()
+    if settings.alpha_max_rule is None:
+        settings = settings._replace(alpha_max_rule=default_alpha_max_rule(variables))
+    jump_rule = settings.alpha_max_rule == "jump"
     dtype = jnp.result_type(float)
     s = int(settings.steps_per_cycle)
     target = settings.target_accept_prob
@@ -173,20 +243,22 @@ def tune_schedule(
     def batch_step(key, batch, alpha, beta, mh=True):
         keys = jax.random.split(key, jax.tree.leaves(batch.log_density)[0].shape[0])
         return jax.vmap(
-            lambda k, state: acs_step(k, state, alpha, beta, evaluate_fn, variables, mh)
+            lambda k, state: acs_transition(k, state, alpha, beta, evaluate_fn, variables, mh)
         )(keys, batch)
 
     def run_steps(key, batch, alpha, beta):
-        """``test_steps`` MH steps; the mean acceptance probability over steps and chains."""
+        """``test_steps`` MH steps; the mean acceptance probability and expected squared jump
+        over steps and chains."""
 
         def one(carry, step_key):
-            batch, total = carry
-            batch, accept_prob = batch_step(step_key, batch, alpha, beta)
-            return (batch, total + jnp.mean(accept_prob)), None
+            batch, accept_total, jump_total = carry
+            batch, accept_prob, jump = batch_step(step_key, batch, alpha, beta)
+            return (batch, accept_total + jnp.mean(accept_prob), jump_total + jnp.mean(jump)), None
 
         keys = jax.random.split(key, settings.test_steps)
-        (batch, total), _ = jax.lax.scan(one, (batch, jnp.zeros((), dtype)), keys)
-        return batch, total / settings.test_steps
+        zero = jnp.zeros((), dtype)
+        (batch, accept_total, jump_total), _ = jax.lax.scan(one, (batch, zero, zero), keys)
+        return batch, accept_total / settings.test_steps, jump_total / settings.test_steps
 
     def try_candidates(key, batch, alphas, betas):
         """Every candidate from the same states (sequentially, to bound memory)."""
@@ -220,8 +292,14 @@ def tune_schedule(
     fractions = jnp.linspace(0.0, 1.0, t)
 
     def estimate_alpha(key, batch, bound, beta, search_maximum):
+        """Alg. 4 from ``bound``; returns ``(states, alpha, acceptance at alpha)``. With the
+        jump rule and ``search_maximum``, ``alpha`` is the tried candidate with the largest
+        expected squared jump instead of the search's end point."""
+        # Which candidate the jump rule keeps: (alpha, acceptance, expected squared jump).
+        no_best = (jnp.asarray(bound, dtype), jnp.zeros((), dtype), jnp.full((), -1.0, dtype))
+
         def one_round(carry, round_key):
-            batch, bound, rho, done = carry
+            batch, bound, rho, done, best_jump = carry
             shift = settings.zeta * jnp.abs(target - rho)
             if search_maximum:
                 proposal = bound * (1.0 - shift)
@@ -230,8 +308,8 @@ def tune_schedule(
                 proposal = bound * (1.0 + shift)
                 candidates = bound + (proposal - bound) * fractions
 
-            def search(batch):
-                finals, rhos = try_candidates(
+            def search(batch, best_jump):
+                finals, rhos, jumps = try_candidates(
                     round_key, batch, candidates, jnp.full((t,), beta, dtype)
                 )
                 distance = jnp.abs(rhos - target)
@@ -242,21 +320,29 @@ def tune_schedule(
                     # go to the candidate farthest along the search, or it never leaves
                     # alpha_floor.
                     best = t - 1 - jnp.argmin(distance[::-1])
-                return _take(finals, best), candidates[best], rhos[best]
+                farthest = jnp.argmax(jumps)
+                best_jump = jax.tree.map(
+                    lambda new, old: jnp.where(jumps[farthest] > best_jump[2], new, old),
+                    (candidates[farthest], rhos[farthest], jumps[farthest]),
+                    best_jump,
+                )
+                return _take(finals, best), candidates[best], rhos[best], best_jump
 
-            def stay(batch):
-                return batch, bound, rho
+            def stay(batch, best_jump):
+                return batch, bound, rho, best_jump
 
-            batch, bound, rho = jax.lax.cond(done, stay, search, batch)
+            batch, bound, rho, best_jump = jax.lax.cond(done, stay, search, batch, best_jump)
             # The search only moves one way (down for alpha_max, up for alpha_min), so once the
             # acceptance has reached rho* it stops: noise would otherwise push it past the target
             # with no way back (the reference code's early stop, spec P6).
             reached = rho >= target if search_maximum else rho <= target
-            return (batch, bound, rho, done | reached), None
+            return (batch, bound, rho, done | reached, best_jump), None
 
         keys = jax.random.split(key, settings.rounds_per_search)
-        start = (batch, jnp.asarray(bound, dtype), jnp.zeros((), dtype), jnp.zeros((), bool))
-        (batch, bound, rho, _), _ = jax.lax.scan(one_round, start, keys)
+        start = (batch, no_best[0], no_best[1], jnp.zeros((), bool), no_best)
+        (batch, bound, rho, _, best_jump), _ = jax.lax.scan(one_round, start, keys)
+        if search_maximum and jump_rule:
+            return batch, best_jump[0], best_jump[1]
         return batch, bound, rho
 
     states, alpha_min, accept_at_min = estimate_alpha(
@@ -280,7 +366,7 @@ def tune_schedule(
 
         def search(batch):
             candidates = settings.beta_min + (beta_ceiling - settings.beta_min) * beta_fractions
-            finals, rhos = try_candidates(key, batch, jnp.full((u,), alpha, dtype), candidates)
+            finals, rhos, _ = try_candidates(key, batch, jnp.full((u,), alpha, dtype), candidates)
             best = jnp.argmax(rhos)
             return _take(finals, best), candidates[best]
 
