@@ -26,8 +26,9 @@ Energy evaluations (one evaluation of the model's log density, with or without i
 warm-up and tuning included:
 
 * ACS / DMALA: one value-and-grad per step; ACS's tuner adds ``num_tuning_chains x
-  tuning_cost`` per chain (``nx.discrete.tuning_cost``, an upper bound that vectorised chains
-  do run), plus one per tuning copy at init;
+  (tuning.num_steps + 1)`` per chain, the evaluations it made (its searches stop at the target;
+  vectorised chains also execute the skipped steps as masked lanes, up to
+  ``nx.discrete.tuning_cost``);
 * ``DiscreteGibbs``: one sweep per step, ``K - 1`` evaluations per coordinate (Gibbs; the
   current value's is cached) or 1 (random walk);
 * ``DiscreteHMCGibbs``: the sweep, plus the HMC block's refresh after the discrete sites moved
@@ -305,6 +306,7 @@ def boltzmann_runs(target, settings, seed):
             label, kernel, mcmc.last_state, model_args, settings.timing_steps
         ) * (warmup + draws)
         note = how
+        init_evaluations = sampler.init_evaluations
         if isinstance(kernel, nx.ACS) and not isinstance(kernel, nx.DMALA):
             # The tuner runs in init; a second init reuses the compiled tuner, so it is timed.
             keys = jax.random.split(jax.random.fold_in(key, 1), chains)
@@ -312,18 +314,20 @@ def boltzmann_runs(target, settings, seed):
             jax.block_until_ready(kernel.init(keys, warmup, None, model_args, {}))
             seconds += time.perf_counter() - start
             tuned = mcmc.last_state.tuning
+            copies = settings.num_tuning_chains
+            init_evaluations = copies * (float(np.mean(tuned.num_steps)) + 1)
             note = (
-                f"{how}; tuner {sampler.init_evaluations} per chain "
-                f"({settings.num_tuning_chains} copies); tuned alpha "
-                f"{fmt_range(tuned.alpha_max)} -> {fmt_range(tuned.alpha_min)}"
+                f"{how}; tuner {init_evaluations:.0f} per chain ({copies} copies x "
+                f"{fmt_range(tuned.num_steps)} steps; at most {sampler.init_evaluations}); "
+                f"tuned alpha {fmt_range(tuned.alpha_max)} -> {fmt_range(tuned.alpha_min)}"
             )
         accept = field_mean(extra, "accept_prob") if "accept_prob" in extra else float("nan")
         runs.append(
             Run(
                 sampler.name,
                 mcmc.get_samples(group_by_chain=True),
-                sampler.init_evaluations + (warmup + draws) * per_step,
-                sampler.init_evaluations + warmup * per_step,
+                init_evaluations + (warmup + draws) * per_step,
+                init_evaluations + warmup * per_step,
                 seconds,
                 accept,
                 note,
@@ -444,10 +448,18 @@ class BoltzmannRow(NamedTuple):
     max_unit_error: float
     rhat_q: float
     mean_q2: float
+    ess_q2: float
 
     @property
     def ess_min(self):
         return min(self.ess_u, self.ess_q, self.ess_units_min)
+
+    @property
+    def ess_symmetric(self):
+        """min(ESS U, ESS q^2): the statistics the mirror flip (every spin negated) leaves
+        unchanged, which measure mixing within a mode even when no chain crosses between the
+        mirror modes."""
+        return min(self.ess_u, self.ess_q2)
 
     def per_thousand(self, effective, kept_only=False):
         """ESS per 1000 energy evaluations of all chains (tuning and warm-up included, or only
@@ -488,6 +500,7 @@ def boltzmann_row(target, run, exact):
         float(np.max(np.abs(unit_means - exact["units"]))),
         float(arviz.rhat(scalars["q"])),
         float(np.mean(scalars["q2"])),
+        effective["q2"],
     )
 
 
@@ -657,11 +670,12 @@ def run_grid_tuned(target, settings, key, rule):
         results = jax.jit(jax.vmap(tune))(tune_keys, starts)
         draws, accept = jax.jit(jax.vmap(run))(run_keys, starts, results.schedule)
         draws = np.asarray(draws)
-    cost = copies * (discrete.tuning_cost(tuning_settings) + 1)
+    cost = copies * (float(jnp.mean(results.num_steps)) + 1)
     note = (
         f"{copies} tuning copies per chain; alpha_max {fmt_range(results.alpha_max)}, alpha_min "
         f"{fmt_range(results.alpha_min)} (median {float(jnp.median(results.alpha_max)):.3g} -> "
-        f"{float(jnp.median(results.alpha_min)):.3g}); tuner {cost} per chain"
+        f"{float(jnp.median(results.alpha_min)):.3g}); tuner {cost:.0f} per chain (at most "
+        f"{copies * (discrete.tuning_cost(tuning_settings) + 1)})"
     )
     return draws, float(jnp.mean(accept)), cost + settings.grid_steps, note
 
@@ -852,8 +866,8 @@ def ess_table(results):
     lines = [
         "| Target | Sampler | Evals / chain (tuning + warm-up) | Accept | ESS U | ESS q | "
         "ESS units min / median | min ESS | min ESS / 1k evals | ... kept draws only | "
-        "ESS U / 1k evals | min ESS / s | s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "ESS U / 1k evals | min(ESS U, ESS q^2) / 1k evals | min ESS / s | s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for target, _, rows in results:
         for row in rows:
@@ -864,7 +878,8 @@ def ess_table(results):
                 f"{row.ess_units_min:.0f} / {row.ess_units_median:.0f} | {row.ess_min:.0f} | "
                 f"{fmt(row.per_thousand(row.ess_min))} | "
                 f"{fmt(row.per_thousand(row.ess_min, kept_only=True))} | "
-                f"{fmt(row.per_thousand(row.ess_u))} | {fmt(row.ess_min / run.seconds)} | "
+                f"{fmt(row.per_thousand(row.ess_u))} | "
+                f"{fmt(row.per_thousand(row.ess_symmetric))} | {fmt(row.ess_min / run.seconds)} | "
                 f"{fmt(run.seconds, 2)} |"
             )
     return "\n".join(lines)
@@ -883,6 +898,11 @@ def exactness_table(results):
                 verdict = "yes"
             elif row.rhat_q > 1.05:
                 verdict = f"**no** (z > {MAX_Z:g}; chains not mixed, R-hat q > 1.05)"
+            elif abs(exact["q"]) < 1e-9 and len(set(np.sign(scalars["q"].mean(1)))) == 1:
+                verdict = (
+                    f"**no** (z > {MAX_Z:g}: every chain in the same mirror mode, where exact "
+                    "E[q] = 0; slow mixing)"
+                )
             else:
                 verdict = f"**no** (z > {MAX_Z:g} with R-hat q <= 1.05)"
             lines.append(
@@ -962,6 +982,13 @@ def targets_table(boltzmann_results, grid_results):
             f"{fmt(acs.per_thousand(acs.ess_u))} vs {fmt(dmala.per_thousand(dmala.ess_u))}) | "
             f"{tb.verdict(acs.per_thousand(acs.ess_min) >= dmala.per_thousand(dmala.ess_min))} |"
         )
+        acs_symmetric = acs.per_thousand(acs.ess_symmetric)
+        dmala_symmetric = dmala.per_thousand(dmala.ess_symmetric)
+        lines.append(
+            f"| ... of the mirror-symmetric statistics, min(ESS U, ESS q^2) ({target.title}) | "
+            f"{fmt(acs_symmetric)} vs {fmt(dmala_symmetric)} per 1k evals | "
+            f"{tb.verdict(acs_symmetric >= dmala_symmetric)} |"
+        )
     for target, _, rows in boltzmann_results:
         if target.name.endswith("cold"):
             gibbs = [row for row in rows if row.run.name.startswith("NumPyro")]
@@ -990,10 +1017,12 @@ def counting_notes(settings):
     return [
         "An energy evaluation is one evaluation of the model's log density, with or without its "
         "gradient (a value-and-grad costs more than a value: ESS per second is the tie-breaker).",
-        f"ACS: its tuner runs in `init` on {settings.num_tuning_chains} copies per chain, "
-        f"{tuning} evaluations per chain (`num_tuning_chains x (tuning_cost + 1)`, the upper "
-        "bound that vectorised chains execute), then one value-and-grad per step. DMALA: one "
-        "value-and-grad per step.",
+        f"ACS: its tuner runs in `init` on {settings.num_tuning_chains} copies per chain and "
+        "makes `num_tuning_chains x (tuning.num_steps + 1)` evaluations per chain (counted by "
+        "the tuner; its step-size searches stop once they reach the target), at most "
+        f"{tuning} (`num_tuning_chains x (tuning_cost + 1)`, which vectorised chains execute: "
+        "the skipped steps run as masked lanes of the vmapped tuner); then one value-and-grad "
+        "per step. DMALA: one value-and-grad per step.",
         "NumPyro's `DiscreteGibbs` (this NumPyro's standalone discrete kernel): a sweep over all "
         "d coordinates per step, K - 1 = 1 evaluation per binary coordinate (the current value's "
         "potential is cached). `DiscreteHMCGibbs` = `Gibbs([(DiscreteGibbs, discrete sites), "
@@ -1014,7 +1043,13 @@ def counting_notes(settings):
         "ESS: ArviZ bulk ESS over all chains of the kept draws. U = the joint log density "
         "-E(v, h); q = the order parameter (Ising: magnetisation; RBM: u1.v + w1.h with u1, w1 "
         "the top singular vectors of W, which flips sign between the two mirror modes of the "
-        "+-1 RBM); 'units' = each spin's mean. min ESS = min(ESS U, ESS q, min over units).",
+        "+-1 RBM); 'units' = each spin's mean. min ESS = min(ESS U, ESS q, min over units). "
+        "Negating every spin maps each target to itself (no fields or biases), so q and the "
+        "units' means measure how often chains cross between the two mirror modes; U and q^2 "
+        "do not change under the flip and measure mixing within a mode.",
+        "A z flag with a large ESS of q can still be slow mixing: when every chain sits in the "
+        "same mirror mode, the chains agree with one another (R-hat near 1, ESS of q large) and "
+        "all miss the other mode, which holds half the mass.",
         f"Exactness: z = abs(mean - exact) / (sd / sqrt(ESS)) for U, q, q^2 and every unit; "
         f"flagged above {MAX_Z:g}. A flag with R-hat q > 1.05 means the chains have not mixed "
         "between the modes (an exact but slow sampler), not a wrong sampler.",

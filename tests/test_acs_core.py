@@ -24,6 +24,7 @@ from numpyro_extras.discrete import (
     proposal_logits,
     squared_jump,
     tune_schedule,
+    tuning_cost,
 )
 
 STEP_SETTINGS = [(0.05, 0.5), (1.0, 0.7), (5.0, 0.95), (1575.0, 0.5)]
@@ -420,3 +421,27 @@ def test_jump_rule_keeps_the_step_that_crosses_between_modes():
     assert abs(in_far_mode.mean() - 0.5) < 0.2
     trapped = run(by_acceptance.schedule) > 29.5
     assert trapped.mean() < 0.01
+
+
+def test_tuner_counts_the_evaluations_it_makes():
+    """TuningResult.num_steps is the number of model evaluations per copy, counted here by a
+    callback inside the log density; it stays within tuning_cost (spec C11), below it when the
+    searches stop early."""
+    variables, rbm_log_density = _rbm_target()
+    calls = [0]
+
+    def log_density(values):
+        value = rbm_log_density(values)
+        jax.debug.callback(lambda u: calls.__setitem__(0, calls[0] + np.size(u)), value)
+        return value
+
+    evaluate = local_differences_fn(log_density, variables)
+    states = jax.vmap(functools.partial(init_chain, evaluate))({"v": jnp.zeros((3, 8), jnp.int32)})
+    calls[0] = 0
+    settings = TuningSettings()
+    result, _ = jax.jit(lambda k, s: tune_schedule(k, s, evaluate, variables, settings))(
+        jax.random.PRNGKey(0), states
+    )
+    jax.block_until_ready(result)
+    assert calls[0] == 3 * int(result.num_steps)
+    assert settings.num_burnin < int(result.num_steps) < tuning_cost(settings)

@@ -150,10 +150,12 @@ class ACS(MCMCKernel):
     (acceptance is averaged over them, as in the paper's batched chains): burn-in, then
     ``alpha_min`` and ``alpha_max`` with acceptance ``target_accept_prob``, then ``beta`` per
     step of the cycle (eq. 8). The schedule is then frozen: warm-up and kept draws run with it
-    (spec P9). The tuner costs ``num_tuning_chains x tuning_cost(settings)`` evaluations (8 x
-    about 770 by default: about 6,000 per chain, spec C11 asks for an overhead that is small
-    against the run); ``mcmc.last_state.tuning`` holds the schedule, ``alpha_max``,
-    ``alpha_min`` and the tuner's acceptance at both ends, per chain.
+    (spec P9). The tuner costs ``num_tuning_chains x tuning.num_steps`` evaluations per chain,
+    at most ``num_tuning_chains x tuning_cost(settings)`` (8 x about 770 by default; its
+    searches stop once they reach the target, so it is often half that; spec C11 asks for an
+    overhead that is small against the run). ``mcmc.last_state.tuning`` holds the schedule,
+    ``alpha_max``, ``alpha_min``, the tuner's acceptance at both ends and ``num_steps``, per
+    chain.
 
     **Gradients.** Bernoulli values are passed to the model as floats ``{0., 1.}`` and one-hot
     values as float vectors, so a model that uses them arithmetically (``z * a + (1 - z) * b``,
@@ -470,7 +472,12 @@ class ACS(MCMCKernel):
             else:
                 nan = jnp.full((), jnp.nan)
                 tuning = TuningResult(
-                    schedule, jnp.max(schedule.step_sizes), jnp.min(schedule.step_sizes), nan, nan
+                    schedule,
+                    jnp.max(schedule.step_sizes),
+                    jnp.min(schedule.step_sizes),
+                    nan,
+                    nan,
+                    jnp.zeros((), jnp.int32),
                 )
             chain = jax.tree.map(lambda leaf: leaf[0], copies)
             inner_state = None

@@ -130,6 +130,10 @@ class TuningResult(NamedTuple):
     :param alpha_min: the tuned smallest step size.
     :param accept_at_max: the tuner's mean acceptance at ``(alpha_max, beta_max)``.
     :param accept_at_min: the tuner's mean acceptance at ``(alpha_min, beta_min)``.
+    :param num_steps: MH steps the tuner took per chain of its batch (each one evaluation of
+        the model): at most :func:`tuning_cost`, fewer when a search reaches ``rho*`` early or
+        cycle entries are clipped to ``alpha_min``. Vectorised (vmapped) tuners still execute
+        the skipped steps as masked lanes; one chain at a time does not.
     """
 
     schedule: CyclicalSchedule
@@ -137,6 +141,7 @@ class TuningResult(NamedTuple):
     alpha_min: jax.Array
     accept_at_max: jax.Array
     accept_at_min: jax.Array
+    num_steps: jax.Array
 
 
 def tuning_cost(settings: TuningSettings) -> int:
@@ -336,19 +341,20 @@ def tune_schedule(
             # acceptance has reached rho* it stops: noise would otherwise push it past the target
             # with no way back (the reference code's early stop, spec P6).
             reached = rho >= target if search_maximum else rho <= target
-            return (batch, bound, rho, done | reached, best_jump), None
+            steps = jnp.where(done, 0, t * int(settings.test_steps))
+            return (batch, bound, rho, done | reached, best_jump), steps
 
         keys = jax.random.split(key, settings.rounds_per_search)
         start = (batch, no_best[0], no_best[1], jnp.zeros((), bool), no_best)
-        (batch, bound, rho, _, best_jump), _ = jax.lax.scan(one_round, start, keys)
+        (batch, bound, rho, _, best_jump), steps = jax.lax.scan(one_round, start, keys)
         if search_maximum and jump_rule:
-            return batch, best_jump[0], best_jump[1]
-        return batch, bound, rho
+            return batch, best_jump[0], best_jump[1], jnp.sum(steps)
+        return batch, bound, rho, jnp.sum(steps)
 
-    states, alpha_min, accept_at_min = estimate_alpha(
+    states, alpha_min, accept_at_min, min_steps = estimate_alpha(
         min_key, states, settings.alpha_floor, settings.beta_min, False
     )
-    states, alpha_max, accept_at_max = estimate_alpha(
+    states, alpha_max, accept_at_max, max_steps = estimate_alpha(
         max_key, states, settings.alpha_ceil, settings.beta_max, True
     )
     # Where rho* is reached only at tiny steps (a near-deterministic conditional: no move is
@@ -375,10 +381,11 @@ def tune_schedule(
 
         # Entries clipped to alpha_min are the exploitation phase: beta_min (spec P7).
         batch, beta = jax.lax.cond(alpha > alpha_min, search, clipped, batch)
-        return (batch, beta), beta
+        steps = jnp.where(alpha > alpha_min, u * int(settings.test_steps), 0)
+        return (batch, beta), (beta, steps)
 
     middle = step_sizes[1 : s - 1]
-    (states, _), middle_betas = jax.lax.scan(
+    (states, _), (middle_betas, balancing_steps) = jax.lax.scan(
         balancing_entry,
         (states, jnp.asarray(settings.beta_max, dtype)),
         (jax.random.split(beta_key, middle.shape[0]), middle),
@@ -390,7 +397,19 @@ def tune_schedule(
             jnp.full((1,), settings.beta_min, dtype),
         ]
     )
+    num_steps = (
+        int(settings.num_burnin)
+        + num_cycle_steps
+        + min_steps
+        + max_steps
+        + jnp.sum(balancing_steps)
+    )
     result = TuningResult(
-        CyclicalSchedule(step_sizes, balancing), alpha_max, alpha_min, accept_at_max, accept_at_min
+        CyclicalSchedule(step_sizes, balancing),
+        alpha_max,
+        alpha_min,
+        accept_at_max,
+        accept_at_min,
+        num_steps,
     )
     return result, states
