@@ -183,7 +183,9 @@ class ACS(MCMCKernel):
     :param schedule: ``(step_sizes, balancing)`` arrays of one cycle; skips the tuner.
     :param int steps_per_cycle: ``s`` (paper 20).
     :param float target_accept_prob: ``rho*`` of the tuner (paper 0.5).
-    :param float beta_max: balancing exponent of the first step of a cycle (paper 0.95).
+    :param float beta_max: balancing exponent of the first step of a cycle; ``None``:
+        :func:`~numpyro_extras.discrete.default_beta_max` (the paper's 0.95, 0.5 for ordinal
+        variables).
     :param float beta_min: balancing exponent of the last steps (0.5).
     :param float alpha_ceil: start of the ``alpha_max`` search; ``None``:
         :func:`~numpyro_extras.discrete.default_alpha_ceil` (the paper's 5, more for ordinal
@@ -218,7 +220,7 @@ class ACS(MCMCKernel):
         schedule=None,
         steps_per_cycle=20,
         target_accept_prob=0.5,
-        beta_max=0.95,
+        beta_max=None,
         beta_min=0.5,
         alpha_ceil=None,
         alpha_floor=0.05,
@@ -249,7 +251,7 @@ class ACS(MCMCKernel):
         self._settings = TuningSettings(
             steps_per_cycle=int(steps_per_cycle),
             target_accept_prob=float(target_accept_prob),
-            beta_max=float(beta_max),
+            beta_max=None if beta_max is None else float(beta_max),
             beta_min=float(beta_min),
             alpha_ceil=None if alpha_ceil is None else float(alpha_ceil),
             alpha_floor=float(alpha_floor),

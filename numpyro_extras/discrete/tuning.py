@@ -27,6 +27,8 @@ __all__ = [
     "TuningResult",
     "default_alpha_ceil",
     "default_alpha_max_rule",
+    "default_beta_max",
+    "resolve_settings",
     "tune_schedule",
     "tuning_cost",
 ]
@@ -42,11 +44,13 @@ ALPHA_MAX_RULES = ("acceptance", "jump")
 
 class TuningSettings(NamedTuple):
     """Every constant of the tuner; defaults are the ACS paper's (spec section 3 table), except
-    that ``alpha_ceil`` and ``alpha_max_rule`` default to choices by the variables (``None``).
+    that ``alpha_ceil``, ``beta_max`` and ``alpha_max_rule`` default to choices by the variables
+    (``None``; :func:`resolve_settings`).
 
     :param int steps_per_cycle: ``s`` (paper 20 for sampling).
     :param float target_accept_prob: ``rho*`` (paper 0.5).
-    :param float beta_max: balancing exponent at ``alpha_max`` (paper 0.95 for RBMs).
+    :param float beta_max: balancing exponent at ``alpha_max`` (paper 0.95 for RBMs);
+        ``None``: :func:`default_beta_max` of the variables.
     :param float beta_min: balancing exponent at ``alpha_min`` (always 0.5).
     :param float alpha_ceil: where the search for ``alpha_max`` starts (paper 5, spec P5);
         ``None``: :func:`default_alpha_ceil` of the variables (5, or more for ordinal ones).
@@ -66,7 +70,7 @@ class TuningSettings(NamedTuple):
 
     steps_per_cycle: int = 20
     target_accept_prob: float = 0.5
-    beta_max: float = 0.95
+    beta_max: float | None = None
     beta_min: float = 0.5
     alpha_ceil: float | None = None
     alpha_floor: float = 0.05
@@ -87,7 +91,8 @@ class TuningSettings(NamedTuple):
             raise ValueError(
                 f"target_accept_prob must lie in (0, 1), got {self.target_accept_prob}."
             )
-        if not 0.5 <= self.beta_min <= self.beta_max <= 1.0:
+        beta_max = 1.0 if self.beta_max is None else self.beta_max
+        if not 0.5 <= self.beta_min <= beta_max <= 1.0:
             raise ValueError(
                 "Need 0.5 <= beta_min <= beta_max <= 1 (spec P20), got "
                 f"beta_min={self.beta_min}, beta_max={self.beta_max}."
@@ -189,6 +194,41 @@ def default_alpha_max_rule(variables: dict) -> str:
     return "jump" if ordinal else "acceptance"
 
 
+def default_beta_max(variables: dict) -> float:
+    """``beta_max`` when not given: 0.5 when a variable is ordinal, else the paper's 0.95.
+
+    ``beta`` weighs the first-order change ``grad U . (v - theta)``, which is trusted over the
+    whole jump. Across a long ordinal jump that linear extrapolation is far off (on the
+    paper's synthetic grid it points every proposal back past the current mode), and the paper
+    itself ran its ordinal experiment with ``beta = 0.5`` throughout. Measured with the jump
+    rule (docs/benchmarks.md): more modes per chain on the paper's grid and its diagonal
+    variant at 0.5 than at 0.95.
+
+    :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
+    :return: float.
+    """
+    ordinal = any(variable.kind == "ordinal" for variable in variables.values())
+    return 0.5 if ordinal else 0.95
+
+
+def resolve_settings(settings: TuningSettings | None, variables: dict) -> TuningSettings:
+    """``settings`` with every ``None`` field set by the variables: :func:`default_alpha_ceil`,
+    :func:`default_beta_max` (never below ``beta_min``) and :func:`default_alpha_max_rule`.
+
+    :param TuningSettings settings: the tuner's constants (``None``: all defaults).
+    :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
+    :return: a validated :class:`TuningSettings` without ``None`` fields.
+    """
+    settings = TuningSettings() if settings is None else settings
+    if settings.alpha_ceil is None:
+        settings = settings._replace(alpha_ceil=default_alpha_ceil(variables))
+    if settings.beta_max is None:
+        settings = settings._replace(beta_max=max(default_beta_max(variables), settings.beta_min))
+    if settings.alpha_max_rule is None:
+        settings = settings._replace(alpha_max_rule=default_alpha_max_rule(variables))
+    return settings.validate()
+
+
 def _take(tree, index):
     return jax.tree.map(lambda leaf: leaf[index], tree)
 
@@ -224,7 +264,8 @@ def tune_schedule(
     :param evaluate_fn: ``indices -> (U, differences)`` for ONE chain.
     :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
     :param TuningSettings settings: the tuner's constants (``None``: the paper's defaults, with
-        ``alpha_ceil`` and ``alpha_max_rule`` chosen by the variables).
+        ``alpha_ceil``, ``beta_max`` and ``alpha_max_rule`` chosen by the variables,
+        :func:`resolve_settings`).
     :return: ``(TuningResult, final_states)``; the tuner takes :func:`tuning_cost` steps.
 
     **Example:**
@@ -235,11 +276,9 @@ def tune_schedule(
         result, states = tune_schedule(key, states, evaluate, variables)
         result.schedule.step_sizes, result.schedule.balancing
     """
-    settings = (TuningSettings() if settings is None else settings).validate()
-    if settings.alpha_ceil is None:
-        settings = settings._replace(alpha_ceil=default_alpha_ceil(variables)).validate()
-    if settings.alpha_max_rule is None:
-        settings = settings._replace(alpha_max_rule=default_alpha_max_rule(variables))
+    settings = resolve_settings(
+        (TuningSettings() if settings is None else settings).validate(), variables
+    )
     jump_rule = settings.alpha_max_rule == "jump"
     dtype = jnp.result_type(float)
     s = int(settings.steps_per_cycle)
