@@ -148,8 +148,10 @@ class ACS(MCMCKernel):
     **Tuning.** Unless ``schedule`` is given, ``init`` runs the paper's tuner (Alg. 2-5;
     :func:`~numpyro_extras.discrete.tune_schedule`) on ``num_tuning_chains`` copies per chain
     (acceptance is averaged over them, as in the paper's batched chains): burn-in, then
-    ``alpha_min`` and ``alpha_max`` with acceptance ``target_accept_prob``, then ``beta`` per
-    step of the cycle (eq. 8). The schedule is then frozen: warm-up and kept draws run with it
+    ``alpha_min`` with acceptance ``target_accept_prob``, ``alpha_max`` by the same search
+    from above (for ordinal variables the step with the largest expected squared jump instead,
+    with ``beta_max = 0.5``: :func:`~numpyro_extras.discrete.resolve_settings`), then ``beta``
+    per step of the cycle (eq. 8). The schedule is then frozen: warm-up and kept draws run with it
     (spec P9). The tuner costs ``num_tuning_chains x tuning.num_steps`` evaluations per chain,
     at most ``num_tuning_chains x tuning_cost(settings)`` (8 x about 770 by default; its
     searches stop once they reach the target, so it is often half that; spec C11 asks for an
