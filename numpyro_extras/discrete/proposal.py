@@ -129,13 +129,16 @@ def decode(variables: dict, values: dict) -> dict:
     return indices
 
 
-def _distances(variable: DiscreteVariable, index):
-    """``D(v, theta_i)`` for every value ``v``: squared for binary/ordinal, Hamming otherwise."""
-    values = jnp.arange(variable.num_values)
-    offset = values - index[..., None]
+def _distance(variable: DiscreteVariable, offset):
+    """``D`` of a coordinate moved by ``offset``: squared for binary/ordinal, Hamming otherwise."""
     if variable.kind in ("binary", "ordinal"):
         return (offset**2).astype(_float_dtype())
     return (offset != 0).astype(_float_dtype())
+
+
+def _distances(variable: DiscreteVariable, index):
+    """``D(v, theta_i)`` for every value ``v`` of every coordinate."""
+    return _distance(variable, jnp.arange(variable.num_values) - index[..., None])
 
 
 def squared_jump(variables: dict, indices: dict, other: dict) -> jax.Array:
@@ -148,14 +151,10 @@ def squared_jump(variables: dict, indices: dict, other: dict) -> jax.Array:
     :param dict other: name -> integer array, the other state.
     :return: scalar.
     """
-    total = jnp.zeros((), _float_dtype())
-    for name, variable in variables.items():
-        offset = (other[name] - indices[name]).astype(_float_dtype())
-        if variable.kind in ("binary", "ordinal"):
-            total = total + jnp.sum(offset**2)
-        else:
-            total = total + jnp.sum(offset != 0)
-    return total
+    return sum(
+        jnp.sum(_distance(variable, other[name] - indices[name]))
+        for name, variable in variables.items()
+    )
 
 
 def _sanitize(differences, index):

@@ -177,6 +177,10 @@ def default_alpha_ceil(variables: dict) -> float:
     return ceiling
 
 
+def _has_ordinal(variables: dict) -> bool:
+    return any(variable.kind == "ordinal" for variable in variables.values())
+
+
 def default_alpha_max_rule(variables: dict) -> str:
     """``"jump"`` when a variable is ordinal, else ``"acceptance"`` (the paper's Alg. 4).
 
@@ -190,8 +194,7 @@ def default_alpha_max_rule(variables: dict) -> str:
     :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
     :return: one of :data:`ALPHA_MAX_RULES`.
     """
-    ordinal = any(variable.kind == "ordinal" for variable in variables.values())
-    return "jump" if ordinal else "acceptance"
+    return "jump" if _has_ordinal(variables) else "acceptance"
 
 
 def default_beta_max(variables: dict) -> float:
@@ -207,8 +210,7 @@ def default_beta_max(variables: dict) -> float:
     :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
     :return: float.
     """
-    ordinal = any(variable.kind == "ordinal" for variable in variables.values())
-    return 0.5 if ordinal else 0.95
+    return 0.5 if _has_ordinal(variables) else 0.95
 
 
 def resolve_settings(settings: TuningSettings | None, variables: dict) -> TuningSettings:
@@ -276,9 +278,7 @@ def tune_schedule(
         result, states = tune_schedule(key, states, evaluate, variables)
         result.schedule.step_sizes, result.schedule.balancing
     """
-    settings = resolve_settings(
-        (TuningSettings() if settings is None else settings).validate(), variables
-    )
+    settings = resolve_settings(settings, variables)
     jump_rule = settings.alpha_max_rule == "jump"
     dtype = jnp.result_type(float)
     s = int(settings.steps_per_cycle)
