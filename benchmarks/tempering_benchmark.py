@@ -328,14 +328,15 @@ def negative_mode_weight(draws, weights=None):
 
 def tempering_estimates(mcmc, problem, seeds, settings, gradient_evaluations):
     """Per-seed log Z (eq. 20, pooled over the seed's chains) and bimodal mode weights."""
-    deltas = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["delta"])
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    deltas, log_zetas = np.asarray(fields["delta"]), np.asarray(fields["log_zeta"])[:, 0]
     log_weights = np.asarray(nx.target_log_weights(mcmc))
     estimates = {}
     for seed, chains in chain_groups(seeds, settings.num_chains).items():
-        evidence = nx.tempering_log_normalizer(deltas[chains], float(problem.base.log_zeta))
+        evidence = nx.tempering_log_normalizer(deltas[chains], log_zetas[chains])
         mode_weight = float("nan")
         if problem.name.startswith("bimodal"):
-            draws = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])[chains]
+            draws = np.asarray(nx.tempered_samples(mcmc, group_by_chain=True)["x"])[chains]
             mode_weight = negative_mode_weight(draws, np.exp(log_weights[chains]))
         estimates[seed] = Estimate(
             evidence.log_z, evidence.stderr, int(gradient_evaluations[chains].sum()), mode_weight

@@ -5,16 +5,37 @@ with a batch of keys ("vectorized"), then its ``sample`` many times. Every kerne
 numpyro_extras builds a pure ``init_one`` / ``step_one`` pair for one chain; this module compiles
 that pair once per build key (the model arguments' fingerprint and the warm-up length) so that a
 re-run with the same arguments does not trace and compile again.
+
+NumPyro's ``MCMC`` caches its compiled sampling loop by the kernel object and the state's shape.
+Under ``jit_model_args=True`` a second run on new data would reuse a loop traced around the old
+data's step function. Every state therefore carries a :class:`BuildTag`: a static leaf that
+differs between builds, so a rebuilt kernel changes the state's tree structure and JAX traces the
+loop again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
 import jax
 
-__all__ = ["CompiledChain", "compiled_chain"]
+__all__ = ["BuildTag", "CompiledChain", "compiled_chain"]
+
+_unique_builds = itertools.count()
+
+
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class BuildTag:
+    """A static (leafless) pytree node naming the build a chain state belongs to.
+
+    :param key: the build key, or a unique number for a build that is never reused.
+    """
+
+    key: Hashable
 
 
 class CompiledChain(NamedTuple):
@@ -26,6 +47,7 @@ class CompiledChain(NamedTuple):
     :param step_one: ``step`` of one chain (NumPyro's ``MCMC`` compiles the sampling loop).
     :param init_batch: jitted, vmapped ``init`` of a batch of chains.
     :param step_batch: vmapped ``step`` of a batch of chains.
+    :param tag: the :class:`BuildTag` the kernel puts in its states.
     """
 
     build_key: Hashable
@@ -33,6 +55,7 @@ class CompiledChain(NamedTuple):
     step_one: Callable
     init_batch: Callable
     step_batch: Callable
+    tag: BuildTag
 
     def functions(self, batched: bool) -> tuple[Callable, Callable]:
         """``(init, step)`` for a batch of chains or for one."""
@@ -44,7 +67,8 @@ def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> Compi
 
     :param previous: the kernel's last :class:`CompiledChain`, or ``None``.
     :param tuple build_key: ``(arguments fingerprint, num_warmup, ...)``.
-    :param build_fn: ``() -> (init_one, step_one)``, the kernel's pure functions for one chain.
+    :param build_fn: ``tag -> (init_one, step_one)``, the kernel's pure functions for one chain;
+        ``init_one`` puts ``tag`` (a :class:`BuildTag`) in the state it returns.
     :return: a :class:`CompiledChain`.
 
     **Example:**
@@ -56,14 +80,17 @@ def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> Compi
     """
     if previous is not None and previous.build_key == build_key and build_key[0] is not None:
         return previous
+    reusable = build_key[0] is not None
+    tag = BuildTag(build_key if reusable else ("unique build", next(_unique_builds)))
     # Under chain_method="parallel" init runs inside pmap's trace; whatever the build computes
     # from concrete values is computed now, not traced.
     with jax.ensure_compile_time_eval():
-        init_one, step_one = build_fn()
+        init_one, step_one = build_fn(tag)
     return CompiledChain(
         build_key,
         jax.jit(init_one),
         step_one,
         jax.jit(jax.vmap(init_one)),
         jax.vmap(step_one),
+        tag,
     )

@@ -69,7 +69,7 @@ def test_gaussian_target_log_z_and_moments(kernel_class):
     np.testing.assert_allclose(refitted.covariance, GAUSSIAN_COVARIANCE, atol=0.3)
     assert abs(float(refitted.log_zeta) - GAUSSIAN_LOG_Z) < 0.3
     # Target mean by eq. 21, with its delta-method Monte Carlo error from ArviZ.
-    draws = np.asarray(mcmc.get_samples(group_by_chain=True))
+    draws = np.asarray(nx.tempered_samples(mcmc, group_by_chain=True))
     log_weights = nx.target_log_weights(mcmc)
     weights = np.exp(log_weights - log_weights.max())
     mean = np.einsum("cd,cdi->i", weights, draws) / weights.sum()
@@ -89,7 +89,7 @@ BIMODAL_BASE = nx.GaussianBase(
 
 def _mode_weight_and_stderr(mcmc):
     """P(x < 0) under the target by eq. 21, with its Monte Carlo error."""
-    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    x = np.asarray(nx.tempered_samples(mcmc, group_by_chain=True)["x"])
     log_weights = nx.target_log_weights(mcmc)
     weights = np.exp(log_weights - log_weights.max())
     in_left_mode = (x < 0).astype(float)

@@ -20,9 +20,9 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.hmc import hmc
 from numpyro.infer.mcmc import MCMCKernel
-from numpyro.util import is_prng_key
+from numpyro.util import is_prng_key, not_jax_tracer
 
-from numpyro_extras.compiled_chain import compiled_chain
+from numpyro_extras.compiled_chain import BuildTag, compiled_chain
 from numpyro_extras.discrete.proposal import (
     KINDS,
     ChainState,
@@ -35,7 +35,6 @@ from numpyro_extras.discrete.proposal import (
 from numpyro_extras.discrete.schedule import check_schedule
 from numpyro_extras.discrete.tuning import TuningResult, TuningSettings, tune_schedule
 from numpyro_extras.potential import arguments_fingerprint, discrete_latent_model
-from numpyro_extras.tempering.kernels import _is_concrete
 
 __all__ = ["ACS", "ACSState", "DMALA", "GRAD_MODES"]
 
@@ -65,6 +64,7 @@ class ACSState(NamedTuple):
     :param mean_accept_prob: running mean of ``accept_prob``, restarted when warm-up ends.
     :param inner_state: the inner kernel's HMC state on the flat continuous sites (``None``
         without an inner kernel).
+    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
     """
 
@@ -77,6 +77,7 @@ class ACSState(NamedTuple):
     accept_prob: jax.Array
     mean_accept_prob: jax.Array
     inner_state: Any
+    build: BuildTag
     rng_key: jax.Array
 
 
@@ -432,7 +433,7 @@ class ACS(MCMCKernel):
 
     # --- the chain ------------------------------------------------------------------------------
 
-    def _build(self, num_warmup):
+    def _build(self, num_warmup, tag):
         target = self._target
         variables = target.variables
         schedule = self._schedule
@@ -506,6 +507,7 @@ class ACS(MCMCKernel):
                 zero,
                 zero,
                 inner_state,
+                tag,
                 rng_key,
             )
 
@@ -554,6 +556,7 @@ class ACS(MCMCKernel):
                 accept_prob,
                 mean_accept_prob,
                 inner_state,
+                state.build,
                 rng_key,
             )
 
@@ -586,7 +589,7 @@ class ACS(MCMCKernel):
         batched = not is_prng_key(rng_key)
         indices, x = self._initial_values(init_params, batched)
         self._built = compiled_chain(
-            self._built, (self._prepared_for, num_warmup), lambda: self._build(num_warmup)
+            self._built, (self._prepared_for, num_warmup), lambda tag: self._build(num_warmup, tag)
         )
         init_fn, self._step_fn = self._built.functions(batched)
         state = init_fn(rng_key, indices, x)
@@ -595,7 +598,7 @@ class ACS(MCMCKernel):
 
     def _check_initial_state(self, state):
         log_density = state.chain.log_density
-        if not _is_concrete(log_density):
+        if not not_jax_tracer(log_density):
             return
         bad = np.flatnonzero(~np.isfinite(np.reshape(np.asarray(log_density), -1)))
         if bad.size:

@@ -3,12 +3,14 @@
 from numpyro_extras.tempering.base import GaussianBase, fit_base
 from numpyro_extras.tempering.estimators import (
     BaseMomentCheck,
+    TemperingDiagnostics,
     base_moment_check,
     log_marginal_likelihood,
     plot_tempering,
     posterior_samples,
     refit_base,
     target_log_weights,
+    tempered_samples,
     tempering_diagnostics,
     tempering_log_normalizer,
     to_inference_data,
@@ -44,6 +46,8 @@ __all__ = [
     "refit_base",
     "sample_inverse_temperature",
     "target_log_weights",
+    "tempered_samples",
+    "TemperingDiagnostics",
     "tempering_diagnostics",
     "tempering_log_normalizer",
     "to_inference_data",

@@ -2,8 +2,15 @@
 
 Both kernels sample the target ``exp(-phi(x)) / Z`` together with an inverse temperature
 ``beta`` in [0, 1] that bridges a normalised base ``exp(-psi(x))`` (``beta = 0``) and the target
-(``beta = 1``). Every draw carries the Rao-Blackwellised weights of paper eqs. 20-22, from which
-:mod:`numpyro_extras.tempering.estimators` computes ``log Z`` and target expectations.
+(``beta = 1``). Every tempered draw carries the Rao-Blackwellised weights of paper eqs. 20-22,
+from which :mod:`numpyro_extras.tempering.estimators` computes ``log Z`` and target expectations.
+
+Beside the tempered chain ``(x, beta)`` each kernel keeps a target replica ``y``: after every
+transition, ``x`` and ``y`` swap places with probability
+``min(1, exp((1 - beta) (Delta(y) - Delta(x))))``, a Metropolis step on the product density
+``p(x, beta) p(y)`` (paper eq. 16 times the target). So ``y`` is an exact posterior chain, and
+it is the kernel's sample field: ``mcmc.get_samples()`` are posterior draws. ``phi``, its
+gradient and ``psi`` are cached at ``y``, so a swap costs no gradient evaluation.
 
 The functional core (``joint_tempering`` and ``gibbs_tempering``, each returning pure
 ``init``/``step`` functions on :class:`TemperingState`) sits under two thin
@@ -12,8 +19,10 @@ The functional core (``joint_tempering`` and ``gibbs_tempering``, each returning
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Callable
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import jax
@@ -23,10 +32,11 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.hmc import HMCState, hmc
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.mcmc import MCMCKernel
-from numpyro.util import is_prng_key
+from numpyro.infer.mcmc import MCMC, MCMCKernel
+from numpyro.util import is_prng_key, not_jax_tracer
 
-from numpyro_extras.compiled_chain import compiled_chain
+from numpyro_extras.compiled_chain import BuildTag, compiled_chain
+from numpyro_extras.metropolis import metropolis_accept, select
 from numpyro_extras.potential import (
     FlatModel,
     arguments_fingerprint,
@@ -38,6 +48,7 @@ from numpyro_extras.tempering.base import GaussianBase, fit_base, validate_base
 from numpyro_extras.tempering.weights import sample_inverse_temperature
 
 __all__ = [
+    "PointEvaluation",
     "TemperatureMixing",
     "TemperingState",
     "JointContinuousTempering",
@@ -46,9 +57,12 @@ __all__ = [
     "inverse_temperature",
     "joint_tempering",
     "gibbs_tempering",
+    "swap_with_replica",
+    "log_zeta_step_size",
+    "hmc_settings",
 ]
 
-# Draws with beta below / above these count as visits to the base / target end (spec 3.1).
+# Draws with beta below / above these count as visits to the base / target end.
 NEAR_BASE = 0.1
 NEAR_TARGET = 0.9
 
@@ -74,26 +88,67 @@ class TemperatureMixing(NamedTuple):
         return self.num_end_switches // 2
 
 
+class PointEvaluation(NamedTuple):
+    """``phi``, ``psi`` and their gradients at one flat point: all a swap or a new ``beta`` needs.
+
+    :param position: the flat point ``x``.
+    :param target_potential: ``phi(x)``.
+    :param target_gradient: ``grad phi(x)``.
+    :param base_potential: ``psi(x)``.
+    :param base_gradient: ``grad psi(x)``.
+    """
+
+    position: jax.Array
+    target_potential: jax.Array
+    target_gradient: jax.Array
+    base_potential: jax.Array
+    base_gradient: jax.Array
+
+    @property
+    def log_ratio(self):
+        """``phi(x) - psi(x)``, which is ``Delta(x) - log zeta``."""
+        return self.target_potential - self.base_potential
+
+    @property
+    def finite(self):
+        return jnp.isfinite(self.log_ratio) & jnp.all(jnp.isfinite(self.target_gradient))
+
+
 class TemperingState(NamedTuple):
     """State of a continuous tempering chain.
 
-    :param z: the target-space position: a dict of unconstrained site values for a model, or the
-        flat position for a ``potential_fn``. This is the ``sample_field``.
-    :param beta: inverse temperature in [0, 1].
-    :param delta: ``Delta(x) = phi(x) + log zeta - psi(x)`` (spec 2.1) at ``z``.
+    :param z: the target replica ``y``, an exact posterior draw: a dict of unconstrained site
+        values for a model, or the flat position for a ``potential_fn``. This is the
+        ``sample_field``, so ``mcmc.get_samples()`` is the posterior.
+    :param tempered_z: the tempered chain's position ``x``, in the same form as ``z``.
+    :param beta: the tempered chain's inverse temperature in [0, 1].
+    :param delta: ``Delta(x) = phi(x) + log zeta - psi(x)`` at ``tempered_z``.
+    :param log_zeta: this chain's ``log zeta``: adapted during warm-up (if enabled), then fixed.
+    :param potential_energy: ``phi(y)``, the potential of the posterior draw ``z``.
+    :param swap_accept_prob: acceptance probability of this transition's swap of ``x`` and ``y``.
+    :param replica: the :class:`PointEvaluation` at ``y``.
+    :param tempered: the :class:`PointEvaluation` at ``x``.
     :param iteration: number of transitions so far, warm-up included.
     :param inner_state: the NumPyro HMC/NUTS state the kernel moves with (on the extended space
         ``(x, u)`` for joint tempering, on ``x`` for Gibbs tempering).
     :param mixing: :class:`TemperatureMixing` counts.
+    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
     """
 
     z: Any
+    tempered_z: Any
     beta: jax.Array
     delta: jax.Array
+    log_zeta: jax.Array
+    potential_energy: jax.Array
+    swap_accept_prob: jax.Array
+    replica: PointEvaluation
+    tempered: PointEvaluation
     iteration: jax.Array
     inner_state: HMCState
     mixing: TemperatureMixing
+    build: BuildTag
     rng_key: jax.Array
 
     @property
@@ -113,13 +168,67 @@ class TemperingState(NamedTuple):
         return self.inner_state.num_steps
 
     @property
+    def energy(self):
+        return self.inner_state.energy
+
+    @property
+    def adapt_state(self):
+        return self.inner_state.adapt_state
+
+    @property
     def step_size(self):
         return self.inner_state.adapt_state.step_size
 
+    def __getattr__(self, name):
+        # Reached only for names that are neither fields nor properties: NumPyro's MCMC looks
+        # up `extra_fields` by name, so say which names exist.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(_unknown_field_message(name))
+
+    def __getitem__(self, key):
+        # NumPyro's field lookup falls back to indexing, which for a tuple would hide the
+        # message above behind "tuple indices must be integers".
+        if isinstance(key, str):
+            raise AttributeError(_unknown_field_message(key))
+        return tuple.__getitem__(self, key)
+
+
+def _unknown_field_message(name):
+    return (
+        f"A continuous tempering state has no field {name!r}. extra_fields can name: "
+        f"{', '.join(TEMPERING_FIELDS)}."
+    )
+
+
+TEMPERING_FIELDS = TemperingState._fields[:7] + (
+    "iteration",
+    "diverging",
+    "accept_prob",
+    "mean_accept_prob",
+    "num_steps",
+    "energy",
+    "step_size",
+    "adapt_state.step_size",
+    "adapt_state.inverse_mass_matrix",
+    "mixing.num_round_trips",
+)
+
 
 def inverse_temperature(temperature_control, beta_scale=1.0):
-    """``beta = sigmoid(u / s)`` (spec 2.2), the map from the unbounded control ``u`` to [0, 1]."""
+    """``beta = sigmoid(u / s)``, the map from the unbounded control ``u`` to [0, 1] (paper
+    section 4)."""
     return jax.nn.sigmoid(temperature_control / beta_scale)
+
+
+def log_zeta_step_size(iteration):
+    """Gain of the warm-up update of ``log zeta`` at ``iteration`` (1, 2, ...).
+
+    A Robbins-Monro sequence (sum diverges, sum of squares converges): about 0.5 nats at the
+    start, so a ``log zeta`` many nats off is corrected within the first hundred transitions,
+    and about 0.05 after a thousand, so it settles.
+    """
+    return 0.5 / (1.0 + iteration / 20.0) ** 0.6
 
 
 def tempered_potential(target_potential_fn, base: GaussianBase):
@@ -128,7 +237,7 @@ def tempered_potential(target_potential_fn, base: GaussianBase):
     The gradient (in ``x`` and in ``beta``, through ``jax.grad`` and ``jax.jvp``) is computed in
     the same pass as the value, from ``phi``'s gradient and ``psi``'s closed-form one: autodiff
     through the ``beta``-weighted sum costs, under ``vmap`` on CPU, about as much again as
-    ``phi``'s own gradient on a 92-dimensional model.
+    ``phi``'s own gradient.
 
     :param target_potential_fn: ``phi``, the target's potential on flat ``x``.
     :param GaussianBase base: the base density ``psi``.
@@ -164,16 +273,34 @@ def tempered_potential(target_potential_fn, base: GaussianBase):
     return potential
 
 
-def extended_potential(target_potential_fn, base: GaussianBase, beta_scale=1.0):
+def _log_jacobian(scaled_control):
+    """``-log |d beta / d u|`` up to the constant ``log s`` (paper eq. 14)."""
+    return jax.nn.softplus(-scaled_control) + jax.nn.softplus(scaled_control)
+
+
+def _extended_potential_family(target_potential_fn, base: GaussianBase, beta_scale):
+    tempered = tempered_potential(target_potential_fn, base)
+
+    def potential(extended_position, log_zeta):
+        position, temperature_control = extended_position[:-1], extended_position[-1]
+        scaled_control = temperature_control / beta_scale
+        beta = jax.nn.sigmoid(scaled_control)
+        return tempered(position, beta) + beta * log_zeta + _log_jacobian(scaled_control)
+
+    return potential
+
+
+def extended_potential(target_potential_fn, base: GaussianBase, beta_scale=1.0, log_zeta=None):
     """The potential of joint continuous tempering on the extended space ``(x, u)`` (eq. 14-15).
 
     ``U(x, u) = beta [phi(x) + log zeta] + (1 - beta) psi(x) + softplus(-u/s) + softplus(u/s)``
     with ``beta = sigmoid(u / s)``; the last two terms are ``-log |d beta / d u|`` (up to the
-    constant ``log s``), which make the implied prior on ``beta`` uniform (spec 2.3, pitfall P3).
+    constant ``log s``), which make the implied prior on ``beta`` uniform (eq. 16).
 
     :param target_potential_fn: ``phi``, the target's potential on flat ``x``.
-    :param GaussianBase base: the base density ``psi`` and ``log zeta``.
+    :param GaussianBase base: the base density ``psi``.
     :param float beta_scale: the scale ``s``.
+    :param log_zeta: ``log zeta``; default ``base.log_zeta``.
     :return: a function of the flat extended position ``concatenate([x, [u]])``, differentiable
         through :func:`tempered_potential`'s hand-written gradient.
 
@@ -184,16 +311,24 @@ def extended_potential(target_potential_fn, base: GaussianBase, beta_scale=1.0):
         potential = extended_potential(phi, base)
         jax.grad(potential)(jnp.append(x, -10.0))
     """
-    tempered = tempered_potential(target_potential_fn, base)
+    family = _extended_potential_family(target_potential_fn, base, beta_scale)
+    log_zeta = base.log_zeta if log_zeta is None else log_zeta
+    return lambda extended_position: family(extended_position, log_zeta)
 
-    def potential(extended_position):
-        position, temperature_control = extended_position[:-1], extended_position[-1]
-        scaled_control = temperature_control / beta_scale
-        beta = jax.nn.sigmoid(scaled_control)
-        log_jacobian = jax.nn.softplus(-scaled_control) + jax.nn.softplus(scaled_control)
-        return tempered(position, beta) + beta * base.log_zeta + log_jacobian
 
-    return potential
+def _joint_energy(evaluation: PointEvaluation, temperature_control, log_zeta, beta_scale):
+    """``U(x, u)`` of eq. 14 and its gradient from cached values of ``phi`` and ``psi``."""
+    scaled_control = temperature_control / beta_scale
+    beta = jax.nn.sigmoid(scaled_control)
+    delta = evaluation.log_ratio + log_zeta
+    energy = (
+        beta * (evaluation.target_potential + log_zeta)
+        + (1.0 - beta) * evaluation.base_potential
+        + _log_jacobian(scaled_control)
+    )
+    position_gradient = beta * evaluation.target_gradient + (1.0 - beta) * evaluation.base_gradient
+    control_gradient = (beta * (1.0 - beta) * delta + 2.0 * beta - 1.0) / beta_scale
+    return energy, jnp.append(position_gradient, control_gradient)
 
 
 def _initial_mixing():
@@ -216,130 +351,364 @@ def _update_mixing(mixing: TemperatureMixing, beta, counted) -> TemperatureMixin
     )
 
 
-def joint_tempering(
-    target_potential_fn, base: GaussianBase, inner_kernel: MCMCKernel, unravel_fn, beta_scale
-):
-    """Pure ``init``/``step`` of joint continuous tempering around an initialised inner kernel.
+def _point_evaluator(target_potential_fn, base: GaussianBase):
+    target_value_and_grad = jax.value_and_grad(target_potential_fn)
+    base_value_and_grad = base.potential_and_gradient()
 
-    :param target_potential_fn: ``phi`` on flat ``x``.
-    :param GaussianBase base: base density and ``log zeta``.
-    :param inner_kernel: a NumPyro kernel (HMC, NUTS, ...) built on :func:`extended_potential`.
-    :param unravel_fn: flat ``x`` -> the ``z`` stored in the state.
-    :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)``.
-    :return: ``(init_fn, step_fn)``: ``init_fn(inner_state, rng_key)`` and
-        ``step_fn(state, num_warmup)``, both for one chain.
-    """
-
-    base_potential = base.potential_function()
-
-    def state_from_inner(inner_state, iteration, mixing, rng_key):
-        position = inner_state.z[:-1]
-        beta = inverse_temperature(inner_state.z[-1], beta_scale)
-        delta = target_potential_fn(position) + base.log_zeta - base_potential(position)
-        return TemperingState(
-            unravel_fn(position), beta, delta, iteration, inner_state, mixing, rng_key
+    def evaluate(position) -> PointEvaluation:
+        target_potential, target_gradient = target_value_and_grad(position)
+        base_potential, base_gradient = base_value_and_grad(position)
+        return PointEvaluation(
+            position, target_potential, target_gradient, base_potential, base_gradient
         )
 
-    def init_fn(inner_state, rng_key):
-        return state_from_inner(inner_state, jnp.zeros((), jnp.int32), _initial_mixing(), rng_key)
+    return evaluate
+
+
+def swap_with_replica(rng_key, beta, tempered: PointEvaluation, replica: PointEvaluation):
+    """Propose to swap the tempered point ``x`` and the target replica ``y``.
+
+    The swap is a Metropolis step on ``p(x, beta) p(y)``, with ``p(x, beta)`` the joint density
+    of paper eq. 16 and ``p(y)`` the target; the ratio is
+    ``exp((1 - beta) (Delta(y) - Delta(x)))``, in which ``log zeta`` cancels. It needs only the
+    cached values, no new evaluation of ``phi``.
+
+    :param rng_key: key for the acceptance draw.
+    :param beta: the tempered chain's inverse temperature.
+    :param PointEvaluation tempered: the evaluation at ``x``.
+    :param PointEvaluation replica: the evaluation at ``y``.
+    :return: ``(tempered, replica, accept_prob)`` after the swap (or without it).
+
+    **Example:**
+
+    .. code-block:: python
+
+        tempered, replica, accept_prob = swap_with_replica(key, 0.3, evaluate(x), evaluate(y))
+    """
+    log_ratio = (1.0 - beta) * (replica.log_ratio - tempered.log_ratio)
+    accept, accept_prob = metropolis_accept(rng_key, log_ratio)
+    return select(accept, replica, tempered), select(accept, tempered, replica), accept_prob
+
+
+def _adapt_log_zeta(log_zeta, tempered: PointEvaluation, iteration, num_warmup, adapt):
+    """One Robbins-Monro step of ``log zeta`` during warm-up.
+
+    The fixed point balances the two ends of ``beta``: ``E[tanh(-Delta / 2)] = 0``, which for a
+    base proportional to the target is ``zeta = Z``, where ``p(beta = 1) / p(beta = 0) = Z / zeta``
+    (paper eq. 19) is 1. A chain stuck at ``beta`` near 0 has ``Delta > 0`` and lowers
+    ``log zeta``; one stuck near 1 raises it.
+    """
+    delta = tempered.log_ratio + log_zeta
+    updated = log_zeta + log_zeta_step_size(iteration) * jnp.tanh(-0.5 * delta)
+    in_warmup = adapt & (iteration <= num_warmup) & jnp.isfinite(updated)
+    return jnp.where(in_warmup, updated, log_zeta)
+
+
+def _rejected(previous: HMCState, moved: HMCState) -> HMCState:
+    """The inner state after a transition to a point where ``phi`` or its gradient is not finite:
+    the previous point, with the adaptation and counters moved on and the step marked divergent."""
+    return previous._replace(
+        i=moved.i,
+        adapt_state=moved.adapt_state,
+        num_steps=moved.num_steps,
+        accept_prob=jnp.zeros_like(moved.accept_prob),
+        mean_accept_prob=moved.mean_accept_prob,
+        diverging=jnp.ones_like(moved.diverging),
+        rng_key=moved.rng_key,
+    )
+
+
+def _moved_or_rejected(state: TemperingState, moved: HMCState, evaluation: PointEvaluation):
+    """The move's point, or the previous one if ``phi`` or its gradient is not finite there."""
+    finite = evaluation.finite
+    return (
+        select(finite, evaluation, state.tempered),
+        select(finite, moved, _rejected(state.inner_state, moved)),
+    )
+
+
+def _next_state(unravel_fn, state: TemperingState, num_warmup, moved_on, rng_key):
+    """The state after one transition: ``moved_on`` is ``(tempered, replica, beta, log_zeta,
+    swap_accept_prob, inner_state)``."""
+    tempered, replica, beta, log_zeta, swap_accept_prob, inner = moved_on
+    iteration = state.iteration + 1
+    mixing = _update_mixing(state.mixing, beta, iteration > num_warmup)
+    new_state = _tempering_state(
+        unravel_fn, tempered, replica, beta, log_zeta, swap_accept_prob, iteration, inner, mixing
+    )
+    return new_state._replace(build=state.build, rng_key=rng_key)
+
+
+def _tempering_state(
+    unravel_fn,
+    tempered,
+    replica,
+    beta,
+    log_zeta,
+    swap_accept_prob,
+    iteration,
+    inner,
+    mixing,
+    tag=None,
+):
+    return TemperingState(
+        z=unravel_fn(replica.position),
+        tempered_z=unravel_fn(tempered.position),
+        beta=beta,
+        delta=tempered.log_ratio + log_zeta,
+        log_zeta=log_zeta,
+        potential_energy=replica.target_potential,
+        swap_accept_prob=swap_accept_prob,
+        replica=replica,
+        tempered=tempered,
+        iteration=iteration,
+        inner_state=inner,
+        mixing=mixing,
+        build=tag,
+        rng_key=None,
+    )
+
+
+def joint_tempering(
+    target_potential_fn,
+    base: GaussianBase,
+    unravel_fn,
+    *,
+    algo="NUTS",
+    beta_scale=1.0,
+    initial_beta_logit=-10.0,
+    adapt_log_zeta=True,
+    tag=None,
+):
+    """Pure ``init``/``step`` of joint continuous tempering with a target replica.
+
+    Each step is one HMC or NUTS transition on the extended space ``(x, u)`` of paper eq. 14
+    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass, ``u``
+    included), then :func:`swap_with_replica`; during warm-up ``log zeta`` is adapted so that the
+    chain reaches both ends of ``beta``.
+
+    :param target_potential_fn: ``phi`` on flat ``x``.
+    :param GaussianBase base: base density and initial ``log zeta``.
+    :param unravel_fn: flat ``x`` -> the ``z`` stored in the state.
+    :param str algo: ``"NUTS"`` or ``"HMC"``.
+    :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)``.
+    :param float initial_beta_logit: starting ``u / s``.
+    :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
+    :param tag: the build tag stored in the state.
+    :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
+        and ``step_fn(state, num_warmup)``, both for one chain.
+    """
+    potential_family = _extended_potential_family(target_potential_fn, base, beta_scale)
+
+    def potential_fn_gen(log_zeta):
+        return lambda extended_position: potential_family(extended_position, log_zeta)
+
+    hmc_init, hmc_sample = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
+    evaluate = _point_evaluator(target_potential_fn, base)
+    log_zeta_0 = base.log_zeta
+
+    def init_fn(position, rng_key, num_warmup, **hmc_settings):
+        hmc_key, rng_key = jax.random.split(rng_key)
+        control = jnp.asarray(initial_beta_logit * beta_scale, position.dtype)
+        log_zeta = jnp.asarray(log_zeta_0, position.dtype)
+        inner = hmc_init(
+            jnp.append(position, control),
+            num_warmup,
+            model_args=(log_zeta,),
+            rng_key=hmc_key,
+            **hmc_settings,
+        )
+        evaluation = evaluate(position)
+        zero = jnp.zeros((), jnp.int32)
+        state = _tempering_state(
+            unravel_fn,
+            evaluation,
+            evaluation,
+            inverse_temperature(control, beta_scale),
+            log_zeta,
+            jnp.ones((), position.dtype),
+            zero,
+            inner,
+            _initial_mixing(),
+            tag,
+        )
+        return state._replace(rng_key=rng_key)
 
     def step_fn(state: TemperingState, num_warmup):
-        rng_key, inner_key = jax.random.split(state.rng_key)
-        inner_state = inner_kernel.sample(state.inner_state._replace(rng_key=inner_key), (), {})
+        rng_key, hmc_key, swap_key = jax.random.split(state.rng_key, 3)
+        moved = hmc_sample(
+            state.inner_state._replace(rng_key=hmc_key), model_args=(state.log_zeta,)
+        )
+        tempered, inner = _moved_or_rejected(state, moved, evaluate(moved.z[:-1]))
+        control = inner.z[-1]
+        beta = inverse_temperature(control, beta_scale)
         iteration = state.iteration + 1
-        new_state = state_from_inner(inner_state, iteration, state.mixing, rng_key)
-        mixing = _update_mixing(state.mixing, new_state.beta, iteration > num_warmup)
-        return new_state._replace(mixing=mixing)
+        log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)
+        tempered, replica, swap_accept_prob = swap_with_replica(
+            swap_key, beta, tempered, state.replica
+        )
+        energy, gradient = _joint_energy(tempered, control, log_zeta, beta_scale)
+        inner = inner._replace(
+            z=jnp.append(tempered.position, control),
+            potential_energy=energy,
+            z_grad=gradient,
+            energy=inner.energy + energy - inner.potential_energy,
+        )
+        moved_on = (tempered, replica, beta, log_zeta, swap_accept_prob, inner)
+        return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
 
     return init_fn, step_fn
 
 
-def gibbs_tempering(target_potential_fn, base: GaussianBase, unravel_fn, algo="HMC"):
-    """Pure ``init``/``step`` of Gibbs continuous tempering (spec 2.7).
+def gibbs_tempering(
+    target_potential_fn,
+    base: GaussianBase,
+    unravel_fn,
+    *,
+    algo="HMC",
+    adapt_log_zeta=True,
+    tag=None,
+):
+    """Pure ``init``/``step`` of Gibbs continuous tempering with a target replica.
 
     Each step moves ``x`` with HMC or NUTS leaving ``exp(-beta phi - (1 - beta) psi)`` invariant
-    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass), then draws
-    ``beta | x`` exactly from the truncated exponential of paper eq. 17.
+    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass), draws
+    ``beta | x`` exactly from the truncated exponential of paper eq. 17, then
+    :func:`swap_with_replica`; during warm-up ``log zeta`` is adapted first.
 
     :param target_potential_fn: ``phi`` on flat ``x``.
-    :param GaussianBase base: base density and ``log zeta``.
+    :param GaussianBase base: base density and initial ``log zeta``.
     :param unravel_fn: flat ``x`` -> the ``z`` stored in the state.
     :param str algo: ``"HMC"`` or ``"NUTS"``.
+    :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
+    :param tag: the build tag stored in the state.
     :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
         and ``step_fn(state, num_warmup)``, both for one chain.
     """
 
-    tempered = tempered_potential(target_potential_fn, base)
+    tempered_fn = tempered_potential(target_potential_fn, base)
 
     def tempered_potential_fn_gen(beta):
-        return lambda position: tempered(position, beta)
+        return lambda position: tempered_fn(position, beta)
 
     hmc_init, hmc_sample = hmc(potential_fn_gen=tempered_potential_fn_gen, algo=algo)
-    target_value_and_grad = jax.value_and_grad(target_potential_fn)
-    base_value_and_grad = base.potential_and_gradient()
+    evaluate = _point_evaluator(target_potential_fn, base)
+    log_zeta_0 = base.log_zeta
 
-    def evaluate(position):
-        """phi, psi and their gradients at one point: all a change of beta needs."""
-        return target_value_and_grad(position), base_value_and_grad(position)
-
-    def retemper(inner_state: HMCState, evaluation, beta):
-        """The x-move's potential and gradient at a new beta, without new gradient evaluations."""
-        (target_value, target_grad), (base_value, base_grad) = evaluation
-        return inner_state._replace(
-            potential_energy=beta * target_value + (1.0 - beta) * base_value,
-            z_grad=beta * target_grad + (1.0 - beta) * base_grad,
+    def retemper(inner: HMCState, evaluation: PointEvaluation, beta):
+        """The x-move's state at ``evaluation``'s point and a new beta, from cached values."""
+        potential_energy = (
+            beta * evaluation.target_potential + (1.0 - beta) * evaluation.base_potential
         )
-
-    def delta_of(evaluation):
-        (target_value, _), (base_value, _) = evaluation
-        return target_value + base.log_zeta - base_value
+        return inner._replace(
+            z=evaluation.position,
+            potential_energy=potential_energy,
+            z_grad=beta * evaluation.target_gradient + (1.0 - beta) * evaluation.base_gradient,
+            energy=inner.energy + potential_energy - inner.potential_energy,
+        )
 
     def init_fn(position, rng_key, num_warmup, **hmc_settings):
         hmc_key, rng_key = jax.random.split(rng_key)
         beta = jnp.zeros((), dtype=position.dtype)
-        inner_state = hmc_init(
-            position, num_warmup, model_args=(beta,), rng_key=hmc_key, **hmc_settings
-        )
-        return TemperingState(
-            unravel_fn(position),
+        inner = hmc_init(position, num_warmup, model_args=(beta,), rng_key=hmc_key, **hmc_settings)
+        evaluation = evaluate(position)
+        state = _tempering_state(
+            unravel_fn,
+            evaluation,
+            evaluation,
             beta,
-            delta_of(evaluate(position)),
+            jnp.asarray(log_zeta_0, position.dtype),
+            jnp.ones((), position.dtype),
             jnp.zeros((), jnp.int32),
-            inner_state,
+            inner,
             _initial_mixing(),
-            rng_key,
+            tag,
         )
+        return state._replace(rng_key=rng_key)
 
     def step_fn(state: TemperingState, num_warmup):
-        rng_key, hmc_key, beta_key = jax.random.split(state.rng_key, 3)
+        rng_key, hmc_key, beta_key, swap_key = jax.random.split(state.rng_key, 4)
         moved = hmc_sample(state.inner_state._replace(rng_key=hmc_key), model_args=(state.beta,))
-        evaluation = evaluate(moved.z)
-        delta = delta_of(evaluation)
-        target_grad = evaluation[0][1]
-        finite = jnp.isfinite(delta) & jnp.all(jnp.isfinite(target_grad))
-        beta = sample_inverse_temperature(beta_key, delta)
-        inner_state = retemper(moved, evaluation, beta)
-        # A point where phi or its gradient is not finite is a rejected, divergent step: the
-        # chain keeps its (x, beta); the adaptation and iteration counters still move on.
-        rejected = state.inner_state._replace(
-            i=moved.i,
-            adapt_state=moved.adapt_state,
-            num_steps=moved.num_steps,
-            accept_prob=jnp.zeros_like(moved.accept_prob),
-            mean_accept_prob=moved.mean_accept_prob,
-            diverging=jnp.ones_like(moved.diverging),
-            rng_key=moved.rng_key,
-        )
-        keep = partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
-        inner_state = keep(inner_state, rejected)
-        beta, delta = keep((beta, delta), (state.beta, state.delta))
+        tempered, inner = _moved_or_rejected(state, moved, evaluate(moved.z))
         iteration = state.iteration + 1
-        mixing = _update_mixing(state.mixing, beta, iteration > num_warmup)
-        return TemperingState(
-            unravel_fn(inner_state.z), beta, delta, iteration, inner_state, mixing, rng_key
+        log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)
+        beta = sample_inverse_temperature(beta_key, tempered.log_ratio + log_zeta)
+        tempered, replica, swap_accept_prob = swap_with_replica(
+            swap_key, beta, tempered, state.replica
         )
+        inner = retemper(inner, tempered, beta)
+        moved_on = (tempered, replica, beta, log_zeta, swap_accept_prob, inner)
+        return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
 
     return init_fn, step_fn
+
+
+_HMC_DEFAULTS = dict(
+    step_size=1.0,
+    inverse_mass_matrix=None,
+    adapt_step_size=True,
+    adapt_mass_matrix=True,
+    dense_mass=False,
+    target_accept_prob=0.8,
+    num_steps=None,
+    trajectory_length=None,
+    max_tree_depth=10,
+    find_heuristic_step_size=False,
+    forward_mode_differentiation=False,
+    regularize_mass_matrix=True,
+)
+
+
+def _is_integer(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
+    """Validate the settings of the HMC or NUTS move of a tempering kernel.
+
+    :param inner_kernel: ``numpyro.infer.HMC`` or ``numpyro.infer.NUTS``.
+    :param settings: keyword arguments of NumPyro's HMC initialisation (``step_size``,
+        ``dense_mass``, ``num_steps``, ``trajectory_length``, ``max_tree_depth``, ...).
+    :return: ``(algo, settings)`` with NumPyro's defaults filled in.
+    :raises TypeError: for a setting NumPyro's HMC does not have.
+    :raises ValueError: for a setting out of range.
+    """
+    if inner_kernel not in (HMC, NUTS):
+        raise ValueError("inner_kernel must be numpyro.infer.HMC or numpyro.infer.NUTS.")
+    unknown = sorted(set(settings) - set(_HMC_DEFAULTS))
+    if unknown:
+        raise TypeError(
+            f"Unknown inner kernel settings {unknown}; the HMC/NUTS move accepts "
+            f"{sorted(_HMC_DEFAULTS)}."
+        )
+    algo = "NUTS" if inner_kernel is NUTS else "HMC"
+    defaults = dict(_HMC_DEFAULTS)
+    if algo == "HMC" and settings.get("num_steps") is None:
+        defaults["trajectory_length"] = 2 * math.pi
+    merged = {**defaults, **settings}
+    step_size = merged["step_size"]
+    if not (_is_real(step_size) and math.isfinite(step_size) and step_size > 0):
+        raise ValueError(f"step_size must be a positive finite number, got {step_size!r}.")
+    target = merged["target_accept_prob"]
+    if not (_is_real(target) and 0 < target < 1):
+        raise ValueError(f"target_accept_prob must be in (0, 1), got {target!r}.")
+    for name in ("num_steps", "max_tree_depth"):
+        value = merged[name]
+        if value is not None and not (_is_integer(value) and value >= 1):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    length = merged["trajectory_length"]
+    if length is not None and not (_is_real(length) and math.isfinite(length) and length > 0):
+        raise ValueError(f"trajectory_length must be a positive number, got {length!r}.")
+    if algo == "HMC" and merged["num_steps"] is None and merged["trajectory_length"] is None:
+        raise ValueError("HMC needs num_steps or trajectory_length.")
+    merged["step_size"] = float(step_size)
+    return algo, merged
 
 
 @lru_cache(maxsize=8)
@@ -347,15 +716,28 @@ def _batched_value_and_grad(potential_fn):
     return jax.jit(jax.vmap(jax.value_and_grad(potential_fn)))
 
 
-def _is_concrete(value):
-    return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value))
+def _calling_mcmc_progress_bar(default=True):
+    """The ``progress_bar`` of the :class:`~numpyro.infer.MCMC` running this kernel, if any.
+
+    NumPyro does not pass ``progress_bar`` to a kernel's ``init``; the base fit that runs there
+    reads it from the calling ``MCMC`` so that ``progress_bar=False`` silences every bar.
+    """
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            caller = frame.f_locals.get("self")
+            if isinstance(caller, MCMC):
+                return bool(caller.progress_bar)
+            frame = frame.f_back
+    finally:
+        del frame
+    return default
 
 
 class _ContinuousTemperingKernel(MCMCKernel):
     """What the joint and Gibbs kernels share: model plumbing, the base, init and postprocess."""
 
     sample_field = "z"
-    _kernel_name = "continuous tempering"
 
     def __init__(
         self,
@@ -363,6 +745,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
         potential_fn=None,
         *,
         base=None,
+        adapt_log_zeta=True,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -378,6 +761,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
         self._potential_fn = potential_fn
         self._base = None if base is None else validate_base(base)
         self._user_base = self._base is not None
+        self._adapt_log_zeta = bool(adapt_log_zeta)
         self._init_strategy = init_strategy
         self._fit_base_kwargs = dict(fit_base_kwargs or {})
         self._fit_base_seed = fit_base_seed
@@ -385,7 +769,6 @@ class _ContinuousTemperingKernel(MCMCKernel):
         self._built = None
         self._flat_model: FlatModel | None = None
         self._step_fn: Callable | None = None
-        self._num_warmup = 0
 
     @property
     def model(self):
@@ -393,7 +776,8 @@ class _ContinuousTemperingKernel(MCMCKernel):
 
     @property
     def base(self) -> GaussianBase | None:
-        """The base density and ``log zeta`` in use (fitted on the first ``init`` if not given)."""
+        """The base density and initial ``log zeta`` (fitted on the first ``init`` if not
+        given)."""
         return self._base
 
     @property
@@ -402,14 +786,14 @@ class _ContinuousTemperingKernel(MCMCKernel):
 
     @property
     def default_fields(self):
-        return ("z", "beta", "delta", "diverging")
+        return ("z", "tempered_z", "beta", "delta", "log_zeta", "swap_accept_prob", "diverging")
 
     def postprocess_fn(self, model_args, model_kwargs):
         if self._flat_model is None:
             return lambda z: z
         return self._flat_model.constrain_fn
 
-    def _prepare(self, rng_key, model_args, model_kwargs):
+    def _prepare(self, model_args, model_kwargs):
         """Build the flat potential and the base for these model arguments."""
         if self._model is None:
             if self._flat_model is None:
@@ -431,19 +815,21 @@ class _ContinuousTemperingKernel(MCMCKernel):
         if self._user_base:
             validate_base(self._base, self._flat_model.dimension)
         else:
+            fit_kwargs = {"progress_bar": _calling_mcmc_progress_bar(), **self._fit_base_kwargs}
             # A fixed seed: every chain method (a traced key under pmap included) fits one base.
             self._base = fit_base(
                 jax.random.PRNGKey(self._fit_base_seed),
                 self._model,
                 model_args,
                 model_kwargs,
-                **self._fit_base_kwargs,
+                **fit_kwargs,
             )
         # Model plumbing and base are built once per set of model arguments, not once per chain.
         self._flattened_for = fingerprint
 
     def _initial_positions(self, rng_key, init_params, batched):
-        """Flat starting points: ``init_params`` if given, else draws from the base (spec P7)."""
+        """Flat starting points: ``init_params`` if given, else draws from the base, a nearly
+        stationary start at ``beta`` near 0 (paper section 7.2)."""
         if init_params is not None:
             if self._model is None:
                 return jnp.asarray(init_params)
@@ -456,7 +842,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
         return self._base.sample(rng_key).astype(dtype)
 
     def _check_initial_positions(self, positions):
-        if not _is_concrete(positions):
+        if not not_jax_tracer(positions):
             return
         positions = jnp.reshape(positions, (-1, self._flat_model.dimension))
         # One compiled, vmapped evaluation for all chains; only a failing chain is re-checked
@@ -472,8 +858,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
         # concrete: evaluate the plumbing and the base fit eagerly, so they are built once, cached
         # for later runs, and never leak tracers.
         with jax.ensure_compile_time_eval():
-            self._prepare(rng_key, model_args, model_kwargs or {})
-        self._num_warmup = num_warmup
+            self._prepare(model_args, model_kwargs or {})
         batched = not is_prng_key(rng_key)
         position_keys = (
             jax.vmap(jax.random.split)(rng_key) if batched else jax.random.split(rng_key)
@@ -489,9 +874,10 @@ class _ContinuousTemperingKernel(MCMCKernel):
         self._check_initial_positions(positions)
         # Rebuilding the step function would make a re-run recompile, so reuse it while the model
         # arguments and warm-up length stay the same.
-        # One compiled init instead of NumPyro's HMC init run operation by operation.
         self._built = compiled_chain(
-            self._built, (self._flattened_for, num_warmup), lambda: self._build(num_warmup)
+            self._built,
+            (self._flattened_for, num_warmup),
+            lambda tag: self._build(num_warmup, tag),
         )
         init_fn, self._step_fn = self._built.functions(batched)
         return init_fn(positions, chain_keys)
@@ -510,7 +896,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
             f"round trips={int(mixing.num_round_trips)}"
         )
 
-    def _build(self, num_warmup):
+    def _build(self, num_warmup, tag):
         raise NotImplementedError
 
 
@@ -518,11 +904,13 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
     """Joint continuous tempering: NUTS (or HMC) on the extended space ``(x, u)``.
 
     The inverse temperature is ``beta = sigmoid(u / beta_scale)`` and the extended potential is
-    paper eq. 14 (:func:`extended_potential`), so any NumPyro gradient kernel samples it and its
-    warm-up adapts step size and mass matrix, ``u`` included. Chains start with ``x`` drawn from
-    the base and ``u = -10 * beta_scale`` (``beta`` about 4.5e-5, spec P7). Every draw records
-    ``beta`` and ``delta`` (spec 2.1); :func:`numpyro_extras.log_marginal_likelihood` turns them
-    into ``log Z`` (eq. 20).
+    paper eq. 14 (:func:`extended_potential`); the warm-up adapts step size and mass matrix,
+    ``u`` included, and ``log zeta`` (so that the chain reaches both ends of ``beta``). Chains
+    start with ``x`` drawn from the base and ``u = -10 * beta_scale`` (``beta`` about 4.5e-5).
+
+    ``mcmc.get_samples()`` are exact posterior draws (the kernel's target replica); the tempered
+    chain is in the extra fields ``tempered_z``, ``beta``, ``delta`` and ``log_zeta``, from which
+    :func:`numpyro_extras.log_marginal_likelihood` computes ``log Z`` (eq. 20).
 
     Under ``chain_method="vectorized"``, chains at different temperatures build NUTS trees of
     different lengths and wait for the longest one every transition; ``"parallel"``,
@@ -530,15 +918,17 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
 
     :param model: a NumPyro model with continuous latent sites.
     :param potential_fn: alternatively, ``phi`` on flat 1-D positions (then ``base`` is required).
-    :param GaussianBase base: base density and ``log zeta``; ``None`` fits one with
+    :param GaussianBase base: base density and initial ``log zeta``; ``None`` fits one with
         :func:`~numpyro_extras.fit_base` on the first ``init`` (once per set of model arguments).
-    :param inner_kernel: the NumPyro kernel class on the extended space (``NUTS`` or ``HMC``).
-    :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)`` (spec 2.2).
+    :param inner_kernel: ``numpyro.infer.NUTS`` or ``numpyro.infer.HMC``, the move on ``(x, u)``.
+    :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)``.
     :param float initial_beta_logit: starting ``u / s``.
+    :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up (per chain).
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
     :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`.
     :param int fit_base_seed: seed of the base fit, the same for every chain method.
-    :param inner_kwargs: passed to ``inner_kernel`` (``step_size``, ``dense_mass``, ...).
+    :param inner_kwargs: settings of the HMC/NUTS move (``step_size``, ``dense_mass``,
+        ``target_accept_prob``, ``max_tree_depth``, ``num_steps``, ...).
 
     **Example:**
 
@@ -546,7 +936,8 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
 
         mcmc = MCMC(nx.JointContinuousTempering(model), num_warmup=1000, num_samples=2000)
         mcmc.run(jax.random.PRNGKey(0), x, y)
-        nx.log_marginal_likelihood(mcmc)
+        mcmc.print_summary()               # the posterior
+        nx.log_marginal_likelihood(mcmc)   # log p(y) with its standard error
     """
 
     def __init__(
@@ -558,6 +949,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
         inner_kernel=NUTS,
         beta_scale=1.0,
         initial_beta_logit=-10.0,
+        adapt_log_zeta=True,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -567,40 +959,36 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
             model,
             potential_fn,
             base=base,
+            adapt_log_zeta=adapt_log_zeta,
             init_strategy=init_strategy,
             fit_base_kwargs=fit_base_kwargs,
             fit_base_seed=fit_base_seed,
         )
-        if beta_scale <= 0:
-            raise ValueError(f"beta_scale must be positive, got {beta_scale}.")
-        self._inner_kernel_class = inner_kernel
-        self._inner_kwargs = inner_kwargs
+        if not (_is_real(beta_scale) and beta_scale > 0):
+            raise ValueError(f"beta_scale must be a positive number, got {beta_scale!r}.")
+        if not (_is_real(initial_beta_logit) and math.isfinite(initial_beta_logit)):
+            raise ValueError(
+                f"initial_beta_logit must be a finite number, got {initial_beta_logit!r}."
+            )
+        self._algo, self._hmc_settings = hmc_settings(inner_kernel, **inner_kwargs)
         self._beta_scale = float(beta_scale)
         self._initial_beta_logit = float(initial_beta_logit)
-        self._inner_kernel = None
 
-    @property
-    def inner_kernel(self):
-        return self._inner_kernel
-
-    def _build(self, num_warmup):
-        flat_model, base = self._flat_model, self._base
-        potential = extended_potential(flat_model.potential_fn, base, self._beta_scale)
-        self._inner_kernel = self._inner_kernel_class(potential_fn=potential, **self._inner_kwargs)
+    def _build(self, num_warmup, tag):
+        flat_model = self._flat_model
         init_fn, step_fn = joint_tempering(
             flat_model.potential_fn,
-            base,
-            self._inner_kernel,
+            self._base,
             flat_model.unravel_fn,
-            self._beta_scale,
+            algo=self._algo,
+            beta_scale=self._beta_scale,
+            initial_beta_logit=self._initial_beta_logit,
+            adapt_log_zeta=self._adapt_log_zeta,
+            tag=tag,
         )
-        temperature_control = self._initial_beta_logit * self._beta_scale
 
         def init_one(position, rng_key):
-            inner_key, rng_key = jax.random.split(rng_key)
-            extended = jnp.append(position, jnp.asarray(temperature_control, position.dtype))
-            inner_state = self._inner_kernel.init(inner_key, num_warmup, extended, (), {})
-            return init_fn(inner_state, rng_key)
+            return init_fn(position, rng_key, num_warmup, **self._hmc_settings)
 
         def step_one(state):
             return step_fn(state, num_warmup)
@@ -613,12 +1001,15 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
 
     The ``x``-move leaves ``exp(-beta phi - (1 - beta) psi)`` invariant; ``beta`` is then drawn
     exactly from the exponential with rate ``Delta(x)`` truncated to [0, 1] (paper eq. 17),
-    numerically stable for any ``|Delta|``. Warm-up adapts the step size (and, by default, a
-    diagonal mass matrix). Chains start with ``x`` from the base and ``beta = 0`` (spec P7).
+    numerically stable for any ``|Delta|``. Warm-up adapts the step size, a diagonal mass matrix
+    and ``log zeta``. Chains start with ``x`` from the base and ``beta = 0``.
+
+    ``mcmc.get_samples()`` are exact posterior draws (the kernel's target replica); the tempered
+    chain is in the extra fields ``tempered_z``, ``beta``, ``delta`` and ``log_zeta``.
 
     :param model: a NumPyro model with continuous latent sites.
     :param potential_fn: alternatively, ``phi`` on flat 1-D positions (then ``base`` is required).
-    :param GaussianBase base: base density and ``log zeta``; ``None`` fits one with
+    :param GaussianBase base: base density and initial ``log zeta``; ``None`` fits one with
         :func:`~numpyro_extras.fit_base` on the first ``init``.
     :param inner_kernel: ``HMC`` (fixed number of leapfrog steps) or ``NUTS``.
     :param int num_steps: leapfrog steps of an HMC move (paper: 20).
@@ -628,6 +1019,7 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
     :param bool dense_mass: dense instead of diagonal mass matrix.
     :param float target_accept_prob: target acceptance of the step-size adaptation.
     :param int max_tree_depth: NUTS tree depth.
+    :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up (per chain).
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
     :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`.
     :param int fit_base_seed: seed of the base fit, the same for every chain method.
@@ -655,6 +1047,7 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
         dense_mass=False,
         target_accept_prob=0.8,
         max_tree_depth=10,
+        adapt_log_zeta=True,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -663,28 +1056,31 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
             model,
             potential_fn,
             base=base,
+            adapt_log_zeta=adapt_log_zeta,
             init_strategy=init_strategy,
             fit_base_kwargs=fit_base_kwargs,
             fit_base_seed=fit_base_seed,
         )
-        if inner_kernel not in (HMC, NUTS):
-            raise ValueError("inner_kernel must be numpyro.infer.HMC or numpyro.infer.NUTS.")
-        self._algo = "NUTS" if inner_kernel is NUTS else "HMC"
-        self._hmc_settings = dict(
-            step_size=float(step_size),
+        self._algo, self._hmc_settings = hmc_settings(
+            inner_kernel,
+            step_size=step_size,
             adapt_step_size=adapt_step_size,
             adapt_mass_matrix=adapt_mass_matrix,
             dense_mass=dense_mass,
             target_accept_prob=target_accept_prob,
-            num_steps=int(num_steps) if self._algo == "HMC" else None,
-            trajectory_length=None,
+            num_steps=num_steps if inner_kernel is HMC else None,
             max_tree_depth=max_tree_depth,
         )
 
-    def _build(self, num_warmup):
+    def _build(self, num_warmup, tag):
         flat_model = self._flat_model
         init_fn, step_fn = gibbs_tempering(
-            flat_model.potential_fn, self._base, flat_model.unravel_fn, self._algo
+            flat_model.potential_fn,
+            self._base,
+            flat_model.unravel_fn,
+            algo=self._algo,
+            adapt_log_zeta=self._adapt_log_zeta,
+            tag=tag,
         )
 
         def init_one(position, rng_key):

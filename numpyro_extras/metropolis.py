@@ -1,0 +1,44 @@
+"""One Metropolis-Hastings accept/reject step, shared by every kernel that accepts or rejects.
+
+A proposal whose log acceptance ratio is NaN (a non-finite density or gradient somewhere in it)
+is a rejection, never a NaN state: numerical failure mid-run is a rejected step.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["metropolis_accept", "select"]
+
+
+def metropolis_accept(rng_key, log_ratio):
+    """Accept a proposal with probability ``min(1, exp(log_ratio))``.
+
+    :param jax.random.PRNGKey rng_key: key for the uniform draw.
+    :param log_ratio: the log Metropolis-Hastings ratio; NaN and ``-inf`` give probability 0,
+        ``+inf`` gives 1.
+    :return: ``(accept, accept_prob)``: a boolean and the acceptance probability.
+
+    **Example:**
+
+    .. code-block:: python
+
+        accept, accept_prob = metropolis_accept(key, log_density(new) - log_density(old))
+        state = select(accept, new, old)
+    """
+    log_ratio = jnp.asarray(log_ratio)
+    accept_prob = jnp.where(jnp.isnan(log_ratio), 0.0, jnp.exp(jnp.minimum(log_ratio, 0.0)))
+    uniform = jax.random.uniform(rng_key, jnp.shape(log_ratio), dtype=accept_prob.dtype)
+    return uniform < accept_prob, accept_prob
+
+
+def select(accept, new, old):
+    """``new`` where ``accept`` else ``old``, leaf by leaf over two pytrees of the same shape.
+
+    :param accept: a boolean scalar (or an array broadcasting against every leaf).
+    :param new: the proposed pytree.
+    :param old: the current pytree.
+    :return: the selected pytree.
+    """
+    return jax.tree.map(lambda new_leaf, old_leaf: jnp.where(accept, new_leaf, old_leaf), new, old)

@@ -1,0 +1,301 @@
+"""The tempering kernels' posterior draws (the target replica) and the NumPyro and ArviZ habits
+they support: get_samples as the posterior, jit_model_args, extra_fields, ArviZ's LOO/WAIC,
+progress_bar=False, warm-up adaptation of log zeta, and input validation."""
+
+import warnings
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC, NUTS
+
+import numpyro_extras as nx
+from numpyro_extras import targets
+from numpyro_extras.tempering.kernels import PointEvaluation, swap_with_replica
+
+KERNELS = [nx.JointContinuousTempering, nx.GibbsContinuousTempering]
+BIMODAL_LOG_Z = 2.0
+BIMODAL_BASE = nx.GaussianBase(
+    jnp.array([-1.6]), jnp.array([[np.sqrt(63.64)]]), jnp.asarray(BIMODAL_LOG_Z)
+)
+SMALL_FIT = {"num_starts": 2, "num_steps": 500, "elbo_particles": 200, "bootstrap_rounds": 0}
+
+
+def _mcmc(kernel, num_warmup=500, num_samples=1000, num_chains=4, **kwargs):
+    return MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method=kwargs.pop("chain_method", "vectorized"),
+        progress_bar=kwargs.pop("progress_bar", False),
+        **kwargs,
+    )
+
+
+def test_swap_satisfies_detailed_balance_on_the_product_density():
+    """Exact check: p(x, beta) p(y) a(x <-> y) is symmetric in x and y, with p(x, beta) of paper
+    eq. 16 written out independently of the implementation, for any log zeta."""
+    rng = np.random.default_rng(0)
+
+    def phi(x):
+        return 0.25 * np.sum(x**4) - np.sum(x**2) + 0.3 * x[0]
+
+    def psi(x):
+        return 0.5 * np.sum(x**2 / 4.0) + np.log(2 * np.pi * 4.0)
+
+    def evaluation(x):
+        zero = jnp.zeros(2)
+        return PointEvaluation(jnp.asarray(x), phi(x), zero, psi(x), zero)
+
+    for _ in range(50):
+        x, y = rng.normal(size=(2, 2)) * 2
+        beta, log_zeta = rng.uniform(), rng.normal() * 5
+
+        def log_product(first, second, beta=beta, log_zeta=log_zeta):
+            tempered = -beta * phi(first) - (1 - beta) * psi(first) - beta * log_zeta
+            return tempered - phi(second)
+
+        key = jax.random.PRNGKey(0)
+        _, _, forward = swap_with_replica(key, beta, evaluation(x), evaluation(y))
+        _, _, backward = swap_with_replica(key, beta, evaluation(y), evaluation(x))
+        lhs = log_product(x, y) + np.log(float(forward))
+        rhs = log_product(y, x) + np.log(float(backward))
+        np.testing.assert_allclose(lhs, rhs, rtol=0, atol=1e-9)
+        assert max(float(forward), float(backward)) == pytest.approx(1.0)
+
+
+def test_swap_rejects_non_finite_replica():
+    good = PointEvaluation(jnp.zeros(1), 1.0, jnp.zeros(1), 0.0, jnp.zeros(1))
+    bad = good._replace(target_potential=jnp.nan)
+    tempered, replica, accept_prob = swap_with_replica(jax.random.PRNGKey(0), 0.5, good, bad)
+    assert float(accept_prob) == 0.0
+    assert float(tempered.target_potential) == 1.0 and np.isnan(float(replica.target_potential))
+
+
+@pytest.mark.parametrize("kernel_class", KERNELS)
+def test_get_samples_are_posterior_draws(kernel_class):
+    """The sample field is the posterior: on the bimodal target, the fraction of draws in the
+    left mode is 0.6 within 4 Monte Carlo errors, and print_summary / ArviZ see the posterior."""
+    mcmc = _mcmc(kernel_class(targets.bimodal_model, base=BIMODAL_BASE), num_samples=3000)
+    mcmc.run(jax.random.PRNGKey(0), BIMODAL_LOG_Z)
+    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    left = (x < 0).astype(float)
+    stderr = float(az.mcse(left, method="mean"))
+    assert stderr < 0.04
+    assert abs(left.mean() - 0.6) < 4 * stderr
+    # the posterior mean is -1.6; the tempered draws' plain mean is not
+    mean_stderr = float(az.mcse(x, method="mean"))
+    assert abs(x.mean() + 1.6) < 4 * mean_stderr
+    diagnostics = nx.tempering_diagnostics(mcmc)
+    assert diagnostics.posterior_ess > 100
+    assert np.all(diagnostics.swap_accept_rate > 0.3)
+    idata = az.from_numpyro(mcmc)
+    assert abs(float(idata.posterior["x"].mean()) + 1.6) < 4 * mean_stderr
+    tempered = np.asarray(nx.tempered_samples(mcmc)["x"])
+    assert tempered.shape == (4 * 3000,)
+
+
+def _regression_posterior(features, observed, prior_scale=1.0, noise_scale=1.0):
+    precision = np.eye(features.shape[1]) / prior_scale**2 + features.T @ features / noise_scale**2
+    covariance = np.linalg.inv(precision)
+    return covariance @ features.T @ observed / noise_scale**2, np.sqrt(np.diag(covariance))
+
+
+@pytest.mark.parametrize("kernel_class", KERNELS)
+def test_jit_model_args_rebuilds_for_new_data(kernel_class):
+    features, first = targets.make_linear_regression_data(seed=0, num_data=30, num_features=2)
+    second = first + 3.0 * features[:, 0]
+    kernel = kernel_class(targets.linear_regression_model, fit_base_kwargs=SMALL_FIT)
+    mcmc = _mcmc(kernel, num_warmup=300, num_samples=1000, jit_model_args=True)
+    mcmc.run(jax.random.PRNGKey(0), features, first)
+    mcmc.run(jax.random.PRNGKey(1), features, second)
+    mean, sd = _regression_posterior(np.asarray(features), np.asarray(second))
+    draws = np.asarray(mcmc.get_samples(group_by_chain=True)["w"])
+    for coordinate in range(2):
+        stderr = float(az.mcse(draws[..., coordinate], method="mean"))
+        assert stderr < 0.2 * sd[coordinate]
+        assert abs(draws[..., coordinate].mean() - mean[coordinate]) < 4 * stderr
+    evidence = nx.log_marginal_likelihood(mcmc, warn=False)
+    truth = targets.linear_regression_log_evidence(features, second)
+    assert abs(evidence.log_z - truth) < 4 * evidence.stderr
+
+
+def test_extra_fields_numpyro_users_pass():
+    kernel = nx.JointContinuousTempering(targets.bimodal_model, base=BIMODAL_BASE)
+    mcmc = _mcmc(kernel, num_warmup=200, num_samples=300, num_chains=2)
+    names = ("potential_energy", "energy", "num_steps", "accept_prob", "adapt_state.step_size")
+    mcmc.run(jax.random.PRNGKey(0), BIMODAL_LOG_Z, extra_fields=names)
+    fields = mcmc.get_extra_fields()
+    for name in names:
+        assert fields[name].shape == (600,), name
+    # potential_energy is the posterior draw's potential, as for NUTS
+    x = mcmc.get_samples()["x"]
+    potential = jax.vmap(kernel.flat_model.potential_fn)(x[:, None])
+    np.testing.assert_allclose(fields["potential_energy"], potential, rtol=1e-6)
+    idata = az.from_numpyro(mcmc)
+    assert "lp" in idata.sample_stats and "beta" in idata.sample_stats
+
+
+def test_unknown_extra_field_lists_what_exists():
+    mcmc = _mcmc(
+        nx.GibbsContinuousTempering(targets.bimodal_model, base=BIMODAL_BASE), num_chains=1
+    )
+    with pytest.raises(AttributeError, match="extra_fields can name: z, tempered_z, beta"):
+        mcmc.run(jax.random.PRNGKey(0), BIMODAL_LOG_Z, extra_fields=("bogus",))
+
+
+@pytest.mark.parametrize("kernel_class", KERNELS)
+def test_arviz_loo_waic_compare(kernel_class):
+    """to_inference_data has log_likelihood and observed_data; elpd matches a NUTS run."""
+    features, observed = targets.make_linear_regression_data(seed=1, num_data=40, num_features=3)
+    kernel = kernel_class(targets.linear_regression_model, fit_base_kwargs=SMALL_FIT)
+    mcmc = _mcmc(kernel, num_samples=1000)
+    mcmc.run(jax.random.PRNGKey(0), features, observed)
+    idata = nx.to_inference_data(mcmc)
+    assert "log_likelihood" in idata and "observed_data" in idata
+    assert idata.sample_stats["log_weight"].shape == (4, 1000)
+    assert abs(idata.attrs["log_marginal_likelihood"] - mcmc_log_z(mcmc)) < 1e-12
+    nuts = _mcmc(NUTS(targets.linear_regression_model), num_samples=1000)
+    nuts.run(jax.random.PRNGKey(1), features, observed)
+    nuts_idata = az.from_numpyro(nuts)
+    loo, reference = az.loo(idata), az.loo(nuts_idata)
+    assert abs(loo.elpd_loo - reference.elpd_loo) < 0.5
+    assert abs(az.waic(idata).elpd_waic - az.waic(nuts_idata).elpd_waic) < 0.5
+    comparison = az.compare({"tempering": idata, "nuts": nuts_idata})
+    assert set(comparison.index) == {"tempering", "nuts"}
+
+
+def mcmc_log_z(mcmc):
+    return nx.log_marginal_likelihood(mcmc, warn=False).log_z
+
+
+def test_progress_bar_false_silences_the_base_fit(capfd):
+    features, observed = targets.make_linear_regression_data(seed=0, num_data=20, num_features=2)
+    kernel = nx.GibbsContinuousTempering(targets.linear_regression_model)
+    _mcmc(kernel, num_warmup=50, num_samples=50, num_chains=1).run(
+        jax.random.PRNGKey(0), features, observed
+    )
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+@pytest.mark.parametrize("adapt", [True, False])
+def test_log_zeta_adapts_in_warmup(adapt):
+    """A base whose log zeta is 8 nats too high keeps a chain at beta near 0 unless log zeta is
+    adapted during warm-up; adapted, every chain reaches both ends and log Z is right."""
+    base = BIMODAL_BASE._replace(log_zeta=jnp.asarray(BIMODAL_LOG_Z + 8.0))
+    kernel = nx.GibbsContinuousTempering(targets.bimodal_model, base=base, adapt_log_zeta=adapt)
+    mcmc = _mcmc(kernel, num_samples=2000)
+    mcmc.run(jax.random.PRNGKey(3), BIMODAL_LOG_Z)
+    diagnostics = nx.tempering_diagnostics(mcmc)
+    log_zeta = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["log_zeta"])
+    assert np.all(log_zeta == log_zeta[:, :1])  # fixed after warm-up
+    if adapt:
+        assert np.all(np.abs(log_zeta[:, 0] - BIMODAL_LOG_Z) < 1.0)
+        assert np.all(diagnostics.fraction_near_target > 0.05)
+        assert np.all(diagnostics.round_trips >= 5)
+        evidence = nx.log_marginal_likelihood(mcmc)
+        assert evidence.stderr < 0.1 and abs(evidence.log_z - BIMODAL_LOG_Z) < 4 * evidence.stderr
+    else:
+        assert np.all(log_zeta == BIMODAL_LOG_Z + 8.0)
+        assert np.all(diagnostics.fraction_near_target < 0.01)
+
+
+def test_per_chain_log_zeta_pooling_is_exact():
+    """Chains with different log zeta pool into the right log Z: equal Delta draws per chain
+    shifted by each chain's log zeta give back the shared value."""
+    delta = np.random.default_rng(0).normal(size=(3, 500))
+    single = nx.tempering_log_normalizer(delta, 1.0)
+    shifts = np.array([0.0, 2.0, -1.5])
+    # chain c has zeta_c = e^shift_c * zeta; with the same x its Delta is larger by shift_c
+    pooled = nx.tempering_log_normalizer(delta + shifts[:, None], 1.0 + shifts)
+    per_chain = [nx.tempering_log_normalizer(delta[c], 1.0).log_z for c in range(3)]
+    assert abs(pooled.log_z - single.log_z) < 0.5
+    assert min(per_chain) - 0.2 < pooled.log_z < max(per_chain) + 0.2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"num_steps": -3}, ValueError, "num_steps must be a positive integer"),
+        ({"num_steps": 2.5}, ValueError, "num_steps must be a positive integer"),
+        ({"step_size": "0.1"}, ValueError, "step_size must be a positive finite number"),
+        ({"step_size": 0.0}, ValueError, "step_size must be a positive finite number"),
+        ({"target_accept_prob": 1.5}, ValueError, "target_accept_prob must be in"),
+        ({"max_tree_depth": 0}, ValueError, "max_tree_depth must be a positive integer"),
+    ],
+)
+def test_gibbs_settings_are_validated(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        nx.GibbsContinuousTempering(targets.bimodal_model, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"beta_scale": "1"}, ValueError, "beta_scale must be a positive number"),
+        ({"beta_scale": -1.0}, ValueError, "beta_scale must be a positive number"),
+        ({"initial_beta_logit": float("nan")}, ValueError, "initial_beta_logit"),
+        ({"step_size": "0.1"}, ValueError, "step_size must be a positive finite number"),
+        ({"trajectory_lenght": 1.0}, TypeError, "Unknown inner kernel settings"),
+        ({"target_accept_prob": 0}, ValueError, "target_accept_prob must be in"),
+    ],
+)
+def test_joint_settings_are_validated(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        nx.JointContinuousTempering(targets.bimodal_model, **kwargs)
+
+
+def test_quiet_on_a_good_run():
+    mcmc = _mcmc(nx.JointContinuousTempering(targets.bimodal_model, base=BIMODAL_BASE))
+    mcmc.run(jax.random.PRNGKey(0), BIMODAL_LOG_Z)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nx.log_marginal_likelihood(mcmc)
+    assert nx.tempering_diagnostics(mcmc).problems == ()
+
+
+def test_warns_when_chains_are_stuck_in_a_mode_the_base_misses():
+    """A base on the left mode only, two chains started at beta near 1 in the right mode: those
+    never come down to beta near 0, the chains disagree, and the estimate says so."""
+    base = nx.GaussianBase(jnp.array([-8.0]), jnp.array([[1.0]]), jnp.asarray(np.log(0.6) + 2))
+    kernel = nx.JointContinuousTempering(
+        targets.bimodal_model, base=base, initial_beta_logit=10.0, adapt_log_zeta=False
+    )
+    mcmc = _mcmc(kernel, num_samples=1000)
+    mcmc.run(
+        jax.random.PRNGKey(0), BIMODAL_LOG_Z, init_params={"x": jnp.array([-8.0, -8.0, 8.0, 8.0])}
+    )
+    diagnostics = nx.tempering_diagnostics(mcmc)
+    assert any("never reached beta < 0.1" in problem for problem in diagnostics.problems)
+    with pytest.warns(UserWarning, match="never reached beta < 0.1"):
+        nx.log_marginal_likelihood(mcmc)
+
+
+def eight_schools_centred(sigma, y=None):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
+    with numpyro.plate("schools", len(sigma)):
+        theta = numpyro.sample("theta", dist.Normal(mu, tau))
+        numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
+
+
+@pytest.mark.parametrize("kernel_class", KERNELS)
+def test_warns_on_a_funnel(kernel_class):
+    """Centred eight schools, a funnel that neither kernel samples well: the estimate comes with
+    a warning that says why."""
+    y = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+    sigma = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+    kernel = kernel_class(eight_schools_centred, fit_base_kwargs=SMALL_FIT)
+    mcmc = _mcmc(kernel, num_samples=1000)
+    mcmc.run(jax.random.PRNGKey(0), sigma, y)
+    problems = nx.tempering_diagnostics(mcmc).problems
+    assert problems
+    with pytest.warns(UserWarning, match="shows trouble") as caught:
+        nx.log_marginal_likelihood(mcmc)
+    assert all(problem in str(caught[0].message) for problem in problems)
