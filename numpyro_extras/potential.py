@@ -18,6 +18,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.handlers import condition, infer_config, seed, substitute, trace
 from numpyro.infer import Predictive
+from numpyro.infer.gibbs import prototype_trace
 from numpyro.infer.util import (
     _guess_max_plate_nesting,
     init_to_uniform,
@@ -68,7 +69,9 @@ class FlatModel(NamedTuple):
 
 
 def _model_trace(model, model_args, model_kwargs):
-    return trace(seed(model, jax.random.PRNGKey(0))).get_trace(*model_args, **model_kwargs)
+    # NumPyro's prototype trace draws with init_to_sample, which also handles sites that cannot
+    # be sampled (ImproperUniform).
+    return prototype_trace(model, jax.random.PRNGKey(0), model_args, model_kwargs)
 
 
 def discrete_latent_sites(model, model_args=(), model_kwargs=None) -> list[str]:
