@@ -21,8 +21,8 @@ ESS below 5% of the particles) is flagged.
 
 Usage::
 
-    python benchmarks/german_credit_benchmark.py --quick        # smoke test, ~2 min on 2 cores
-    python benchmarks/german_credit_benchmark.py --output report.md    # docs/benchmarks.md
+    python benchmarks/german_credit_benchmark.py --quick        # smoke test, ~1 min on 2 cores
+    python benchmarks/german_credit_benchmark.py --output report.md    # docs/benchmarks.md, ~8 min
     python benchmarks/german_credit_benchmark.py --seeds 0 1 --predictors 8
 """
 
@@ -292,7 +292,7 @@ def report(arguments, references, rows, settings_by_label, load_before, load_aft
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke-test sizes (~2 min)")
+    parser.add_argument("--quick", action="store_true", help="smoke-test sizes (~1 min)")
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds of the nx.ais runs")
     parser.add_argument(
         "--predictors",

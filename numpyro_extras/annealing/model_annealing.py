@@ -15,7 +15,7 @@
 - ``marginalize=(site, ...)``: those discrete sites are summed out by NumPyro's enumeration with
   the tempering applied inside the sum (the marginal of the tempered joint, mAIS paper eq. 19-21).
 
-Transitions: HMC (BlackJAX) on the continuous sites, exact single-site Gibbs on the discrete
+Transitions: HMC on the continuous sites, exact single-site Gibbs on the discrete
 ones, alternating in mixed models; or a user transition.
 """
 
@@ -798,7 +798,9 @@ def ais(
     understates the error and ``log Z`` is biased (low; high for a reverse run). ``ais`` then
     warns (``UserWarning``) with the ESS; use more temperatures or a better base.
 
-    **Transitions.** Continuous sites: BlackJAX HMC with ``num_leapfrog_steps`` steps; unless
+    **Transitions.** Continuous sites: HMC with ``num_leapfrog_steps`` steps (BlackJAX's kernel,
+    or for a continuous model without summed-out sites the same kernel keeping each particle's
+    path terms, so that a temperature costs ``num_leapfrog_steps`` model gradients); unless
     ``step_size`` is given, the step size is adapted from the particles' mean acceptance after
     every temperature (towards ``target_accept``), starting from a pilot of ``num_pilot_steps``
     moves at the first temperature (the moved particles are still exact draws there); with
