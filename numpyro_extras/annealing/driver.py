@@ -27,11 +27,40 @@ from numpyro_extras.evidence import Evidence
 __all__ = [
     "AnnealingResult",
     "anneal",
+    "check_count",
     "evidence_from_log_weights",
     "inverse_temperature_schedule",
 ]
 
 SCHEDULES = ("linear", "sigmoid", "geometric")
+
+
+def check_count(name, value, minimum=1):
+    """``value`` as an ``int`` if it is a Python or NumPy integer of at least ``minimum``.
+
+    Strings, floats (even integral ones such as ``50.0``) and booleans are refused rather than
+    converted: ``int(50.5)`` would silently run 50 steps, and ``int("100")`` would hide a
+    wrongly parsed setting.
+
+    :param str name: the argument's name, for the error message.
+    :param value: the value to check.
+    :param int minimum: the smallest value allowed.
+    :return: ``int(value)``.
+    :raises TypeError: if ``value`` is not an integer.
+    :raises ValueError: if ``value < minimum``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_count("num_particles", np.int64(100))  # 100
+    """
+    description = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be {description}, got {value!r} ({type(value).__name__}).")
+    if value < minimum:
+        raise ValueError(f"{name} must be {description}, got {value!r}.")
+    return int(value)
 
 
 def inverse_temperature_schedule(schedule, num_temperatures=None, *, sigmoid_width=4.0):
@@ -45,6 +74,7 @@ def inverse_temperature_schedule(schedule, num_temperatures=None, *, sigmoid_wid
     :param int num_temperatures: ``K``, the number of annealing steps (ignored for an array).
     :param float sigmoid_width: the half-width of the sigmoid schedule's grid.
     :return: NumPy array of shape ``(K + 1,)``.
+    :raises TypeError: for a ``K`` that is not an integer (with a named schedule).
     :raises ValueError: for an unknown name, ``K < 1``, or an array that does not rise from 0
         to 1.
 
@@ -57,11 +87,10 @@ def inverse_temperature_schedule(schedule, num_temperatures=None, *, sigmoid_wid
     if isinstance(schedule, str):
         if schedule not in SCHEDULES:
             raise ValueError(f"Unknown schedule {schedule!r}; use one of {SCHEDULES} or an array.")
-        if num_temperatures is None or int(num_temperatures) < 1:
-            raise ValueError(
-                f"num_temperatures must be a positive integer, got {num_temperatures!r}."
-            )
-        steps = np.linspace(0.0, 1.0, int(num_temperatures) + 1)
+        if num_temperatures is None:
+            raise ValueError(f"num_temperatures is needed with schedule={schedule!r}.")
+        num_temperatures = check_count("num_temperatures", num_temperatures)
+        steps = np.linspace(0.0, 1.0, num_temperatures + 1)
         if schedule == "linear":
             betas = steps
         elif schedule == "sigmoid":
@@ -119,6 +148,7 @@ def anneal(
     keep_trace: bool = False,
     progress_bar: bool = True,
     num_chunks: int = 20,
+    parameters=None,
 ) -> AnnealingResult:
     """Run annealed importance sampling over a schedule (mAIS paper eq. 7-16, Neal 2001).
 
@@ -143,6 +173,10 @@ def anneal(
     :param bool keep_trace: also return the cumulative log weights after every step.
     :param bool progress_bar: show a tqdm bar (the scan runs in ``num_chunks`` compiled pieces).
     :param int num_chunks: pieces of the scan between progress updates.
+    :param parameters: a pytree of arrays passed as the last argument to ``log_density_fn``,
+        ``log_weight_increment_fn`` and ``transition_fn`` when it is not ``None`` (e.g. the
+        base density of the path). It enters the compiled scan as data, so runs whose paths
+        differ only in these values share one compilation.
     :return: :class:`AnnealingResult`.
 
     **Example:**
@@ -182,7 +216,12 @@ def anneal(
     inputs = (beta_previous, beta_next, step_keys, transitions, active)
 
     run_chunk = _compiled_chunk(
-        log_density_fn, log_weight_increment_fn, transition_fn, keep_trace, jnp.dtype(dtype)
+        log_density_fn,
+        log_weight_increment_fn,
+        transition_fn,
+        keep_trace,
+        jnp.dtype(dtype),
+        parameters is not None,
     )
     carry = (initial_positions, jnp.zeros((num_particles,), dtype), kernel_state)
     acceptances, traces = [], []
@@ -190,7 +229,7 @@ def anneal(
     for chunk_index in range(num_chunks):
         window = slice(chunk_index * chunk_length, (chunk_index + 1) * chunk_length)
         carry, (acceptance, trace) = run_chunk(
-            carry, jax.tree.map(lambda a, w=window: a[w], inputs)
+            carry, jax.tree.map(lambda a, w=window: a[w], inputs), parameters
         )
         acceptances.append(acceptance)
         traces.append(trace)
@@ -203,23 +242,29 @@ def anneal(
 
 
 @lru_cache(maxsize=32)
-def _compiled_chunk(log_density_fn, log_weight_increment_fn, transition_fn, keep_trace, dtype):
+def _compiled_chunk(
+    log_density_fn, log_weight_increment_fn, transition_fn, keep_trace, dtype, with_parameters
+):
     """The compiled scan over a chunk of annealing steps, built once per set of functions.
 
     Callers that pass the same functions again (:func:`~numpyro_extras.ais` caches them per model
-    and arguments) reuse the compiled scan instead of tracing and compiling it anew.
+    and arguments) reuse the compiled scan instead of tracing and compiling it anew. With
+    ``with_parameters`` the functions take the path parameters as their last argument.
     """
     if log_weight_increment_fn is None:
 
-        def log_weight_increment_fn(position, beta_previous, beta):
-            return log_density_fn(position, beta) - log_density_fn(position, beta_previous)
+        def log_weight_increment_fn(position, beta_previous, beta, *parameters):
+            return log_density_fn(position, beta, *parameters) - log_density_fn(
+                position, beta_previous, *parameters
+            )
 
-    increments = jax.vmap(log_weight_increment_fn, in_axes=(0, None, None))
-
-    def one_step(carry, inputs):
+    def one_step(parameters, carry, inputs):
+        extra = (parameters,) if with_parameters else ()
         positions, log_weights, kernel_state = carry
         beta_previous, beta, step_key, transition, active = inputs
-        increment = increments(positions, beta_previous, beta)
+        increment = jax.vmap(
+            lambda position: log_weight_increment_fn(position, beta_previous, beta, *extra)
+        )(positions)
         # A particle whose increment is not finite has (numerically) zero weight from here on.
         updated = jnp.where(jnp.isfinite(increment), log_weights + increment, -jnp.inf)
         log_weights = jnp.where(active, updated, log_weights)
@@ -227,7 +272,7 @@ def _compiled_chunk(log_density_fn, log_weight_increment_fn, transition_fn, keep
         def move(operand):
             positions, kernel_state = operand
             positions, kernel_state, acceptance = transition_fn(
-                step_key, positions, beta, kernel_state
+                step_key, positions, beta, kernel_state, *extra
             )
             return positions, kernel_state, jnp.reshape(jnp.asarray(acceptance, dtype), ())
 
@@ -241,7 +286,11 @@ def _compiled_chunk(log_density_fn, log_weight_increment_fn, transition_fn, keep
         trace = log_weights if keep_trace else None
         return (positions, log_weights, kernel_state), (acceptance, trace)
 
-    return jax.jit(lambda carry, chunk: jax.lax.scan(one_step, carry, chunk))
+    return jax.jit(
+        lambda carry, chunk, parameters: jax.lax.scan(
+            lambda step_carry, inputs: one_step(parameters, step_carry, inputs), carry, chunk
+        )
+    )
 
 
 def evidence_from_log_weights(log_weights, log_z0=0.0, *, reverse=False) -> Evidence:

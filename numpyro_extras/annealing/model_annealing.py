@@ -4,20 +4,26 @@
 (:func:`numpyro_extras.potential.split_model`) and runs it with the shared driver
 (:func:`numpyro_extras.annealing.driver.anneal`):
 
-- ``base="prior"``: ``log f_beta(x) = log p(x) + beta log p(y | x)`` on the flat unconstrained
-  space (Jacobians in the prior part), from exact prior draws, ``log Z_0 = 0``.
 - a :class:`~numpyro_extras.GaussianBase`: the geometric path
-  ``log f_beta(x) = -(1 - beta) psi(x) + beta log p(x, y)`` (continuous tempering spec 2.9,
-  mAIS paper eq. 5), from base draws, ``log Z_0 = 0``.
+  ``log f_beta(x) = -(1 - beta) psi(x) + beta log p(x, y)`` (mAIS paper eq. 5), from base
+  draws, ``log Z_0 = 0``. The default ``base="auto"`` fits one by Gaussian VI
+  (:func:`~numpyro_extras.fit_base`); the base enters the compiled run as data, so a base
+  fitted for another seed reuses the compilation.
+- ``base="prior"`` (and ``"auto"`` when discrete latent sites are left):
+  ``log f_beta(x) = log p(x) + beta log p(y | x)`` on the flat unconstrained space (Jacobians in
+  the prior part), from exact prior draws, ``log Z_0 = 0``.
 - ``marginalize=(site, ...)``: those discrete sites are summed out by NumPyro's enumeration with
   the tempering applied inside the sum (the marginal of the tempered joint, mAIS paper eq. 19-21).
 
-Transitions: HMC (BlackJAX) on the continuous sites, exact single-site Gibbs on the discrete
+Transitions: HMC on the continuous sites, exact single-site Gibbs on the discrete
 ones, alternating in mixed models; or a user transition.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
@@ -26,15 +32,17 @@ import blackjax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg
 
 from numpyro_extras.annealing.driver import (
     anneal,
+    check_count,
     evidence_from_log_weights,
     inverse_temperature_schedule,
 )
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.potential import SplitModel, arguments_fingerprint, split_model
-from numpyro_extras.tempering.base import GaussianBase, validate_base
+from numpyro_extras.tempering.base import GaussianBase, fit_base, validate_base
 
 __all__ = ["HMCAdaptation", "ais", "annealing_path", "gibbs_sweep"]
 
@@ -71,28 +79,97 @@ def annealing_path(split: SplitModel, base="prior"):
         log_f, increment = annealing_path(split_model(key, model, (x, y)))
         log_f((x0, {}), 0.5)
     """
+    if isinstance(base, str):
+        if base != "prior":
+            raise ValueError(f"base must be 'prior' or a GaussianBase, got {base!r}.")
+        kind, parameters = "prior", ()
+    else:
+        kind, parameters = "gaussian", _base_parameters(validate_base(base, split.dimension))
+    log_density_fn, increment_fn = _path_functions(split, kind)
+
+    def bound_log_density_fn(position, beta):
+        return log_density_fn(position, beta, parameters)
+
+    if increment_fn is None:
+        return bound_log_density_fn, None
+
+    def bound_increment_fn(position, beta_previous, beta):
+        return increment_fn(position, beta_previous, beta, parameters)
+
+    return bound_log_density_fn, bound_increment_fn
+
+
+class _BaseParameters(NamedTuple):
+    """A Gaussian base as data for the compiled scan: ``psi(x) = (x - loc)^T P (x - loc) / 2 + c``.
+
+    ``precision`` is ``(D,)`` for a diagonal base and ``(D, D)`` otherwise.
+    """
+
+    loc: jax.Array
+    precision: jax.Array
+    log_normalizer: jax.Array
+
+
+def _base_parameters(base: GaussianBase) -> _BaseParameters:
+    """The precision of ``base`` factorised once, with NumPy, outside any trace."""
+    scale_tril = np.asarray(base.scale_tril, dtype=np.float64)
+    dtype = jnp.asarray(base.loc).dtype
+    diagonal = np.diagonal(scale_tril)
+    log_normalizer = np.sum(np.log(diagonal)) + 0.5 * base.dimension * math.log(2 * math.pi)
+    if not np.any(np.tril(scale_tril, -1)):
+        precision = diagonal**-2
+    else:
+        inverse_scale_tril = scipy.linalg.solve_triangular(
+            scale_tril, np.eye(base.dimension), lower=True
+        )
+        precision = inverse_scale_tril.T @ inverse_scale_tril
+    return _BaseParameters(
+        jnp.asarray(base.loc),
+        jnp.asarray(precision, dtype),
+        jnp.asarray(log_normalizer, dtype),
+    )
+
+
+def _base_potential(parameters: _BaseParameters, x):
+    centred = x - parameters.loc
+    if parameters.precision.ndim == 1:
+        scaled = parameters.precision * centred
+    else:
+        scaled = parameters.precision @ centred
+    return 0.5 * jnp.sum(centred * scaled) + parameters.log_normalizer
+
+
+def _path_functions(split: SplitModel, kind: str):
+    """The path of :func:`annealing_path` with the base as an argument, not a constant.
+
+    ``log_density_fn(position, beta, parameters)`` and ``increment_fn(position, beta_previous,
+    beta, parameters)`` take the base (:class:`_BaseParameters`, or ``()`` for the prior) as data,
+    so one compiled scan serves every base of the same shape: a base fitted afresh for another
+    seed does not compile the run again.
+    """
     scaled = split.scaled_log_density_fn
     summed_out = bool(split.marginalized_sites)
-    if isinstance(base, str):
+    if kind == "prior":
 
-        def log_density_fn(position, beta):
+        def log_density_fn(position, beta, parameters):
             x, discrete = position
             return scaled(x, discrete, 1.0, beta)
 
-        def increment_fn(position, beta_previous, beta):
+        def increment_fn(position, beta_previous, beta, parameters):
             # mAIS paper eq. 12: log w_k = (beta_k - beta_{k-1}) log p(y | x) on this path.
             return (beta - beta_previous) * split.log_likelihood_fn(*position)
 
     else:
-        base_potential = base.potential_function()
 
-        def log_density_fn(position, beta):
+        def log_density_fn(position, beta, parameters):
             x, discrete = position
-            return -(1.0 - beta) * base_potential(x) + scaled(x, discrete, beta, beta)
+            return -(1.0 - beta) * _base_potential(parameters, x) + scaled(x, discrete, beta, beta)
 
-        def increment_fn(position, beta_previous, beta):
+        def increment_fn(position, beta_previous, beta, parameters):
             x, discrete = position
-            return (beta - beta_previous) * (scaled(x, discrete, 1.0, 1.0) + base_potential(x))
+            return (beta - beta_previous) * (
+                scaled(x, discrete, 1.0, 1.0) + _base_potential(parameters, x)
+            )
 
     return log_density_fn, (None if summed_out else increment_fn)
 
@@ -172,6 +249,12 @@ def _hmc_step(rng_key, x, discrete, beta, adaptation, log_density_fn, num_leapfr
     x, acceptance, alive = jax.vmap(move_one)(
         keys, x, discrete, adaptation.log_step_size, adaptation.inverse_mass
     )
+    adaptation, mean_acceptance = _adapt(x, acceptance, alive, adaptation, settings)
+    return x, adaptation, mean_acceptance
+
+
+def _adapt(x, acceptance, alive, adaptation, settings):
+    """The next step sizes and masses, each particle's from the OTHER live particles."""
     # Dead particles (zero weight already) say nothing about the step size.
     acceptance = jnp.where(alive, acceptance, 0.0)
     num_alive = jnp.sum(alive)
@@ -187,7 +270,7 @@ def _hmc_step(rng_key, x, discrete, beta, adaptation, log_density_fn, num_leapfr
     inverse_mass = adaptation.inverse_mass
     if settings["adapt_mass"]:
         inverse_mass = _particle_variance(x, alive, inverse_mass)
-    return x, HMCAdaptation(log_step_size, inverse_mass), mean_acceptance
+    return HMCAdaptation(log_step_size, inverse_mass), mean_acceptance
 
 
 def _particle_variance(x, alive, fallback):
@@ -205,10 +288,125 @@ def _particle_variance(x, alive, fallback):
     return jnp.where(usable, variance, fallback)
 
 
+class _Terms(NamedTuple):
+    """``a(x)``, ``b(x)`` and their gradients at one particle, for ``log f_beta = a + beta b``."""
+
+    a: jax.Array
+    b: jax.Array
+    grad_a: jax.Array
+    grad_b: jax.Array
+
+
+def _linear_terms_fn(split: SplitModel, kind: str):
+    """``(x, parameters) -> _Terms`` of a path that is linear in ``beta``.
+
+    Without summed-out sites both paths are: the prior path has ``a = log p(x)`` and
+    ``b = log p(y | x)`` (mAIS paper eq. 12), the geometric path ``a = -psi(x)`` and
+    ``b = log p(x, y) + psi(x)`` (eq. 5). A particle that carries its terms needs no model
+    evaluation for its weight increment ``(beta_k - beta_{k-1}) b`` nor for the density and
+    gradient that start its next HMC move at the new temperature: only the leapfrog steps
+    evaluate the model.
+    """
+    if kind == "prior":
+
+        def a_fn(x, parameters):
+            return split.log_prior_fn(x, {})
+
+        def b_fn(x, parameters):
+            return split.log_likelihood_fn(x, {})
+
+    else:
+
+        def a_fn(x, parameters):
+            return -_base_potential(parameters, x)
+
+        def b_fn(x, parameters):
+            return split.scaled_log_density_fn(x, {}, 1.0, 1.0) + _base_potential(parameters, x)
+
+    def terms_fn(x, parameters):
+        a, grad_a = jax.value_and_grad(a_fn)(x, parameters)
+        b, grad_b = jax.value_and_grad(b_fn)(x, parameters)
+        return _Terms(a, b, grad_a, grad_b)
+
+    return terms_fn
+
+
+def _linear_path_functions(split, kind, settings):
+    """``(log_density_fn, increment_fn, transition_fn, initialize_fn)`` on particles
+    ``(x, {}, terms)`` of a continuous model on a path linear in ``beta``.
+
+    The transition is the HMC of :func:`_hmc_step` (Gaussian momentum with the diagonal mass,
+    leapfrog, Metropolis test, the same leave-one-out adaptation), written out so that each
+    particle keeps the terms of its current position.
+    """
+    terms_fn = _linear_terms_fn(split, kind)
+    num_leapfrog_steps = settings["num_leapfrog_steps"]
+
+    def log_density_fn(position, beta, parameters):
+        terms = position[2]
+        return terms.a + beta * terms.b
+
+    def increment_fn(position, beta_previous, beta, parameters):
+        return (beta - beta_previous) * position[2].b
+
+    def move_one(key, x, terms, beta, log_step_size, inverse_mass, parameters):
+        momentum_key, accept_key = jax.random.split(key)
+        step_size = jnp.exp(log_step_size)
+
+        def gradient(terms):
+            return terms.grad_a + beta * terms.grad_b
+
+        def energy(terms, momentum):
+            return -(terms.a + beta * terms.b) + 0.5 * jnp.sum(inverse_mass * momentum**2)
+
+        def leapfrog(_, state):
+            position, momentum, terms = state
+            momentum = momentum + 0.5 * step_size * gradient(terms)
+            position = position + step_size * inverse_mass * momentum
+            terms = terms_fn(position, parameters)
+            momentum = momentum + 0.5 * step_size * gradient(terms)
+            return position, momentum, terms
+
+        momentum = jax.random.normal(momentum_key, x.shape, x.dtype) / jnp.sqrt(inverse_mass)
+        new_x, new_momentum, new_terms = jax.lax.fori_loop(
+            0, num_leapfrog_steps, leapfrog, (x, momentum, terms)
+        )
+        log_ratio = energy(terms, momentum) - energy(new_terms, new_momentum)
+        acceptance = jnp.where(jnp.isnan(log_ratio), 0.0, jnp.minimum(1.0, jnp.exp(log_ratio)))
+        # A non-finite density or position is a rejected move, never a NaN particle.
+        finite = jnp.isfinite(new_terms.a + beta * new_terms.b) & jnp.all(jnp.isfinite(new_x))
+        accepted = finite & (jax.random.uniform(accept_key, dtype=x.dtype) < acceptance)
+        alive = jnp.isfinite(terms.a + beta * terms.b)
+        x = jnp.where(accepted, new_x, x)
+        terms = jax.tree.map(lambda new, old: jnp.where(accepted, new, old), new_terms, terms)
+        return x, terms, acceptance, alive
+
+    def transition_fn(rng_key, positions, beta, adaptation, parameters):
+        x, discrete, terms = positions
+        acceptance = jnp.asarray(1.0, x.dtype)
+        for step_key in jax.random.split(rng_key, settings["num_mcmc_steps"]):
+            keys = jax.random.split(step_key, x.shape[0])
+            x, terms, accepted, alive = jax.vmap(move_one, in_axes=(0, 0, 0, None, 0, 0, None))(
+                keys, x, terms, beta, adaptation.log_step_size, adaptation.inverse_mass, parameters
+            )
+            adaptation, acceptance = _adapt(x, accepted, alive, adaptation, settings)
+        return (x, discrete, terms), adaptation, acceptance
+
+    @jax.jit
+    def initialize_fn(positions, parameters):
+        x, discrete = positions
+        return x, discrete, jax.vmap(terms_fn, in_axes=(0, None))(x, parameters)
+
+    return log_density_fn, increment_fn, transition_fn, initialize_fn
+
+
 def _default_transition(split, log_density_fn, settings):
     """HMC on the continuous sites, then a Gibbs sweep on the discrete ones (for all particles)."""
 
-    def transition_fn(rng_key, positions, beta, adaptation):
+    def transition_fn(rng_key, positions, beta, adaptation, parameters):
+        def bound_log_density_fn(position, beta):
+            return log_density_fn(position, beta, parameters)
+
         x, discrete = positions
         hmc_key, gibbs_key = jax.random.split(rng_key)
         acceptance = jnp.asarray(1.0, x.dtype)
@@ -220,7 +418,7 @@ def _default_transition(split, log_density_fn, settings):
                     discrete,
                     beta,
                     adaptation,
-                    log_density_fn,
+                    bound_log_density_fn,
                     settings["num_leapfrog_steps"],
                     settings,
                 )
@@ -228,7 +426,9 @@ def _default_transition(split, log_density_fn, settings):
             keys = jax.random.split(gibbs_key, x.shape[0])
 
             def sweep(key, position):
-                return gibbs_sweep(key, position, lambda p: log_density_fn(p, beta), split.supports)
+                return gibbs_sweep(
+                    key, position, lambda p: bound_log_density_fn(p, beta), split.supports
+                )
 
             x, discrete = jax.vmap(sweep)(keys, (x, discrete))
         return (x, discrete), adaptation, acceptance
@@ -240,10 +440,11 @@ def _user_transition(split, log_density_fn, transition):
     """Vectorize a per-particle user transition, rejecting moves to a non-finite density."""
     has_discrete = bool(split.discrete_sites)
 
-    def transition_fn(rng_key, positions, beta, kernel_state):
+    def transition_fn(rng_key, positions, beta, kernel_state, parameters):
         def move_one(key, position):
             def logdensity(user_position):
-                return log_density_fn(user_position if has_discrete else (user_position, {}), beta)
+                whole = user_position if has_discrete else (user_position, {})
+                return log_density_fn(whole, beta, parameters)
 
             user_position = position if has_discrete else position[0]
             proposal = transition(key, user_position, logdensity)
@@ -276,55 +477,227 @@ def _initial_positions(rng_key, split, base, num_particles, reverse, init_sample
         )
         chosen = {name: draws[name][indices] for name in needed}
         return jax.vmap(split.ravel_fn)(chosen)
-    if isinstance(base, str):
+    if base is None:
         return split.sample_prior_fn(rng_key, num_particles)
     return base.sample(rng_key, (num_particles,)), {}
 
 
-# Built annealing functions per model, arguments and settings: a repeated call (another seed,
-# another particle count) then reuses the driver's compiled scan instead of compiling anew.
+# Built model views and annealing functions per model, arguments and settings: a repeated call
+# (another seed, another particle count, another base of the same shape) then reuses the
+# driver's compiled scan instead of compiling anew. Fitted bases are kept per model, arguments
+# and fit key, so an identical call does not fit again.
+_SPLIT_CACHE: OrderedDict = OrderedDict()
 _FUNCTION_CACHE: OrderedDict = OrderedDict()
-_FUNCTION_CACHE_SIZE = 16
+_BASE_CACHE: OrderedDict = OrderedDict()
+_CACHE_SIZE = 16
+
+# Below this fraction of the particles the weights are dominated by a few particles; their
+# sample variance then understates the spread and log Z is biased by about var(log w) / 2.
+MIN_ESS_FRACTION = 0.05
+
+BASES = ("auto", "prior")
 
 
-def _annealing_functions(model, model_args, model_kwargs, marginalize, base, transition, settings):
-    """``(split, log_density_fn, increment_fn, transition_fn)`` of :func:`ais`, cached."""
-    base_fingerprint = base if isinstance(base, str) else arguments_fingerprint((base,), {})
+def _cache_get(cache, key):
+    if key is None or key not in cache:
+        return None
+    cache.move_to_end(key)
+    return cache[key]
+
+
+def _cache_put(cache, key, value):
+    if key is not None:
+        cache[key] = value
+        if len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
+    return value
+
+
+def _model_split(model, model_args, model_kwargs, marginalize):
+    """``(split, model_key)``: the model's view for annealing, cached per model and arguments.
+
+    ``model_key`` is ``None`` when an argument is a tracer (nothing is cached then).
+    """
     arguments = arguments_fingerprint(model_args, model_kwargs)
-    cache_key = None
-    if arguments is not None and base_fingerprint is not None:
-        cache_key = (
-            model,
-            arguments,
-            marginalize,
-            base_fingerprint,
-            transition,
-            tuple(sorted(settings.items())),
+    model_key = None if arguments is None else (model, arguments, marginalize)
+    split = _cache_get(_SPLIT_CACHE, model_key)
+    if split is None:
+        # The structure key only picks the values of the one trace that reads the model's sites.
+        split = split_model(
+            jax.random.PRNGKey(0), model, model_args, model_kwargs, marginalize=marginalize
         )
-        if cache_key in _FUNCTION_CACHE:
-            _FUNCTION_CACHE.move_to_end(cache_key)
-            return _FUNCTION_CACHE[cache_key]
-    # The structure key only picks the values of the one trace that reads the model's sites.
-    split = split_model(
-        jax.random.PRNGKey(0), model, model_args, model_kwargs, marginalize=marginalize
-    )
-    path_base = base if isinstance(base, str) else validate_base(base, split.dimension)
-    log_density_fn, increment_fn = annealing_path(split, path_base)
-    if transition is not None:
-        transition_fn = _user_transition(split, log_density_fn, transition)
-    else:
-        transition_fn = _default_transition(split, log_density_fn, settings)
-    functions = (split, log_density_fn, increment_fn, transition_fn)
-    if cache_key is not None:
-        _FUNCTION_CACHE[cache_key] = functions
-        if len(_FUNCTION_CACHE) > _FUNCTION_CACHE_SIZE:
-            _FUNCTION_CACHE.popitem(last=False)
+        _cache_put(_SPLIT_CACHE, model_key, split)
+    return split, model_key
+
+
+def _annealing_functions(split, model_key, kind, transition, settings):
+    """``(log_density_fn, increment_fn, transition_fn, initialize_fn)`` of :func:`ais`, cached.
+
+    ``initialize_fn`` maps the initial ``(x, discrete)`` to the particles the functions take
+    (``None``: they take ``(x, discrete)`` itself). The base is not part of the key: it enters
+    the functions as data (:func:`_path_functions`).
+    """
+    cache_key = None
+    if model_key is not None:
+        cache_key = (model_key, kind, transition, tuple(sorted(settings.items())))
+    functions = _cache_get(_FUNCTION_CACHE, cache_key)
+    if functions is None:
+        linear = not (split.discrete_sites or split.marginalized_sites)
+        if transition is None and linear and split.dimension:
+            functions = _linear_path_functions(split, kind, settings)
+        else:
+            log_density_fn, increment_fn = _path_functions(split, kind)
+            if transition is not None:
+                transition_fn = _user_transition(split, log_density_fn, transition)
+            else:
+                transition_fn = _default_transition(split, log_density_fn, settings)
+            functions = (log_density_fn, increment_fn, transition_fn, None)
+        _cache_put(_FUNCTION_CACHE, cache_key, functions)
     return functions
 
 
-def _check_arguments(num_particles, base, reverse, init_samples, split):
-    if int(num_particles) < 1:
-        raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}.")
+def _flat_marginal_model(split):
+    """A model on the flat unconstrained space whose density is the marginal of ``split``.
+
+    :func:`~numpyro_extras.fit_base` cannot see through summed-out sites (its SVI would sample
+    them); on this model it fits the Gaussian to the marginal ``log sum_h p(x, h, y)`` directly.
+    """
+    import numpyro
+    import numpyro.distributions as dist
+
+    # A proper placeholder prior (fit_base traces and samples the model), divided out again.
+    placeholder = dist.Normal(0.0, 1.0).expand([split.dimension]).to_event(1)
+
+    def flat_model():
+        x = numpyro.sample("x", placeholder)
+        # The inner evaluation has its own handlers; block keeps its sites out of SVI's trace.
+        with numpyro.handlers.block():
+            log_density = split.scaled_log_density_fn(x, {}, 1.0, 1.0)
+        numpyro.factor("log_marginal", log_density - placeholder.log_prob(x))
+
+    return flat_model
+
+
+def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, progress_bar):
+    """The default base: one Gaussian VI fit, cached; ``None`` when the fit diverged."""
+    key_bytes = np.asarray(jax.random.key_data(fit_key)).tobytes()
+    cache_key = None if model_key is None else (model_key, key_bytes)
+    if cache_key is not None and cache_key in _BASE_CACHE:
+        _BASE_CACHE.move_to_end(cache_key)
+        return _BASE_CACHE[cache_key]
+    if split.marginalized_sites:
+        fit_model, fit_args, fit_kwargs = _flat_marginal_model(split), (), {}
+    else:
+        fit_model, fit_args, fit_kwargs = model, model_args, model_kwargs
+    try:
+        base = fit_base(
+            fit_key, fit_model, fit_args, fit_kwargs, method="gaussian", progress_bar=progress_bar
+        )
+    except RuntimeError as error:
+        if isinstance(error, NotImplementedError) or "diverged" not in str(error):
+            raise
+        base = None
+    else:
+        try:
+            base = validate_base(base, split.dimension)
+        except ValueError:  # a non-finite or degenerate fit
+            base = None
+    return _cache_put(_BASE_CACHE, cache_key, base)
+
+
+def _is_flag(value):
+    return isinstance(value, (bool, np.bool_))
+
+
+def _real_number(name, value, requirement):
+    """``float(value)`` for a finite real number; the errors name ``name`` and ``requirement``."""
+    is_number = isinstance(value, numbers.Real) and not _is_flag(value)
+    is_scalar_array = (
+        isinstance(value, (np.ndarray, jax.Array))
+        and not isinstance(value, jax.core.Tracer)
+        and np.shape(value) == ()
+        and (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer))
+    )
+    if not (is_number or is_scalar_array):
+        raise TypeError(f"{name} must be {requirement}, got {value!r} ({type(value).__name__}).")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be {requirement}, got {value!r}.")
+    return number
+
+
+def _check_settings(
+    *,
+    num_particles,
+    num_temperatures,
+    schedule,
+    base,
+    marginalize,
+    reverse,
+    init_samples,
+    transition,
+    step_size,
+    num_leapfrog_steps,
+    num_mcmc_steps,
+    target_accept,
+    adaptation_rate,
+    adapt_mass,
+    num_pilot_steps,
+    progress_bar,
+):
+    """Check every setting of :func:`ais` before any work or cache lookup; return them clean.
+
+    A value that is only coerced later (``int(50.5)``) would silently run another setting, and
+    could even return the cached run of that other setting.
+    """
+    checked = dict(
+        num_particles=check_count("num_particles", num_particles),
+        num_leapfrog_steps=check_count("num_leapfrog_steps", num_leapfrog_steps),
+        num_mcmc_steps=check_count("num_mcmc_steps", num_mcmc_steps),
+        num_pilot_steps=check_count("num_pilot_steps", num_pilot_steps, minimum=0),
+    )
+    if isinstance(schedule, str):
+        check_count("num_temperatures", num_temperatures, minimum=2)
+    elif num_temperatures is not None:
+        check_count("num_temperatures", num_temperatures)
+    checked["betas"] = inverse_temperature_schedule(schedule, num_temperatures)
+    if step_size is not None:
+        step_size = _real_number("step_size", step_size, "a positive finite number (or None)")
+        if step_size <= 0:
+            raise ValueError(f"step_size must be a positive finite number, got {step_size!r}.")
+    checked["step_size"] = step_size
+    target_accept = _real_number("target_accept", target_accept, "a number in (0, 1)")
+    if not 0.0 < target_accept < 1.0:
+        raise ValueError(f"target_accept must be a number in (0, 1), got {target_accept!r}.")
+    checked["target_accept"] = target_accept
+    adaptation_rate = _real_number("adaptation_rate", adaptation_rate, "a positive number")
+    if adaptation_rate <= 0:
+        raise ValueError(f"adaptation_rate must be a positive number, got {adaptation_rate!r}.")
+    checked["adaptation_rate"] = adaptation_rate
+    for name, value in (
+        ("reverse", reverse),
+        ("adapt_mass", adapt_mass),
+        ("progress_bar", progress_bar),
+    ):
+        if not _is_flag(value):
+            raise TypeError(f"{name} must be True or False, got {value!r}.")
+        checked[name] = bool(value)
+    if transition is not None and not callable(transition):
+        raise TypeError(
+            "transition must be a function (rng_key, position, log_density_fn) -> position, "
+            f"got {transition!r}."
+        )
+    if isinstance(base, str):
+        if base not in BASES:
+            raise ValueError(f"base must be 'auto', 'prior' or a GaussianBase, got {base!r}.")
+    else:
+        validate_base(base)
+    if isinstance(marginalize, str):
+        marginalize = (marginalize,)
+    marginalize = tuple(marginalize)
+    if not all(isinstance(name, str) for name in marginalize):
+        raise TypeError(f"marginalize must be a sequence of site names, got {marginalize!r}.")
+    checked["marginalize"] = marginalize
     if reverse and init_samples is None:
         raise ValueError(
             "reverse=True anneals from the posterior to the base: pass init_samples, posterior "
@@ -332,10 +705,27 @@ def _check_arguments(num_particles, base, reverse, init_samples, split):
         )
     if init_samples is not None and not reverse:
         raise ValueError("init_samples is only used with reverse=True.")
+    return checked
+
+
+def _resolve_base(base, fit_key, model, model_args, model_kwargs, split, model_key, progress_bar):
+    """The base of the run: ``None`` for the prior, or a checked :class:`GaussianBase`."""
     if isinstance(base, str):
-        if base != "prior":
-            raise ValueError(f"base must be 'prior' or a GaussianBase, got {base!r}.")
-        return base
+        if base == "prior" or split.discrete_sites or not split.dimension:
+            # With discrete latent sites left there is no Gaussian base: the prior is the one
+            # starting density that covers them.
+            return None
+        fitted = _fitted_base(
+            fit_key, model, model_args, model_kwargs, split, model_key, progress_bar
+        )
+        if fitted is None:
+            warnings.warn(
+                "nx.ais: the Gaussian VI fit of the default base diverged; annealing from the "
+                "prior instead. Pass base='prior' to skip the fit, or a GaussianBase.",
+                UserWarning,
+                stacklevel=3,
+            )
+        return fitted
     if split.discrete_sites:
         raise ValueError(
             "A GaussianBase covers continuous sites only, but the model has discrete latent "
@@ -343,6 +733,22 @@ def _check_arguments(num_particles, base, reverse, init_samples, split):
             "base='prior'."
         )
     return validate_base(base, split.dimension)
+
+
+def _warn_on_small_ess(evidence, num_particles, path_base, reverse):
+    if evidence.ess >= MIN_ESS_FRACTION * num_particles:
+        return
+    start = "the prior" if path_base is None else "a Gaussian base"
+    bias = "high" if reverse else "low"
+    warnings.warn(
+        f"AIS final ESS {evidence.ess:.1f} of {num_particles} particles "
+        f"({100 * evidence.ess / num_particles:.1f}%, below {100 * MIN_ESS_FRACTION:.0f}%) on the "
+        f"path from {start}: a few particles carry almost all the weight, so the log Z "
+        f"estimate ({evidence.log_z:.3f}) and its stderr ({evidence.stderr:.3f}) are unreliable "
+        f"(such weights bias the estimate {bias}); use more temperatures or a better base.",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def ais(
@@ -354,7 +760,7 @@ def ais(
     num_particles: int,
     num_temperatures: int,
     schedule="sigmoid",
-    base: str | GaussianBase = "prior",
+    base: str | GaussianBase = "auto",
     marginalize=(),
     reverse: bool = False,
     init_samples: dict | None = None,
@@ -370,13 +776,31 @@ def ais(
 ) -> Evidence:
     """Estimate ``log Z`` of a NumPyro model by annealed importance sampling.
 
-    ``num_particles`` particles start from exact draws of the base (the prior, or a
-    :class:`~numpyro_extras.GaussianBase`), move through the tempered densities of the schedule
-    and collect log weights ``sum_k log f_k(x_k) - log f_{k-1}(x_k)`` (mAIS paper eq. 10-16,
-    continuous tempering spec 2.9); ``Z_hat = mean exp(log weights)`` is unbiased, so ``log Z``
-    is a stochastic lower bound. All particles run vectorized.
+    ``num_particles`` particles start from exact draws of the base, move through the tempered
+    densities of the schedule and collect log weights ``sum_k log f_k(x_k) - log f_{k-1}(x_k)``
+    (mAIS paper eq. 10-16, Neal 2001); ``Z_hat = mean exp(log weights)`` is unbiased, so
+    ``log Z`` is a stochastic lower bound. All particles run vectorized.
 
-    **Transitions.** Continuous sites: BlackJAX HMC with ``num_leapfrog_steps`` steps; unless
+    **The base.** By default (``base="auto"``) the run starts from a Gaussian fitted to the
+    posterior by variational inference (:func:`~numpyro_extras.fit_base` with
+    ``method="gaussian"``, seeded from ``rng_key``) and follows the geometric path
+    ``-(1 - beta) psi(x) + beta log p(x, y)`` (mAIS paper eq. 5): the path is short when the
+    base is close to the posterior. The fit is cached per model, arguments and key, so an
+    identical call does not fit again. A model that keeps discrete latent sites (not summed out
+    by ``marginalize``) has no Gaussian base: ``"auto"`` then anneals from the prior, as
+    ``base="prior"`` does for any model (``log p(x) + beta log p(y | x)``, the likelihood
+    annealed in; slow when the posterior is much narrower than the prior). A
+    :class:`~numpyro_extras.GaussianBase` of your own can be passed too. If the fit diverges,
+    ``"auto"`` warns and anneals from the prior.
+
+    **A warning when the answer is unreliable.** When the final effective sample size of the
+    weights is below 5% of the particles, a few particles carry the estimate: its stderr
+    understates the error and ``log Z`` is biased (low; high for a reverse run). ``ais`` then
+    warns (``UserWarning``) with the ESS; use more temperatures or a better base.
+
+    **Transitions.** Continuous sites: HMC with ``num_leapfrog_steps`` steps (BlackJAX's kernel,
+    or for a continuous model without summed-out sites the same kernel keeping each particle's
+    path terms, so that a temperature costs ``num_leapfrog_steps`` model gradients); unless
     ``step_size`` is given, the step size is adapted from the particles' mean acceptance after
     every temperature (towards ``target_accept``), starting from a pilot of ``num_pilot_steps``
     moves at the first temperature (the moved particles are still exact draws there); with
@@ -390,23 +814,31 @@ def ais(
     **Marginalized AIS.** ``marginalize=("h", ...)`` sums those discrete sites out exactly with
     ``numpyro.contrib.funsor`` and anneals the rest; the likelihood is tempered inside the sum,
     ``log f_beta(x) = log sum_h p(x) p(h | x) p(y | x, h)^beta`` (mAIS paper eq. 19-26), the
-    marginal of the tempered joint rather than the tempered marginal.
+    marginal of the tempered joint rather than the tempered marginal. The default base is then
+    fitted to the marginal of the remaining continuous sites.
 
     **Bidirectional Monte Carlo.** ``reverse=True`` starts from ``init_samples`` (posterior draws,
     constrained, by site name as ``MCMC.get_samples()`` gives them), anneals from ``beta = 1`` to
-    ``0`` and returns ``log Z_0 - log mean exp(log weights)``, a stochastic UPPER bound on
-    ``log Z`` (Grosse et al. 2015), to sandwich the truth with a forward run.
+    ``0`` (towards the same base as a forward run) and returns
+    ``log Z_0 - log mean exp(log weights)``, a stochastic UPPER bound on ``log Z`` (Grosse et al.
+    2015), to sandwich the truth with a forward run.
 
-    :param rng_key: PRNG key.
+    Every setting is checked before any work: counts must be Python or NumPy integers (not
+    ``50.5``, ``"100"`` or ``True``), real settings real numbers.
+
+    :param rng_key: PRNG key; the base fit, the initial draws and the annealing each get a key
+        split from it.
     :param model: a NumPyro model; observed sites (and ``numpyro.factor``) form the likelihood.
     :param tuple model_args: positional arguments of the model.
     :param dict model_kwargs: keyword arguments of the model.
-    :param int num_particles: number of annealing runs ``N``.
-    :param int num_temperatures: number of annealing steps ``K`` (ignored for an array schedule).
+    :param int num_particles: number of annealing runs ``N`` (a positive integer).
+    :param int num_temperatures: number of annealing steps ``K``, at least 2 (ignored for an
+        array schedule).
     :param schedule: ``"sigmoid"``, ``"linear"``, ``"geometric"`` or an array of inverse
         temperatures from 0 to 1 (see
         :func:`~numpyro_extras.annealing.driver.inverse_temperature_schedule`).
-    :param base: ``"prior"`` or a :class:`~numpyro_extras.GaussianBase` (from
+    :param base: ``"auto"`` (a Gaussian VI fit, or the prior when discrete latent sites are
+        left), ``"prior"``, or a :class:`~numpyro_extras.GaussianBase` (e.g. from
         :func:`~numpyro_extras.fit_base`) for the geometric path from it.
     :param marginalize: names of discrete latent sites to sum out exactly.
     :param bool reverse: anneal from the posterior to the base (needs ``init_samples``).
@@ -416,51 +848,86 @@ def ais(
         position`` leaving ``exp(log_density_fn)`` invariant, replacing HMC and Gibbs;
         ``position`` is the flat unconstrained vector, or ``(x, discrete_dict)`` when the model
         keeps discrete sites.
-    :param float step_size: a fixed HMC step size (no step-size adaptation).
-    :param int num_leapfrog_steps: leapfrog steps per HMC move.
-    :param int num_mcmc_steps: HMC moves per temperature.
-    :param float target_accept: target mean acceptance of the step-size adaptation.
-    :param float adaptation_rate: gain of the log step-size update per temperature.
+    :param float step_size: a fixed HMC step size, positive (no step-size adaptation).
+    :param int num_leapfrog_steps: leapfrog steps per HMC move (positive).
+    :param int num_mcmc_steps: HMC moves per temperature (positive).
+    :param float target_accept: target mean acceptance of the step-size adaptation, in (0, 1).
+    :param float adaptation_rate: gain of the log step-size update per temperature (positive).
     :param bool adapt_mass: use the particles' variance as the diagonal inverse mass matrix.
-    :param int num_pilot_steps: pilot HMC moves at the first temperature.
-    :param bool progress_bar: show the driver's progress bar.
+    :param int num_pilot_steps: pilot HMC moves at the first temperature (zero or more).
+    :param bool progress_bar: show the progress bars of the base fit and of the annealing.
     :return: :class:`~numpyro_extras.Evidence` with ``log_z``, ``stderr``, ``log_weights`` and
         ``ess``.
-    :raises ValueError: for an unknown, observed or continuous site in ``marginalize``, zero
-        particles, a schedule that does not run from 0 to 1, ``reverse=True`` without
-        ``init_samples``, or a Gaussian base with discrete latent sites left.
+    :raises TypeError: for a setting of the wrong type (a count that is not an integer, a
+        string for a number, a non-boolean flag), naming the argument.
+    :raises ValueError: for a setting out of range (zero particles, fewer than 2 temperatures,
+        a non-positive step size, ``target_accept`` outside (0, 1), ...), an unknown, observed
+        or continuous site in ``marginalize``, a schedule that does not run from 0 to 1,
+        ``reverse=True`` without ``init_samples``, or a Gaussian base with discrete latent
+        sites left.
+    :warns UserWarning: when the final ESS is below 5% of the particles, or when the default
+        base's fit diverged.
 
     **Example:**
 
     .. code-block:: python
 
         evidence = nx.ais(key, model, model_args=(x, y), num_particles=1000,
-                          num_temperatures=500)
+                          num_temperatures=200)
         print(f"log Z = {evidence.log_z:.3f} +- {evidence.stderr:.3f} (ESS {evidence.ess:.0f})")
     """
-    model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-    betas = inverse_temperature_schedule(schedule, num_temperatures)
-    _, init_key, anneal_key = jax.random.split(rng_key, 3)
-    settings = dict(
-        adapt_step_size=step_size is None,
-        adapt_mass=adapt_mass,
-        target=target_accept,
-        adaptation_rate=adaptation_rate,
+    checked = _check_settings(
+        num_particles=num_particles,
+        num_temperatures=num_temperatures,
+        schedule=schedule,
+        base=base,
+        marginalize=marginalize,
+        reverse=reverse,
+        init_samples=init_samples,
+        transition=transition,
+        step_size=step_size,
         num_leapfrog_steps=num_leapfrog_steps,
         num_mcmc_steps=num_mcmc_steps,
+        target_accept=target_accept,
+        adaptation_rate=adaptation_rate,
+        adapt_mass=adapt_mass,
+        num_pilot_steps=num_pilot_steps,
+        progress_bar=progress_bar,
     )
-    split, log_density_fn, increment_fn, transition_fn = _annealing_functions(
-        model, model_args, model_kwargs, tuple(marginalize), base, transition, settings
+    num_particles = checked["num_particles"]
+    step_size = checked["step_size"]
+    num_pilot_steps = checked["num_pilot_steps"]
+    reverse = checked["reverse"]
+    progress_bar = checked["progress_bar"]
+    betas = checked["betas"]
+    model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+    fit_key, init_key, anneal_key = jax.random.split(rng_key, 3)
+    split, model_key = _model_split(model, model_args, model_kwargs, checked["marginalize"])
+    path_base = _resolve_base(
+        base, fit_key, model, model_args, model_kwargs, split, model_key, progress_bar
     )
-    base = _check_arguments(num_particles, base, reverse, init_samples, split)
-    num_particles = int(num_particles)
+    settings = dict(
+        adapt_step_size=step_size is None,
+        adapt_mass=checked["adapt_mass"],
+        target=checked["target_accept"],
+        adaptation_rate=checked["adaptation_rate"],
+        num_leapfrog_steps=checked["num_leapfrog_steps"],
+        num_mcmc_steps=checked["num_mcmc_steps"],
+    )
+    kind = "prior" if path_base is None else "gaussian"
+    parameters = () if path_base is None else _base_parameters(path_base)
+    log_density_fn, increment_fn, transition_fn, initialize_fn = _annealing_functions(
+        split, model_key, kind, transition, settings
+    )
     if reverse:
         betas = betas[::-1]
-    positions = _initial_positions(init_key, split, base, num_particles, reverse, init_samples)
+    positions = _initial_positions(init_key, split, path_base, num_particles, reverse, init_samples)
+    if initialize_fn is not None:
+        positions = initialize_fn(positions, parameters)
 
     dtype = jnp.result_type(float)
     adaptation = HMCAdaptation(
-        jnp.full((num_particles,), jnp.log(0.5 if step_size is None else step_size), dtype),
+        jnp.full((num_particles,), math.log(0.5 if step_size is None else step_size), dtype),
         jnp.ones((num_particles, split.dimension), dtype),
     )
     if transition is None and split.dimension and num_pilot_steps > 0:
@@ -477,5 +944,8 @@ def ais(
         adaptation,
         log_weight_increment_fn=increment_fn,
         progress_bar=progress_bar,
+        parameters=parameters,
     )
-    return evidence_from_log_weights(result.log_weights, 0.0, reverse=reverse)
+    evidence = evidence_from_log_weights(result.log_weights, 0.0, reverse=reverse)
+    _warn_on_small_ess(evidence, num_particles, path_base, reverse)
+    return evidence
