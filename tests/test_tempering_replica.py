@@ -223,10 +223,10 @@ def test_per_chain_log_zeta_pooling_is_exact():
     ("kwargs", "error", "message"),
     [
         ({"num_steps": -3}, ValueError, "num_steps must be a positive integer"),
-        ({"num_steps": 2.5}, ValueError, "num_steps must be a positive integer"),
-        ({"step_size": "0.1"}, ValueError, "step_size must be a positive finite number"),
+        ({"num_steps": 2.5}, TypeError, "num_steps must be a positive integer"),
+        ({"step_size": "0.1"}, TypeError, "step_size must be a positive finite number"),
         ({"step_size": 0.0}, ValueError, "step_size must be a positive finite number"),
-        ({"target_accept_prob": 1.5}, ValueError, "target_accept_prob must be in"),
+        ({"target_accept_prob": 1.5}, ValueError, "target_accept_prob must be a number in"),
         ({"max_tree_depth": 0}, ValueError, "max_tree_depth must be a positive integer"),
     ],
 )
@@ -238,12 +238,12 @@ def test_gibbs_settings_are_validated(kwargs, error, message):
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"beta_scale": "1"}, ValueError, "beta_scale must be a positive number"),
+        ({"beta_scale": "1"}, TypeError, "beta_scale must be a positive number"),
         ({"beta_scale": -1.0}, ValueError, "beta_scale must be a positive number"),
         ({"initial_beta_logit": float("nan")}, ValueError, "initial_beta_logit"),
-        ({"step_size": "0.1"}, ValueError, "step_size must be a positive finite number"),
+        ({"step_size": "0.1"}, TypeError, "step_size must be a positive finite number"),
         ({"trajectory_lenght": 1.0}, TypeError, "Unknown inner kernel settings"),
-        ({"target_accept_prob": 0}, ValueError, "target_accept_prob must be in"),
+        ({"target_accept_prob": 0}, ValueError, "target_accept_prob must be a number in"),
     ],
 )
 def test_joint_settings_are_validated(kwargs, error, message):
@@ -299,3 +299,11 @@ def test_warns_on_a_funnel(kernel_class):
     with pytest.warns(UserWarning, match="shows trouble") as caught:
         nx.log_marginal_likelihood(mcmc)
     assert all(problem in str(caught[0].message) for problem in problems)
+
+
+@pytest.mark.parametrize("kernel_class", KERNELS)
+def test_not_a_gibbs_block_and_says_why(kernel_class):
+    from numpyro.infer import Gibbs
+
+    with pytest.raises(NotImplementedError, match="cannot be a block of numpyro.infer.Gibbs"):
+        Gibbs([(kernel_class(targets.bimodal_model), ["x"])])

@@ -23,44 +23,16 @@ from jax.scipy.special import logsumexp
 from tqdm.auto import tqdm
 
 from numpyro_extras.evidence import Evidence
+from numpyro_extras.validation import check_count
 
 __all__ = [
     "AnnealingResult",
     "anneal",
-    "check_count",
     "evidence_from_log_weights",
     "inverse_temperature_schedule",
 ]
 
 SCHEDULES = ("linear", "sigmoid", "geometric")
-
-
-def check_count(name, value, minimum=1):
-    """``value`` as an ``int`` if it is a Python or NumPy integer of at least ``minimum``.
-
-    Strings, floats (even integral ones such as ``50.0``) and booleans are refused rather than
-    converted: ``int(50.5)`` would silently run 50 steps, and ``int("100")`` would hide a
-    wrongly parsed setting.
-
-    :param str name: the argument's name, for the error message.
-    :param value: the value to check.
-    :param int minimum: the smallest value allowed.
-    :return: ``int(value)``.
-    :raises TypeError: if ``value`` is not an integer.
-    :raises ValueError: if ``value < minimum``.
-
-    **Example:**
-
-    .. code-block:: python
-
-        check_count("num_particles", np.int64(100))  # 100
-    """
-    description = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be {description}, got {value!r} ({type(value).__name__}).")
-    if value < minimum:
-        raise ValueError(f"{name} must be {description}, got {value!r}.")
-    return int(value)
 
 
 def inverse_temperature_schedule(schedule, num_temperatures=None, *, sigmoid_width=4.0):

@@ -22,7 +22,6 @@ ones, alternating in mixed models; or a user transition.
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,13 +35,13 @@ import scipy.linalg
 
 from numpyro_extras.annealing.driver import (
     anneal,
-    check_count,
     evidence_from_log_weights,
     inverse_temperature_schedule,
 )
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.potential import SplitModel, arguments_fingerprint, split_model
 from numpyro_extras.tempering.base import GaussianBase, fit_base, validate_base
+from numpyro_extras.validation import check_count, check_real, is_flag
 
 __all__ = ["HMCAdaptation", "ais", "annealing_path", "gibbs_sweep"]
 
@@ -605,27 +604,6 @@ def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, pro
     return _cache_put(_BASE_CACHE, cache_key, base)
 
 
-def _is_flag(value):
-    return isinstance(value, (bool, np.bool_))
-
-
-def _real_number(name, value, requirement):
-    """``float(value)`` for a finite real number; the errors name ``name`` and ``requirement``."""
-    is_number = isinstance(value, numbers.Real) and not _is_flag(value)
-    is_scalar_array = (
-        isinstance(value, (np.ndarray, jax.Array))
-        and not isinstance(value, jax.core.Tracer)
-        and np.shape(value) == ()
-        and (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer))
-    )
-    if not (is_number or is_scalar_array):
-        raise TypeError(f"{name} must be {requirement}, got {value!r} ({type(value).__name__}).")
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{name} must be {requirement}, got {value!r}.")
-    return number
-
-
 def _check_settings(
     *,
     num_particles,
@@ -662,15 +640,15 @@ def _check_settings(
         check_count("num_temperatures", num_temperatures)
     checked["betas"] = inverse_temperature_schedule(schedule, num_temperatures)
     if step_size is not None:
-        step_size = _real_number("step_size", step_size, "a positive finite number (or None)")
+        step_size = check_real("step_size", step_size, "a positive finite number (or None)")
         if step_size <= 0:
             raise ValueError(f"step_size must be a positive finite number, got {step_size!r}.")
     checked["step_size"] = step_size
-    target_accept = _real_number("target_accept", target_accept, "a number in (0, 1)")
+    target_accept = check_real("target_accept", target_accept, "a number in (0, 1)")
     if not 0.0 < target_accept < 1.0:
         raise ValueError(f"target_accept must be a number in (0, 1), got {target_accept!r}.")
     checked["target_accept"] = target_accept
-    adaptation_rate = _real_number("adaptation_rate", adaptation_rate, "a positive number")
+    adaptation_rate = check_real("adaptation_rate", adaptation_rate, "a positive number")
     if adaptation_rate <= 0:
         raise ValueError(f"adaptation_rate must be a positive number, got {adaptation_rate!r}.")
     checked["adaptation_rate"] = adaptation_rate
@@ -679,7 +657,7 @@ def _check_settings(
         ("adapt_mass", adapt_mass),
         ("progress_bar", progress_bar),
     ):
-        if not _is_flag(value):
+        if not is_flag(value):
             raise TypeError(f"{name} must be True or False, got {value!r}.")
         checked[name] = bool(value)
     if transition is not None and not callable(transition):

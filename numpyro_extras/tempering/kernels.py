@@ -46,6 +46,7 @@ from numpyro_extras.potential import (
 )
 from numpyro_extras.tempering.base import GaussianBase, fit_base, validate_base
 from numpyro_extras.tempering.weights import sample_inverse_temperature
+from numpyro_extras.validation import check_count, check_real
 
 __all__ = [
     "PointEvaluation",
@@ -659,16 +660,6 @@ _HMC_DEFAULTS = dict(
 )
 
 
-def _is_integer(value):
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _is_real(value):
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
-
-
 def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
     """Validate the settings of the HMC or NUTS move of a tempering kernel.
 
@@ -692,22 +683,21 @@ def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
     if algo == "HMC" and settings.get("num_steps") is None:
         defaults["trajectory_length"] = 2 * math.pi
     merged = {**defaults, **settings}
-    step_size = merged["step_size"]
-    if not (_is_real(step_size) and math.isfinite(step_size) and step_size > 0):
-        raise ValueError(f"step_size must be a positive finite number, got {step_size!r}.")
-    target = merged["target_accept_prob"]
-    if not (_is_real(target) and 0 < target < 1):
-        raise ValueError(f"target_accept_prob must be in (0, 1), got {target!r}.")
+    merged["step_size"] = check_real(
+        "step_size", merged["step_size"], "a positive finite number", low=0.0
+    )
+    merged["target_accept_prob"] = check_real(
+        "target_accept_prob", merged["target_accept_prob"], "a number in (0, 1)", low=0, high=1
+    )
     for name in ("num_steps", "max_tree_depth"):
-        value = merged[name]
-        if value is not None and not (_is_integer(value) and value >= 1):
-            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    length = merged["trajectory_length"]
-    if length is not None and not (_is_real(length) and math.isfinite(length) and length > 0):
-        raise ValueError(f"trajectory_length must be a positive number, got {length!r}.")
+        if merged[name] is not None:
+            merged[name] = check_count(name, merged[name])
+    if merged["trajectory_length"] is not None:
+        merged["trajectory_length"] = check_real(
+            "trajectory_length", merged["trajectory_length"], "a positive number", low=0.0
+        )
     if algo == "HMC" and merged["num_steps"] is None and merged["trajectory_length"] is None:
         raise ValueError("HMC needs num_steps or trajectory_length.")
-    merged["step_size"] = float(step_size)
     return algo, merged
 
 
@@ -896,6 +886,20 @@ class _ContinuousTemperingKernel(MCMCKernel):
             f"round trips={int(mixing.num_round_trips)}"
         )
 
+    def _gibbs_block_error(self):
+        return NotImplementedError(
+            f"{type(self).__name__} cannot be a block of numpyro.infer.Gibbs: its base density "
+            "and log zeta are fitted to one fixed target, and the conditional a Gibbs block "
+            "samples changes at every step, so log Z and the tempering path would refer to no "
+            "fixed distribution. Use it as the whole kernel of MCMC."
+        )
+
+    def refresh(self, state, model_args, model_kwargs):
+        raise self._gibbs_block_error()
+
+    def wrap_model(self, wrapper):
+        raise self._gibbs_block_error()
+
     def _build(self, num_warmup, tag):
         raise NotImplementedError
 
@@ -964,15 +968,9 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
             fit_base_kwargs=fit_base_kwargs,
             fit_base_seed=fit_base_seed,
         )
-        if not (_is_real(beta_scale) and beta_scale > 0):
-            raise ValueError(f"beta_scale must be a positive number, got {beta_scale!r}.")
-        if not (_is_real(initial_beta_logit) and math.isfinite(initial_beta_logit)):
-            raise ValueError(
-                f"initial_beta_logit must be a finite number, got {initial_beta_logit!r}."
-            )
+        self._beta_scale = check_real("beta_scale", beta_scale, "a positive number", low=0.0)
+        self._initial_beta_logit = check_real("initial_beta_logit", initial_beta_logit)
         self._algo, self._hmc_settings = hmc_settings(inner_kernel, **inner_kwargs)
-        self._beta_scale = float(beta_scale)
-        self._initial_beta_logit = float(initial_beta_logit)
 
     def _build(self, num_warmup, tag):
         flat_model = self._flat_model
