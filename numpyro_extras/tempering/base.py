@@ -389,9 +389,14 @@ def fit_base(
         settings,
     )
     if not fits:
-        raise RuntimeError(
-            "Every variational fit of the base diverged; lower learning_rate or pass a base."
+        warnings.warn(
+            "Every variational fit of the base diverged (NumPyro's autoguides cannot follow a "
+            "support that depends on another latent site, for example); the base is the "
+            "Gaussian with the moments of prior draws on the unconstrained space, and log zeta "
+            "comes from importance sampling with it.",
+            stacklevel=2,
         )
+        return _prior_moment_base(fits_key, model, model_args, model_kwargs, flat_model)
     if len(fits) < num_fits:
         warnings.warn(
             f"{num_fits - len(fits)} of {num_fits} variational fits diverged and were dropped.",
@@ -415,6 +420,34 @@ def fit_base(
         bootstrap_num_samples,
         bootstrap_num_chains,
     )
+
+
+def _prior_moment_base(rng_key, model, model_args, model_kwargs, flat_model, num_draws=2000):
+    """A base from the prior's moments on the flat space; ``log zeta`` by importance sampling.
+
+    ``log zeta = log mean(exp(-phi(x) - log q(x)))`` with ``x ~ q``, an unbiased estimate of
+    ``Z`` under the base ``q`` (only its log enters the kernels, which adapt it in warm-up).
+    """
+    prior_key, draw_key = jax.random.split(rng_key)
+    prior_draws = Predictive(model, num_samples=num_draws)(prior_key, *model_args, **model_kwargs)
+    positions = np.asarray(jax.vmap(flat_model.ravel_fn)(prior_draws), dtype=np.float64)
+    positions = positions[np.all(np.isfinite(positions), axis=-1)]
+    if positions.shape[0] < 2 * flat_model.dimension + 2:
+        raise RuntimeError(
+            "Every variational fit of the base diverged and too few prior draws map to finite "
+            "unconstrained values to fit a base from the prior; pass a base."
+        )
+    loc = positions.mean(0)
+    covariance = np.atleast_2d(np.cov(positions, rowvar=False))
+    scale_tril = np.linalg.cholesky(covariance + 1e-8 * np.eye(len(loc)) * np.trace(covariance))
+    dtype = flat_model.initial_position.dtype
+    base = GaussianBase(jnp.asarray(loc, dtype), jnp.asarray(scale_tril, dtype), jnp.asarray(0.0))
+    draws = base.sample(draw_key, (num_draws,))
+    log_weights = -jax.vmap(flat_model.potential_fn)(draws) - jax.vmap(base.potential)(draws)
+    log_weights = np.asarray(log_weights, dtype=np.float64)
+    log_weights = log_weights[np.isfinite(log_weights)]
+    log_zeta = logsumexp(log_weights) - np.log(max(len(log_weights), 1))
+    return base._replace(log_zeta=jnp.asarray(log_zeta, dtype))
 
 
 def _bootstrap(
