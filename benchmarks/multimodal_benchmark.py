@@ -1,0 +1,334 @@
+"""Continuous tempering with its defaults on multimodal targets with exact answers.
+
+Runs, exactly as a user would, ``MCMC(nx.JointContinuousTempering(model), num_warmup=1000,
+num_samples=2000, num_chains=4, chain_method=...)`` (the base fitted by the kernel with
+``nx.fit_base``'s defaults), the same with ``nx.GibbsContinuousTempering``, and plain NUTS as the
+anchor, on the three families of :mod:`numpyro_extras.multimodal_targets`:
+
+* ``mixture``: separated two-component Gaussian mixture posteriors, ``D`` from 6 to 20, minor
+  weight 0.25-0.35, minor mode twice as narrow;
+* ``signs``: products of 4-6 independent sign-ambiguous parameters (16-64 modes);
+* ``boltzmann``: Boltzmann machine relaxations with 16 units, one machine per seed, modes read
+  on the signs of the two leading principal components (4 labels).
+
+Per family and method it prints the mode-weight error ``max_k |w_hat_k - w_k|`` (tempered draws
+weighted by ``nx.target_log_weights``), the log Z error, the reported stderr, the coverage
+``|error| < 3 stderr``, and the wall times of the base fit and of the run (compilation
+included). The base fit is timed by wrapping the ``fit_base`` the kernels call; the joint and
+Gibbs kernels of one target fit the same base (same seed and settings), so the second fit is
+served from the first.
+
+Usage::
+
+    python benchmarks/multimodal_benchmark.py --quick                # 1 seed per family
+    python benchmarks/multimodal_benchmark.py --output report.md     # 10 seeds per family
+    python benchmarks/multimodal_benchmark.py --families mixture --seeds 0 1 \\
+        --fit-base-kwargs '{"bootstrap_rounds": 0}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+
+# XLA's multi-threaded Eigen runtime deadlocked (all threads idle in futex waits) in about one
+# run in three on the benchmark machine; single-threaded Eigen never did.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+
+import numpyro  # noqa: E402
+
+numpyro.set_host_device_count(2)
+# log Z to a few hundredths of a nat needs double precision; set it before any array exists.
+numpyro.enable_x64()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from numpyro.infer import MCMC, NUTS  # noqa: E402
+
+import numpyro_extras as nx  # noqa: E402
+import numpyro_extras.tempering.kernels as kernels_module  # noqa: E402
+from numpyro_extras.multimodal_targets import (  # noqa: E402
+    boltzmann_target,
+    gaussian_mixture_target,
+    mode_weight_error,
+    sign_product_target,
+)
+from numpyro_extras.potential import arguments_fingerprint  # noqa: E402
+
+FAMILIES = ("mixture", "signs", "boltzmann")
+METHODS = ("joint", "gibbs", "nuts")
+# Mixture dimensions of seeds 0-9: the range 6-20, twice at the top.
+MIXTURE_DIMENSIONS = (6, 8, 10, 12, 14, 16, 18, 20, 12, 20)
+
+# The issue's targets for the defaults.
+MAX_MODE_WEIGHT_ERROR = 0.03
+MAX_STDERR = 0.15
+MAX_Z_SCORE = 3.0
+MAX_FIT_SECONDS = 20.0
+
+NUM_WARMUP, NUM_SAMPLES, NUM_CHAINS = 1000, 2000, 4
+
+
+def make_target(family, seed):
+    if family == "mixture":
+        return gaussian_mixture_target(seed, MIXTURE_DIMENSIONS[seed % len(MIXTURE_DIMENSIONS)])
+    if family == "signs":
+        return sign_product_target(seed, 4 + seed % 3)
+    if family == "boltzmann":
+        return boltzmann_target(seed, 16)
+    raise ValueError(family)
+
+
+def weighted_mode_weights(mcmc, target):
+    """The target's mode weights estimated from a tempering run (eq. 21 weights).
+
+    The one place that knows where a tempering run keeps its tempered draws and their weights.
+    """
+    weights = np.exp(nx.target_log_weights(mcmc)).ravel()
+    return target.empirical_mode_weights(mcmc.get_samples(), weights)
+
+
+class TimedFit:
+    """Wraps the ``fit_base`` the kernels call: times each fit, serves repeats from a cache.
+
+    ``progress_bar`` is turned off (it does not change the fit).
+    """
+
+    def __init__(self, original):
+        self.original = original
+        self.cache = {}
+        self.fit_seconds = 0.0
+        self.spent_seconds = 0.0
+
+    def __call__(self, rng_key, model, model_args=(), model_kwargs=None, **kwargs):
+        kwargs = {**kwargs, "progress_bar": False}
+        key = (
+            id(model),
+            arguments_fingerprint(model_args, model_kwargs),
+            repr(sorted(kwargs.items())),
+            tuple(np.asarray(jax.random.key_data(rng_key)).ravel().tolist()),
+        )
+        start = time.perf_counter()
+        if key not in self.cache:
+            base = self.original(rng_key, model, model_args, model_kwargs, **kwargs)
+            jax.block_until_ready(base)
+            self.cache[key] = (base, time.perf_counter() - start)
+        base, self.fit_seconds = self.cache[key]
+        self.spent_seconds += time.perf_counter() - start
+        return base
+
+
+def run_method(method, target, seed, chain_method, fit_base_kwargs, timed_fit):
+    """One run of ``method`` on ``target``; returns a dict of measurements."""
+    if method == "nuts":
+        kernel = NUTS(target.model)
+    else:
+        kernel_class = {
+            "joint": nx.JointContinuousTempering,
+            "gibbs": nx.GibbsContinuousTempering,
+        }[method]
+        kernel = kernel_class(target.model, fit_base_kwargs=fit_base_kwargs)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=NUM_WARMUP,
+        num_samples=NUM_SAMPLES,
+        num_chains=NUM_CHAINS,
+        chain_method=chain_method,
+        progress_bar=False,
+    )
+    timed_fit.fit_seconds = timed_fit.spent_seconds = 0.0
+    start = time.perf_counter()
+    mcmc.run(
+        jax.random.fold_in(jax.random.PRNGKey(seed), METHODS.index(method)),
+        *target.model_args,
+        **target.model_kwargs,
+    )
+    jax.block_until_ready(mcmc.get_samples())
+    total = time.perf_counter() - start
+    result = {"method": method, "run_seconds": total - timed_fit.spent_seconds}
+    if method == "nuts":
+        weights = target.empirical_mode_weights(mcmc.get_samples())
+        result.update(fit_seconds=0.0)
+    else:
+        weights = weighted_mode_weights(mcmc, target)
+        evidence = nx.log_marginal_likelihood(mcmc, check_base=False)
+        diagnostics = nx.tempering_diagnostics(mcmc)
+        result.update(
+            fit_seconds=timed_fit.fit_seconds,
+            log_z_error=evidence.log_z - target.log_z,
+            stderr=evidence.stderr,
+            log_zeta_error=float(kernel.base.log_zeta) - target.log_z,
+            near_base=float(np.mean(diagnostics["fraction_near_base"])),
+            near_target=float(np.mean(diagnostics["fraction_near_target"])),
+            round_trips=int(np.sum(diagnostics["round_trips"])),
+        )
+    result.update(
+        mode_weights=weights.tolist(),
+        mode_weight_error=mode_weight_error(weights, target.mode_weights),
+    )
+    return result
+
+
+def met(result):
+    if result["method"] == "nuts":
+        return result["mode_weight_error"] <= MAX_MODE_WEIGHT_ERROR
+    return (
+        result["mode_weight_error"] <= MAX_MODE_WEIGHT_ERROR
+        and abs(result["log_z_error"]) <= MAX_Z_SCORE * result["stderr"]
+        and result["stderr"] <= MAX_STDERR
+    )
+
+
+def summary_table(results):
+    lines = [
+        "| Family | Method | Seeds | Mode-weight error: mean / max | log Z RMSE | Mean |err| "
+        "| Stderr: mean / max | abs(err) < 3 stderr | All targets met | log zeta - log Z: mean "
+        "| Base fit s: mean / max | Run s: mean |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for family in FAMILIES:
+        for method in METHODS:
+            rows = [r for r in results if r["family"] == family and r["method"] == method]
+            if not rows:
+                continue
+            mode = np.array([r["mode_weight_error"] for r in rows])
+            cells = [family, method, str(len(rows)), f"{mode.mean():.3f} / {mode.max():.3f}"]
+            if method == "nuts":
+                cells += ["-"] * 5
+            else:
+                errors = np.array([r["log_z_error"] for r in rows])
+                stderrs = np.array([r["stderr"] for r in rows])
+                covered = np.abs(errors) < MAX_Z_SCORE * stderrs
+                cells += [
+                    f"{math.sqrt(np.mean(errors**2)):.3f}",
+                    f"{np.mean(np.abs(errors)):.3f}",
+                    f"{stderrs.mean():.3f} / {stderrs.max():.3f}",
+                    f"{covered.sum()}/{len(rows)}",
+                ]
+            cells.append(f"{sum(met(r) for r in rows)}/{len(rows)}")
+            if method == "nuts":
+                cells += ["-", "-"]
+            else:
+                zeta = np.mean([r["log_zeta_error"] for r in rows])
+                fits = np.array([r["fit_seconds"] for r in rows])
+                cells += [f"{zeta:+.2f}", f"{fits.mean():.1f} / {fits.max():.1f}"]
+            cells.append(f"{np.mean([r['run_seconds'] for r in rows]):.0f}")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def per_seed_table(results):
+    lines = [
+        "| Family | Target | Seed | Method | Mode-weight error | log Z error | Stderr "
+        "| log zeta - log Z | Near beta 0 / 1 | Base fit s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if r["method"] == "nuts":
+            extra = ["-", "-", "-", "-", "-"]
+        else:
+            extra = [
+                f"{r['log_z_error']:+.3f}",
+                f"{r['stderr']:.3f}",
+                f"{r['log_zeta_error']:+.2f}",
+                f"{r['near_base']:.2f} / {r['near_target']:.2f}",
+                f"{r['fit_seconds']:.1f}",
+            ]
+        lines.append(
+            "| "
+            + " | ".join(
+                [r["family"], r["target"], str(r["seed"]), r["method"]]
+                + [f"{r['mode_weight_error']:.3f}"]
+                + extra
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def environment(args):
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "numpyro_extras"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        commit, dirty = "unknown", ""
+    return [
+        f"- Command: `python {' '.join(sys.argv)}`",
+        f"- Date: {datetime.datetime.now().isoformat(timespec='minutes')}",
+        f"- Machine: {platform.machine()}, {jax.local_device_count()} CPU devices, Python "
+        f"{platform.python_version()}, jax {jax.__version__}, numpyro {numpyro.__version__}",
+        f"- Repository commit {commit}{' (numpyro_extras modified)' if dirty else ''}",
+        f"- Runs: {NUM_CHAINS} chains x ({NUM_WARMUP} warm-up + {NUM_SAMPLES}) draws, "
+        f"chain_method={args.chain_method!r}, fit_base_kwargs={args.fit_base_kwargs}",
+    ]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 seed per family")
+    parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=None)
+    parser.add_argument("--chain-method", default="vectorized")
+    parser.add_argument("--fit-base-kwargs", default="{}", help="JSON dict for the kernels")
+    parser.add_argument("--output", default=None, help="also write the report here")
+    parser.add_argument("--json", default=None, help="append one JSON line per run here")
+    args = parser.parse_args(argv)
+    seeds = args.seeds if args.seeds is not None else ([0] if args.quick else list(range(10)))
+    fit_base_kwargs = json.loads(args.fit_base_kwargs)
+    timed_fit = TimedFit(kernels_module.fit_base)
+    kernels_module.fit_base = timed_fit
+    results = []
+    start = time.perf_counter()
+    for family in args.families:
+        for seed in seeds:
+            target = make_target(family, seed)
+            for method in args.methods:
+                result = run_method(
+                    method, target, seed, args.chain_method, fit_base_kwargs, timed_fit
+                )
+                result.update(family=family, seed=seed, target=target.name)
+                results.append(result)
+                message = (
+                    f"{family} {target.name} seed {seed} {method}: mode-weight error "
+                    f"{result['mode_weight_error']:.3f}"
+                )
+                if method != "nuts":
+                    message += (
+                        f", log Z error {result['log_z_error']:+.3f} +- {result['stderr']:.3f}"
+                        f", log zeta - log Z {result['log_zeta_error']:+.2f}, fit "
+                        f"{result['fit_seconds']:.1f} s"
+                    )
+                print(message + f", run {result['run_seconds']:.0f} s", file=sys.stderr)
+                if args.json:
+                    with open(args.json, "a") as stream:
+                        stream.write(json.dumps(result) + "\n")
+    report = "\n".join(
+        ["## Environment", ""]
+        + environment(args)
+        + [f"- Wall time: {(time.perf_counter() - start) / 60:.1f} min", ""]
+        + ["## Summary", "", summary_table(results), ""]
+        + ["## Per seed", "", per_seed_table(results), ""]
+    )
+    print(report)
+    if args.output:
+        with open(args.output, "w") as stream:
+            stream.write(report)
+
+
+if __name__ == "__main__":
+    main()
