@@ -317,12 +317,13 @@ def sign_product_target(
 ) -> MultimodalTarget:
     """``d`` independent sign-ambiguous parameters: a posterior with ``2^d`` modes.
 
-    Parameter ``i`` has magnitude ``a_i`` uniform in [1.5, 2.5]; its ``num_observations``
-    observations are ``a_i^2`` plus ``N(0, noise_scale^2)`` noise. Its prior mean is
+    Parameter ``i`` has magnitude ``a_i`` uniform in ``magnitude_range``; its
+    ``num_observations`` observations are ``a_i^2`` plus ``N(0, noise_scale^2)`` noise centred to
+    mean zero (so the likelihood peaks at ``theta_i = +-a_i``). Its prior mean is
     ``logit(p_i) prior_scale^2 / (2 a_i)``, which makes the prior density ratio at ``+a_i`` and
     ``-a_i`` equal to ``p_i / (1 - p_i)``; ``p_i`` is uniform in [0.6, 0.75] with a random side
     (or given by ``positive_probabilities``). With the defaults each mode has a standard
-    deviation of about 0.1 and the barrier at ``theta_i = 0`` is 30-100 nats high.
+    deviation of about 0.2-0.25 and the barrier at ``theta_i = 0`` is 8-20 nats high.
 
     The exact quantities come from adaptive 1-D quadrature per parameter (the posterior
     factorises): ``log Z = sum_i log Z_i``, ``P(theta_i > 0)``, and the weight of the mode with
@@ -334,6 +335,7 @@ def sign_product_target(
     :param int num_observations: observations per parameter.
     :param float noise_scale: observation noise.
     :param float prior_scale: prior standard deviation.
+    :param magnitude_range: the range of the magnitudes ``a_i``.
     :param positive_probabilities: the ``p_i`` that set the prior means, or ``None``.
     :return: :class:`MultimodalTarget`; ``info["positive_probability"]`` holds the exact
         ``P(theta_i > 0)``.
@@ -348,9 +350,11 @@ def sign_product_target(
         )
     positive_probabilities = np.asarray(positive_probabilities, dtype=np.float64)
     prior_locs = scipy.special.logit(positive_probabilities) * prior_scale**2 / (2 * magnitudes)
-    observations = magnitudes[:, None] ** 2 + noise_scale * rng.standard_normal(
-        (num_parameters, num_observations)
-    )
+    noise = rng.standard_normal((num_parameters, num_observations))
+    # Centred noise keeps the modes at +-a_i: an unlucky draw would otherwise pull them towards
+    # zero and lower the barrier between them to a nat or two.
+    noise -= noise.mean(axis=1, keepdims=True)
+    observations = magnitudes[:, None] ** 2 + noise_scale * noise
     log_normalizers, positive = [], []
     for index in range(num_parameters):
         args = (prior_locs[index], prior_scale, observations[index], noise_scale)

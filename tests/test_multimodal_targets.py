@@ -75,7 +75,7 @@ def test_mixture_prior_times_likelihood_is_z_times_the_mixture(seed, dimension):
 
 
 def test_mixture_log_z_by_quadrature_in_two_dimensions():
-    target = gaussian_mixture_target(5, 2, separation=6.0)
+    target = gaussian_mixture_target(5, 2, separation=6.0, width_ratio=2.0)
     axis = np.linspace(-14.0, 14.0, 1401)
     grid = np.stack(np.meshgrid(axis, axis, indexing="ij"), -1).reshape(-1, 2)
     log_values = -np.asarray(flat_potential(target)(jnp.asarray(grid))).reshape(len(axis), -1)
@@ -92,7 +92,7 @@ def test_mixture_log_z_by_quadrature_in_two_dimensions():
 def test_mixture_labels_recover_the_component_of_exact_draws():
     target = gaussian_mixture_target(7, 14)
     draws, components = sample_mixture(target, 50_000, np.random.default_rng(0))
-    assert np.array_equal(target.mode_labels({"x": draws}), components)
+    assert np.mean(target.mode_labels({"x": draws}) != components) < 1e-4
     estimate = target.empirical_mode_weights(draws)
     assert mode_weight_error(estimate, target.mode_weights) < 4 * math.sqrt(0.25 / 50_000)
 
