@@ -32,12 +32,17 @@ import argparse
 import datetime
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
 import time
 
-import numpyro
+# XLA's multi-threaded Eigen runtime deadlocked (all threads idle in futex waits) in about one
+# run in three on the benchmark machine; single-threaded Eigen never did.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+
+import numpyro  # noqa: E402
 
 numpyro.set_host_device_count(2)
 # log Z to a few hundredths of a nat needs double precision; set it before any array exists.
