@@ -137,8 +137,9 @@ def tempering_log_normalizer(delta, log_zeta) -> Evidence:
     log_w1 = log_zeta + np.asarray(log_target_weight(delta), dtype=np.float64)
     log_w0 = np.asarray(log_base_weight(delta), dtype=np.float64)
     log_z, stderr, ess = _ratio_estimate(log_w1, log_w0)
-    if _chains_disagree(_chain_agreement(log_w1, log_w0), stderr):
-        stderr = _chain_agreement(log_w1, log_w0).between_stderr
+    agreement = _chain_agreement(log_w1, log_w0)
+    if _chains_disagree(agreement, stderr):
+        stderr = agreement.between_stderr
     return Evidence(log_z=log_z, stderr=stderr, log_weights=log_w1, ess=ess)
 
 
@@ -545,7 +546,7 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
     weights = np.exp(log_weights - logsumexp(log_weights)).ravel()
     target_ess = float(1.0 / np.sum(weights**2))
     log_w0 = np.asarray(log_base_weight(_deltas(mcmc)), dtype=np.float64)
-    log_z_ess = _ratio_estimate(log_weights, log_w0)[2]
+    _, log_z_stderr, log_z_ess = _ratio_estimate(log_weights, log_w0)
     agreement = _chain_agreement(log_weights, log_w0)
     posterior_ess, posterior_rhat = _posterior_convergence(mcmc)
     check = base_moment_check(mcmc, warn=False) if check_base else None
@@ -572,7 +573,7 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
         )
     if target_ess < MIN_TARGET_ESS:
         problems.append(f"the target weights' effective sample size is only {target_ess:.0f}")
-    if _chains_disagree(agreement, _ratio_estimate(log_weights, log_w0)[1]):
+    if _chains_disagree(agreement, log_z_stderr):
         problems.append(
             "the chains' own log Z estimates disagree beyond their errors ("
             + ", ".join(f"{value:.2f}" for value in agreement.log_z)
