@@ -31,10 +31,12 @@ from numpyro_extras.discrete import (
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.potential import FlatModel, flatten_model
 from numpyro_extras.tempering import (
+    BaseCoverageWarning,
     BaseMomentCheck,
     GaussianBase,
     GibbsContinuousTempering,
     JointContinuousTempering,
+    MixtureBase,
     TemperingDiagnostics,
     TemperingState,
     base_moment_check,
@@ -74,10 +76,12 @@ __all__ = [
     "random_rbm",
     "rbm",
     "rbm_model",
+    "BaseCoverageWarning",
     "BaseMomentCheck",
     "Evidence",
     "FlatModel",
     "GaussianBase",
+    "MixtureBase",
     "GibbsContinuousTempering",
     "JointContinuousTempering",
     "TemperingState",

@@ -6,11 +6,13 @@ import jax
 import jax.numpy as jnp
 import matplotlib
 import numpy as np
+import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC
 
 import numpyro_extras as nx
 from numpyro_extras import targets
+from numpyro_extras.tempering.base import _importance_masses, validate_base
 
 BIMODAL_LOG_Z = 2.0
 BIMODAL_BASE = nx.GaussianBase(
@@ -118,17 +120,68 @@ def test_base_moment_check_warns_for_a_wrong_base():
 
 
 def test_fit_base_mixture_finds_both_modes():
-    """Spec 2.8 recipe 3 on the 1-D target: the moment-matched mixture is the paper's base."""
+    """The default base: a component on each mode with its importance-sampled mass (the target
+    puts 0.6 on x < 0), plus the defensive component; log zeta by importance sampling."""
     base = nx.fit_base(jax.random.PRNGKey(0), targets.bimodal_model, (BIMODAL_LOG_Z,))
-    assert abs(float(base.loc[0]) + 1.6) < 0.3
-    assert abs(float(base.covariance[0, 0]) - 63.64) < 3.0
+    assert isinstance(base, nx.MixtureBase)
+    weights = np.exp(np.asarray(base.component_log_weights))
+    locs = np.asarray(base.component_locs)[:, 0]
+    fits, defensive_weight = slice(0, len(weights) - 1), weights[-1]
+    assert defensive_weight == pytest.approx(0.1)
+    left_mass = np.sum(weights[fits][locs[fits] < 0]) / (1 - defensive_weight)
+    assert abs(left_mass - 0.6) < 0.03
     assert abs(float(base.log_zeta) - BIMODAL_LOG_Z) < 0.05
     single = nx.fit_base(
         jax.random.PRNGKey(0), targets.bimodal_model, (BIMODAL_LOG_Z,), method="gaussian"
     )
     # one fit sits in one mode: its ELBO is that mode's log mass, a lower bound
+    assert isinstance(single, nx.GaussianBase)
     assert float(single.log_zeta) < BIMODAL_LOG_Z
     assert float(single.covariance[0, 0]) < 5.0
+
+
+def test_importance_masses_share_a_mode_between_duplicate_fits():
+    """Two identical fits of one Gaussian target split its mass, and log zeta is log Z: a sum of
+    their ELBOs would count the mode twice (log Z + log 2)."""
+    log_z = 1.5
+    loc, scale_tril = jnp.array([1.0, -2.0]), jnp.array([[1.0, 0.0], [0.3, 0.5]])
+    target = dist.MultivariateNormal(loc, scale_tril=scale_tril)
+
+    def potential_fn(x):
+        return -target.log_prob(x) - log_z
+
+    locs = np.stack([np.asarray(loc)] * 2 + [np.zeros(2)])
+    scale_trils = np.stack([np.asarray(scale_tril)] * 2 + [3.0 * np.eye(2)])
+    estimate = _importance_masses(
+        jax.random.PRNGKey(0), potential_fn, locs, scale_trils, num_fits=2, num_draws=3000
+    )
+    np.testing.assert_allclose(estimate.masses, [0.5, 0.5], atol=1e-9)
+    assert abs(estimate.log_zeta - log_z) < 0.02
+
+
+def test_mixture_base_density_and_gradient():
+    """psi and its gradient against NumPyro's mixture log density and jax.grad."""
+    base = nx.MixtureBase(
+        jnp.array([[-2.0, 0.5], [1.5, 1.0]]),
+        jnp.array([[[1.0, 0.0], [0.4, 0.7]], [[0.5, 0.0], [-0.2, 1.3]]]),
+        jnp.log(jnp.array([0.3, 0.7])),
+        jnp.asarray(0.0),
+    )
+    mixture = dist.MixtureSameFamily(
+        dist.Categorical(probs=jnp.array([0.3, 0.7])),
+        dist.MultivariateNormal(base.component_locs, scale_tril=base.component_scale_trils),
+    )
+    potential_and_gradient = base.potential_and_gradient()
+    for point in jax.random.normal(jax.random.PRNGKey(1), (5, 2)) * 2:
+        value, gradient = potential_and_gradient(point)
+        np.testing.assert_allclose(value, -mixture.log_prob(point), rtol=1e-10)
+        expected = jax.grad(lambda x: -mixture.log_prob(x))(point)
+        np.testing.assert_allclose(gradient, expected, rtol=1e-8, atol=1e-12)
+    draws = base.sample(jax.random.PRNGKey(2), (20000,))
+    np.testing.assert_allclose(draws.mean(0), base.loc, atol=0.05)
+    assert validate_base(base, 2) is not None
+    with pytest.raises(ValueError, match="sum to 1"):
+        validate_base(base._replace(component_log_weights=jnp.zeros(2)))
 
 
 def test_fit_base_mean_field_guide():

@@ -40,7 +40,7 @@ from numpyro_extras.annealing.driver import (
 )
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.potential import SplitModel, arguments_fingerprint, split_model
-from numpyro_extras.tempering.base import GaussianBase, fit_base, validate_base
+from numpyro_extras.tempering.base import GaussianBase, MixtureBase, fit_base, validate_base
 from numpyro_extras.validation import check_count, check_real, is_flag
 
 __all__ = ["HMCAdaptation", "ais", "annealing_path", "gibbs_sweep"]
@@ -668,6 +668,11 @@ def _check_settings(
     if isinstance(base, str):
         if base not in BASES:
             raise ValueError(f"base must be 'auto', 'prior' or a GaussianBase, got {base!r}.")
+    elif isinstance(base, MixtureBase):
+        raise TypeError(
+            "nx.ais takes a GaussianBase, not a MixtureBase (fit_base's default for the "
+            "tempering kernels): pass nx.fit_base(..., method='gaussian'), or base='auto'."
+        )
     else:
         validate_base(base)
     if isinstance(marginalize, str):

@@ -1,6 +1,11 @@
 """Continuous tempering (Graham & Storkey): joint and Gibbs kernels, base fit, log Z estimators."""
 
-from numpyro_extras.tempering.base import GaussianBase, fit_base
+from numpyro_extras.tempering.base import (
+    BaseCoverageWarning,
+    GaussianBase,
+    MixtureBase,
+    fit_base,
+)
 from numpyro_extras.tempering.estimators import (
     BaseMomentCheck,
     TemperingDiagnostics,
@@ -29,8 +34,10 @@ from numpyro_extras.tempering.weights import (
 )
 
 __all__ = [
+    "BaseCoverageWarning",
     "BaseMomentCheck",
     "GaussianBase",
+    "MixtureBase",
     "GibbsContinuousTempering",
     "JointContinuousTempering",
     "TemperingState",

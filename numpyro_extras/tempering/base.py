@@ -28,7 +28,12 @@ from scipy.special import logsumexp
 
 from numpyro_extras.potential import flatten_model
 
-__all__ = ["GaussianBase", "fit_base", "validate_base"]
+__all__ = ["BaseCoverageWarning", "GaussianBase", "MixtureBase", "fit_base", "validate_base"]
+
+
+class BaseCoverageWarning(UserWarning):
+    """:func:`fit_base` may have missed modes of the posterior: a run with the base can then be
+    wrong without showing it, so the tempering diagnostics repeat this warning."""
 
 
 class GaussianBase(NamedTuple):
@@ -125,19 +130,135 @@ class GaussianBase(NamedTuple):
         return self.loc + noise @ self.scale_tril.T
 
 
-def validate_base(base, dimension=None) -> GaussianBase:
-    """Check that ``base`` is a normalised Gaussian of the right dimension; return it as arrays.
+class MixtureBase(NamedTuple):
+    """A normalised Gaussian-mixture base density on the model's flat unconstrained space.
 
-    :param base: a :class:`GaussianBase`.
-    :param int dimension: the model's number of unconstrained dimensions, if known.
-    :raises TypeError: if ``base`` is not a :class:`GaussianBase`.
-    :raises ValueError: for wrong shapes, a non-finite ``log_zeta`` or a scale that is not a
-        lower-triangular factor with a positive diagonal (then the density is not normalised).
+    ``psi(x) = -log sum_k pi_k N(x; mu_k, L_k L_k^T)``. A base with a component on every mode
+    keeps ``Delta = phi + log zeta - psi`` nearly flat across modes, so the tempered chain finds
+    each mode at ``beta`` near 0 in proportion to its mass (paper eqs. 19 and 23). It offers what
+    the kernels and estimators use of a :class:`GaussianBase`: ``potential_and_gradient``,
+    ``sample``, ``log_zeta``, and the mixture's overall ``loc``, ``covariance`` and
+    ``scale_tril``.
+
+    :param component_locs: means ``mu_k``, shape ``(K, D)``.
+    :param component_scale_trils: lower Cholesky factors ``L_k``, shape ``(K, D, D)``.
+    :param component_log_weights: normalised ``log pi_k``, shape ``(K,)``.
+    :param log_zeta: the guess ``log zeta`` of the target's log normaliser ``log Z``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        base = MixtureBase(
+            jnp.array([[-3.0], [3.0]]), jnp.ones((2, 1, 1)), jnp.log(jnp.array([0.7, 0.3])), 0.0
+        )
+        base.sample(jax.random.PRNGKey(0), (5,))
     """
+
+    component_locs: jax.Array
+    component_scale_trils: jax.Array
+    component_log_weights: jax.Array
+    log_zeta: jax.Array
+
+    @property
+    def dimension(self) -> int:
+        return int(jnp.shape(self.component_locs)[-1])
+
+    @property
+    def loc(self) -> jax.Array:
+        return jnp.exp(self.component_log_weights) @ self.component_locs
+
+    @property
+    def covariance(self) -> jax.Array:
+        weights = jnp.exp(self.component_log_weights)
+        trils = self.component_scale_trils
+        component_second_moments = trils @ jnp.swapaxes(trils, -1, -2) + jnp.einsum(
+            "ki,kj->kij", self.component_locs, self.component_locs
+        )
+        loc = self.loc
+        return jnp.einsum("k,kij->ij", weights, component_second_moments) - jnp.outer(loc, loc)
+
+    @property
+    def scale_tril(self) -> jax.Array:
+        return jnp.linalg.cholesky(self.covariance)
+
+    def potential(self, position):
+        """``psi(x) = -log sum_k pi_k N(x; mu_k, L_k L_k^T)`` for one flat point."""
+        return self.potential_and_gradient()(position)[0]
+
+    def potential_function(self):
+        """``psi`` as a function of one flat point; see :meth:`potential_and_gradient`."""
+        potential_and_gradient = self.potential_and_gradient()
+        return lambda position: potential_and_gradient(position)[0]
+
+    def potential_and_gradient(self):
+        """``psi`` and its gradient ``sum_k r_k(x) P_k (x - mu_k)`` (``r_k`` the components'
+        responsibilities, ``P_k`` their precisions) as one function of a flat point; the inverse
+        factors are computed once, with NumPy, so the result holds no JAX tracer.
+
+        :return: a function ``x -> (psi(x), grad psi(x))``.
+
+        **Example:**
+
+        .. code-block:: python
+
+            value, gradient = base.potential_and_gradient()(jnp.zeros(base.dimension))
+        """
+        trils = np.asarray(self.component_scale_trils, dtype=np.float64)
+        identity = np.eye(self.dimension)
+        inverse_trils = np.stack(
+            [scipy.linalg.solve_triangular(tril, identity, lower=True) for tril in trils]
+        )
+        locs = jnp.asarray(self.component_locs)
+        dtype = locs.dtype
+        log_normalizers = (
+            np.asarray(self.component_log_weights, dtype=np.float64)
+            - np.sum(np.log(np.diagonal(trils, axis1=1, axis2=2)), axis=1)
+            - 0.5 * self.dimension * math.log(2 * math.pi)
+        )
+        inverse_trils = jnp.asarray(inverse_trils, dtype)
+        log_normalizers = jnp.asarray(log_normalizers, dtype)
+
+        def potential_and_gradient(position):
+            whitened = jnp.einsum("kij,kj->ki", inverse_trils, position - locs)
+            log_components = log_normalizers - 0.5 * jnp.sum(whitened**2, axis=-1)
+            log_density = jax.nn.logsumexp(log_components)
+            responsibilities = jnp.exp(log_components - log_density)
+            gradient = jnp.einsum("k,kji,kj->i", responsibilities, inverse_trils, whitened)
+            return -log_density, gradient
+
+        return potential_and_gradient
+
+    def sample(self, rng_key, sample_shape=()):
+        """Draw ``sample_shape`` points from the mixture."""
+        component_key, noise_key = jax.random.split(rng_key)
+        sample_shape = tuple(sample_shape)
+        components = jax.random.categorical(
+            component_key, self.component_log_weights, shape=sample_shape
+        )
+        noise = jax.random.normal(noise_key, sample_shape + (self.dimension,))
+        trils = self.component_scale_trils[components]
+        return self.component_locs[components] + jnp.einsum("...ij,...j->...i", trils, noise)
+
+
+def validate_base(base, dimension=None) -> GaussianBase | MixtureBase:
+    """Check that ``base`` is a normalised Gaussian (or Gaussian mixture) of the right dimension;
+    return it as arrays.
+
+    :param base: a :class:`GaussianBase` or :class:`MixtureBase`.
+    :param int dimension: the model's number of unconstrained dimensions, if known.
+    :raises TypeError: if ``base`` is neither.
+    :raises ValueError: for wrong shapes, a non-finite ``log_zeta``, mixture weights that do not
+        sum to one or a scale that is not a lower-triangular factor with a positive diagonal
+        (then the density is not normalised).
+    """
+    if isinstance(base, MixtureBase):
+        return _validate_mixture_base(base, dimension)
     if not isinstance(base, GaussianBase):
         raise TypeError(
             "base must be a numpyro_extras.GaussianBase (a normalised Gaussian density with loc, "
-            f"scale_tril and log_zeta), got {type(base).__name__}. Fit one with nx.fit_base."
+            f"scale_tril and log_zeta) or a MixtureBase, got {type(base).__name__}. Fit one "
+            "with nx.fit_base."
         )
     loc = np.asarray(base.loc)
     scale_tril = np.asarray(base.scale_tril)
@@ -166,17 +287,63 @@ def validate_base(base, dimension=None) -> GaussianBase:
     return GaussianBase(jnp.asarray(loc), jnp.asarray(scale_tril), jnp.asarray(log_zeta))
 
 
+def _validate_mixture_base(base: MixtureBase, dimension) -> MixtureBase:
+    locs = np.asarray(base.component_locs)
+    trils = np.asarray(base.component_scale_trils)
+    log_weights = np.asarray(base.component_log_weights)
+    log_zeta = np.asarray(base.log_zeta)
+    if locs.ndim != 2 or trils.shape != locs.shape + locs.shape[-1:]:
+        raise ValueError(
+            "MixtureBase.component_locs must have shape (K, D) and component_scale_trils "
+            f"(K, D, D), got {locs.shape} and {trils.shape}."
+        )
+    if log_weights.shape != locs.shape[:1] or not abs(logsumexp(log_weights)) < 1e-6:
+        raise ValueError(
+            "MixtureBase.component_log_weights must be K log weights whose exponentials sum to "
+            f"1, got {log_weights}."
+        )
+    if log_zeta.shape != () or not np.isfinite(log_zeta):
+        raise ValueError(f"base.log_zeta must be a finite scalar, got {log_zeta}.")
+    if not (np.all(np.isfinite(locs)) and np.all(np.isfinite(trils))):
+        raise ValueError("MixtureBase.component_locs and component_scale_trils must be finite.")
+    diagonals = np.diagonal(trils, axis1=1, axis2=2)
+    if np.any(np.triu(trils, 1) != 0) or np.any(diagonals <= 0):
+        raise ValueError(
+            "Every MixtureBase.component_scale_trils[k] must be lower triangular with a positive "
+            "diagonal, or the base is not a normalised density."
+        )
+    if dimension is not None and locs.shape[1] != dimension:
+        raise ValueError(
+            f"The base has dimension {locs.shape[1]} but the model has {dimension} unconstrained "
+            "dimensions."
+        )
+    return MixtureBase(
+        jnp.asarray(locs), jnp.asarray(trils), jnp.asarray(log_weights), jnp.asarray(log_zeta)
+    )
+
+
 class _LocalFit(NamedTuple):
     loc: np.ndarray
     covariance: np.ndarray
     elbo: float
 
 
-def _fit_gaussians(
-    rng_key, model, model_args, model_kwargs, flat_model, guide_class, num_fits, settings
-) -> list[_LocalFit]:
-    """Run ``num_fits`` Gaussian VI fits side by side (one compiled, vmapped SVI loop)."""
-    init_key, uniform_key, prior_key, elbo_key = jax.random.split(rng_key, 4)
+def _dispersed_starts(rng_key, num_fits, dimension, radius, prior_positions):
+    """Half prior draws (where there are any), half uniform in ``[-radius, radius]`` on the flat
+    unconstrained space."""
+    starts = np.array(
+        jax.random.uniform(rng_key, (num_fits, dimension), minval=-radius, maxval=radius),
+        dtype=np.float64,
+    )
+    num_prior_starts = min(num_fits // 2, len(prior_positions))
+    starts[1::2][:num_prior_starts] = prior_positions[:num_prior_starts]
+    return starts
+
+
+def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class, settings):
+    """``fit(rng_key, starts, steps) -> list[_LocalFit]``: Gaussian VI fits side by side from the
+    flat points ``starts``, ``steps`` SVI steps (default ``num_steps``), all in one compiled,
+    vmapped SVI loop (compiled once for every call with the same number of starts)."""
     guide = guide_class(model, init_loc_fn=init_to_uniform(radius=settings["init_radius"]))
     svi = SVI(
         model,
@@ -184,29 +351,14 @@ def _fit_gaussians(
         Adam(settings["learning_rate"]),
         Trace_ELBO(num_particles=settings["num_particles"]),
     )
-    first_state = svi.init(init_key, *model_args, **model_kwargs)
+    first_state = svi.init(jax.random.PRNGKey(0), *model_args, **model_kwargs)
     dimension = flat_model.dimension
+    dtype = flat_model.initial_position.dtype
     # The guide's flat order need not be ours: find the permutation by unravelling indices.
-    index_sites = guide._unpack_latent(
-        jnp.arange(dimension).astype(flat_model.initial_position.dtype)
-    )
+    index_sites = guide._unpack_latent(jnp.arange(dimension).astype(dtype))
     order = np.asarray(
         ravel_pytree({name: index_sites[name] for name in flat_model.latent_sites})[0]
     ).astype(int)
-    # Dispersed starts, in our flat order: half uniform on the unconstrained space, half prior
-    # draws (a prior draw that does not map to a finite point is replaced by a uniform one).
-    radius = settings["init_radius"]
-    starts = jax.random.uniform(uniform_key, (num_fits, dimension), minval=-radius, maxval=radius)
-    num_prior_starts = num_fits // 2
-    if num_prior_starts:
-        prior_draws = Predictive(model, num_samples=num_prior_starts)(
-            prior_key, *model_args, **model_kwargs
-        )
-        prior_starts = jax.vmap(flat_model.ravel_fn)(prior_draws)
-        finite = jnp.all(jnp.isfinite(prior_starts), axis=-1, keepdims=True)
-        prior_rows = starts[1::2][:num_prior_starts]
-        starts = starts.at[1::2].set(jnp.where(finite, prior_starts, prior_rows))
-    guide_starts = jnp.zeros_like(starts).at[:, order].set(starts)
     # Every start shares the guide's parameter names, so one SVI object updates all of them.
     unconstrained_params = svi.optim.get_params(first_state.optim_state)
     loc_name = f"{guide.prefix}_loc"
@@ -214,8 +366,6 @@ def _fit_gaussians(
     def state_from(loc, key):
         optim_state = svi.optim.init({**unconstrained_params, loc_name: loc})
         return SVIState(optim_state, first_state.mutable_state, key)
-
-    states = jax.vmap(state_from)(guide_starts, jax.random.split(init_key, num_fits))
 
     num_steps = settings["num_steps"]
     # The steps run in compiled chunks so that a progress bar can report between them.
@@ -228,78 +378,300 @@ def _fit_gaussians(
 
         return jax.lax.scan(one_step, states, None, length=chunk_length)
 
-    all_losses = []
-    with tqdm.trange(
-        num_steps,
-        desc=f"fit_base: {num_fits} Gaussian VI fit{'s' if num_fits > 1 else ''}",
-        disable=not settings["progress_bar"],
-        leave=False,
-    ) as progress:
-        for _ in range(num_steps // chunk_length):
-            states, losses = run_chunk(states)
-            all_losses.append(losses)
-            progress.update(chunk_length)
-            progress.set_postfix(loss=f"{float(jnp.min(losses[-1])):.3g}")
-    losses = jnp.concatenate(all_losses)
-    params = jax.vmap(svi.get_params)(states)
-    # A precise ELBO: log zeta enters the estimator directly, so average many particles.
-    precise_elbo = Trace_ELBO(num_particles=settings["elbo_particles"])
-    elbos = -np.asarray(
-        jax.jit(
-            jax.vmap(
-                lambda key, fit_params: precise_elbo.loss(
-                    key, fit_params, model, guide, *model_args, **model_kwargs
-                )
+    def fit(rng_key, starts, steps=num_steps) -> list[_LocalFit]:
+        init_key, elbo_key = jax.random.split(rng_key)
+        num_fits = len(starts)
+        guide_starts = np.zeros_like(starts)
+        guide_starts[:, order] = starts
+        states = jax.vmap(state_from)(
+            jnp.asarray(guide_starts, dtype), jax.random.split(init_key, num_fits)
+        )
+        all_losses = []
+        num_chunks = max(1, steps // chunk_length)
+        with tqdm.trange(
+            num_chunks * chunk_length,
+            desc=f"fit_base: {num_fits} Gaussian VI fit{'s' if num_fits > 1 else ''}",
+            disable=not settings["progress_bar"],
+            leave=False,
+        ) as progress:
+            for _ in range(num_chunks):
+                states, losses = run_chunk(states)
+                all_losses.append(losses)
+                progress.update(chunk_length)
+                progress.set_postfix(loss=f"{float(jnp.min(losses[-1])):.3g}")
+        losses = jnp.concatenate(all_losses)
+        params = jax.vmap(svi.get_params)(states)
+        final_losses = np.asarray(losses[-10:], dtype=np.float64)
+        if settings["elbo_particles"]:
+            # A precise ELBO: log zeta = ELBO enters the estimator directly, so average many
+            # particles.
+            precise_elbo = Trace_ELBO(num_particles=settings["elbo_particles"])
+            elbos = -np.asarray(
+                jax.jit(
+                    jax.vmap(
+                        lambda key, fit_params: precise_elbo.loss(
+                            key, fit_params, model, guide, *model_args, **model_kwargs
+                        )
+                    )
+                )(jax.random.split(elbo_key, num_fits), params),
+                dtype=np.float64,
             )
-        )(jax.random.split(elbo_key, num_fits), params),
-        dtype=np.float64,
-    )
-    fits = []
-    final_losses = np.asarray(losses[-10:], dtype=np.float64)
-    for index in range(num_fits):
-        fit_params = jax.tree.map(lambda leaf, index=index: leaf[index], params)
-        posterior = guide.get_posterior(fit_params)
-        loc = np.asarray(posterior.mean, dtype=np.float64)[order]
-        if hasattr(posterior, "covariance_matrix"):
-            covariance = np.asarray(posterior.covariance_matrix, dtype=np.float64)
         else:
-            # a mean-field guide's posterior is an independent Normal
-            covariance = np.diag(np.asarray(posterior.variance, dtype=np.float64))
-        covariance = covariance[np.ix_(order, order)]
-        values = (elbos[index], loc, covariance, final_losses[:, index])
-        if all(np.all(np.isfinite(value)) for value in values):
-            fits.append(_LocalFit(loc, covariance, float(elbos[index])))
-    return fits
+            # Only ranks the fits: log zeta and the masses come from importance sampling.
+            elbos = -final_losses.mean(0)
+        fits = []
+        for index in range(num_fits):
+            fit_params = jax.tree.map(lambda leaf, index=index: leaf[index], params)
+            posterior = guide.get_posterior(fit_params)
+            loc = np.asarray(posterior.mean, dtype=np.float64)[order]
+            if hasattr(posterior, "covariance_matrix"):
+                covariance = np.asarray(posterior.covariance_matrix, dtype=np.float64)
+            else:
+                # a mean-field guide's posterior is an independent Normal
+                covariance = np.diag(np.asarray(posterior.variance, dtype=np.float64))
+            covariance = covariance[np.ix_(order, order)]
+            values = (elbos[index], loc, covariance, final_losses[:, index])
+            if all(np.all(np.isfinite(value)) for value in values):
+                fits.append(_LocalFit(loc, covariance, float(elbos[index])))
+        return fits
+
+    return fit
 
 
-def _drop_duplicates(fits: list[_LocalFit], tolerance: float) -> list[_LocalFit]:
-    """Keep the best of each group of fits whose means lie within ``tolerance`` standard units."""
-    kept: list[_LocalFit] = []
-    for fit in sorted(fits, key=lambda f: -f.elbo):
+def _drop_duplicates(fits: list[_LocalFit], tolerance: float, potential_fn=None):
+    """Keep the best of each group of fits of one mode.
+
+    Two fits are of one mode when their means lie within ``tolerance`` standard deviations (of
+    the kept fit) in every coordinate, or, given ``potential_fn``, when the target has no
+    barrier between their means: ``phi`` on the segment between them never rises more than
+    ``_BARRIER`` nats above its higher end. The second test holds for two loosely converged fits
+    of one mode in many dimensions, which seldom pass the first.
+    """
+    fits = sorted(fits, key=lambda f: -f.elbo)
+    same_basin = (
+        _same_basin(potential_fn, np.stack([fit.loc for fit in fits]))
+        if potential_fn is not None and len(fits) > 1
+        else np.zeros((len(fits), len(fits)), dtype=bool)
+    )
+    kept: list[int] = []
+    for index, fit in enumerate(fits):
         duplicate = False
         for other in kept:
-            scale = np.sqrt(np.maximum(np.diagonal(other.covariance), 1e-30))
-            if np.max(np.abs(fit.loc - other.loc) / scale) < tolerance:
+            scale = np.sqrt(np.maximum(np.diagonal(fits[other].covariance), 1e-30))
+            close = np.max(np.abs(fit.loc - fits[other].loc) / scale) < tolerance
+            if close or same_basin[index, other]:
                 duplicate = True
                 break
         if not duplicate:
-            kept.append(fit)
-    return kept
+            kept.append(index)
+    return [fits[index] for index in kept]
 
 
-def _moment_match(fits: list[_LocalFit]) -> tuple[np.ndarray, np.ndarray, float]:
-    """One Gaussian with the moments of the ELBO-weighted mixture (paper eq. 25, spec 2.8)."""
+# A rise of the potential between two fits' means, in nats, that counts as a barrier.
+_BARRIER = 1.0
+_SEGMENT_POINTS = 9
+
+
+def _same_basin(potential_fn, locs):
+    """``[K, K]`` booleans: no barrier in ``phi`` on the segment between means ``i`` and ``j``."""
+    fractions = np.linspace(0.0, 1.0, _SEGMENT_POINTS)
+    points = (
+        locs[:, None, None, :] * (1.0 - fractions)[:, None]
+        + locs[None, :, None, :] * fractions[:, None]
+    )
+    potentials = np.asarray(
+        jax.jit(jax.vmap(potential_fn))(jnp.asarray(points.reshape(-1, locs.shape[-1]))),
+        dtype=np.float64,
+    ).reshape(points.shape[:3])
+    potentials = np.where(np.isfinite(potentials), potentials, np.inf)
+    ends = np.maximum(potentials[..., 0], potentials[..., -1])
+    return np.max(potentials, axis=-1) <= ends + _BARRIER
+
+
+def _elbo_moment_match(fits: list[_LocalFit]) -> tuple[np.ndarray, np.ndarray, float]:
+    """One Gaussian with the moments of the ELBO-weighted mixture of fits (paper eq. 25)."""
     elbos = np.array([fit.elbo for fit in fits])
     log_zeta = float(logsumexp(elbos))
-    mixture_weights = np.exp(elbos - log_zeta)
-    locs = np.stack([fit.loc for fit in fits])
-    mean = mixture_weights @ locs
-    second_moment = sum(
-        weight * (fit.covariance + np.outer(fit.loc, fit.loc))
-        for weight, fit in zip(mixture_weights, fits, strict=True)
+    loc, covariance = _moment_match(
+        np.exp(elbos - log_zeta),
+        np.stack([fit.loc for fit in fits]),
+        np.stack([fit.covariance for fit in fits]),
+    )
+    return loc, covariance, log_zeta
+
+
+def _moment_match(masses, locs, covariances) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of the Gaussian mixture with weights ``masses``."""
+    mean = masses @ locs
+    second_moment = np.einsum(
+        "k,kij->ij", masses, covariances + np.einsum("ki,kj->kij", locs, locs)
     )
     covariance = second_moment - np.outer(mean, mean)
-    return mean, 0.5 * (covariance + covariance.T), log_zeta
+    return mean, 0.5 * (covariance + covariance.T)
+
+
+def _cholesky(covariance):
+    jitter = 1e-10 * max(np.trace(covariance) / len(covariance), 1e-30)
+    return np.linalg.cholesky(covariance + jitter * np.eye(len(covariance)))
+
+
+def _prior_positions(rng_key, model, model_args, model_kwargs, flat_model, num_draws):
+    """Prior draws on the flat unconstrained space, rows with a non-finite entry dropped; none
+    for a model whose prior cannot be sampled (an improper prior, for example)."""
+    try:
+        draws = Predictive(model, num_samples=num_draws, parallel=True)(
+            rng_key, *model_args, **model_kwargs
+        )
+        positions = np.asarray(jax.vmap(flat_model.ravel_fn)(draws), dtype=np.float64)
+    except Exception:  # noqa: BLE001 -- a prior that cannot be sampled only loses the prior's help
+        return np.zeros((0, flat_model.dimension))
+    return positions[np.all(np.isfinite(positions), axis=-1)]
+
+
+def _defensive_component(locs, covariances, prior_positions):
+    """The broad Gaussian of the fitting rounds, over every fit and the prior: the moments of
+    the fits (equally weighted) mixed half and half with the prior's; without enough prior
+    draws, the fits' moments with four times the covariance.
+
+    A mode no fit found lies where the fits' own tails never reach; the prior's spread puts
+    some of the importance draws there, so a later round can start a fit in it.
+    """
+    num_fits = len(locs)
+    loc, covariance = _moment_match(np.full(num_fits, 1.0 / num_fits), locs, covariances)
+    dimension = len(loc)
+    if len(prior_positions) <= 2 * dimension + 2:
+        return loc, 4.0 * covariance
+    prior_loc = prior_positions.mean(0)
+    prior_covariance = np.atleast_2d(np.cov(prior_positions, rowvar=False))
+    return _moment_match(
+        np.array([0.5, 0.5]), np.stack([loc, prior_loc]), np.stack([covariance, prior_covariance])
+    )
+
+
+def _component_log_densities(positions, locs, scale_trils):
+    """``log N(x_i; mu_k, L_k L_k^T)`` for every point and component, shape ``[N, K]``."""
+    dimension = locs.shape[-1]
+    columns = []
+    for loc, scale_tril in zip(locs, scale_trils, strict=True):
+        whitened = scipy.linalg.solve_triangular(scale_tril, (positions - loc).T, lower=True)
+        columns.append(
+            -0.5 * np.sum(whitened**2, axis=0)
+            - np.sum(np.log(np.diagonal(scale_tril)))
+            - 0.5 * dimension * math.log(2 * math.pi)
+        )
+    return np.stack(columns, axis=-1)
+
+
+class _MixtureEstimate(NamedTuple):
+    log_zeta: float
+    masses: np.ndarray
+    effective_sample_size: float
+    positions: np.ndarray
+    log_weights: np.ndarray
+    log_uncovered: np.ndarray
+
+
+def _importance_masses(rng_key, potential_fn, locs, scale_trils, num_fits, num_draws):
+    """``log Z`` and each fit's share of the target's mass by importance sampling.
+
+    The proposal is the equal mixture of all components (the fits, then the defensive one),
+    drawn stratified, with the deterministic-mixture weights ``exp(-phi(x)) / q(x)``. A draw's
+    weight is shared among the fits by their responsibilities, so two near-duplicate fits of one
+    mode split its mass instead of each claiming all of it, as a sum of their ELBOs would.
+    """
+    num_components, dimension = locs.shape
+    per_component = -(-num_draws // num_components)
+    noise = np.asarray(
+        jax.random.normal(rng_key, (num_components, per_component, dimension)), dtype=np.float64
+    )
+    positions = (locs[:, None, :] + np.einsum("kij,knj->kni", scale_trils, noise)).reshape(
+        -1, dimension
+    )
+    log_components = _component_log_densities(positions, locs, scale_trils)
+    log_proposal = logsumexp(log_components, axis=1) - math.log(num_components)
+    potentials = np.asarray(
+        jax.jit(jax.vmap(potential_fn))(jnp.asarray(positions, locs.dtype)), dtype=np.float64
+    )
+    log_weights = np.where(np.isfinite(potentials), -potentials - log_proposal, -np.inf)
+    log_total = logsumexp(log_weights)
+    weights = np.exp(log_weights - log_total)
+    fit_log_components = log_components[:, :num_fits]
+    responsibilities = np.exp(
+        fit_log_components - logsumexp(fit_log_components, axis=1, keepdims=True)
+    )
+    return _MixtureEstimate(
+        log_zeta=float(log_total - math.log(len(positions))),
+        masses=weights @ responsibilities,
+        effective_sample_size=float(1.0 / np.sum(weights**2)),
+        positions=positions,
+        log_weights=log_weights,
+        # The defensive component's share of the proposal density: near 1 where no fit reaches.
+        log_uncovered=log_components[:, -1] - logsumexp(log_components, axis=1),
+    )
+
+
+def _mixture_base(rng_key, potential_fn, fits, prior_positions, settings, dtype):
+    """The fits (near-duplicates dropped) with their importance-sampled masses, plus the
+    defensive component with weight ``defensive_weight``; ``log zeta`` by importance sampling.
+
+    :return: ``(MixtureBase, _MixtureEstimate)``.
+    """
+    fits = _drop_duplicates(fits, settings["duplicate_tolerance"], potential_fn)
+    locs = np.stack([fit.loc for fit in fits])
+    covariances = np.stack([fit.covariance for fit in fits])
+    defensive_loc, defensive_covariance = _defensive_component(locs, covariances, prior_positions)
+    all_locs = np.concatenate([locs, defensive_loc[None]])
+    scale_trils = np.stack([_cholesky(c) for c in [*covariances, defensive_covariance]])
+    estimate = _importance_masses(
+        rng_key, potential_fn, all_locs, scale_trils, len(fits), settings["importance_draws"]
+    )
+    if not np.isfinite(estimate.log_zeta):
+        raise RuntimeError(
+            "The target's density is zero or not finite at every importance draw of the base "
+            "fit; pass a base."
+        )
+    # A fit that carries no target mass (stuck where the target is negligible) only dilutes
+    # the base.
+    kept = estimate.masses > 1e-3
+    masses = estimate.masses[kept] / np.sum(estimate.masses[kept])
+    defensive_weight = settings["defensive_weight"]
+    weights = np.append((1.0 - defensive_weight) * masses, defensive_weight)
+    keep_components = np.append(kept, True)
+    base = MixtureBase(
+        jnp.asarray(all_locs[keep_components], dtype),
+        jnp.asarray(scale_trils[keep_components], dtype),
+        jnp.asarray(np.log(weights), dtype),
+        jnp.asarray(estimate.log_zeta, dtype),
+    )
+    return base, estimate
+
+
+def _new_starts(positions, log_weights, existing, scale_tril, num_starts, rng):
+    """Starting points for new fits from weighted draws: half resampled by weight, half spread
+    out by farthest-point selection among the draws that carry weight, away from the ``existing``
+    fits' means too, so that each separate region of weight gets a fit of its own."""
+    weights = np.exp(log_weights - logsumexp(log_weights))
+    num_resampled = num_starts - num_starts // 2
+    cumulative = np.cumsum(weights)
+    cumulative[-1] = 1.0
+    chosen = list(
+        np.searchsorted(cumulative, (rng.uniform() + np.arange(num_resampled)) / num_resampled)
+    )
+    candidates = np.flatnonzero(weights > 1e-3 / len(weights))
+
+    def whiten(points):
+        return scipy.linalg.solve_triangular(scale_tril, np.atleast_2d(points).T, lower=True).T
+
+    whitened = whiten(positions[candidates])
+    taken = whiten(np.concatenate([positions[chosen], existing]))
+    nearest = np.min(np.sum((whitened[:, None] - taken[None]) ** 2, -1), axis=1)
+    for _ in range(min(num_starts // 2, len(candidates))):
+        pick = int(np.argmax(nearest))
+        chosen.append(candidates[pick])
+        nearest = np.minimum(nearest, np.sum((whitened - whitened[pick]) ** 2, -1))
+    # Always num_starts points, so that every round reuses the first round's compiled fits.
+    chosen += chosen[: num_starts - len(chosen)]
+    return positions[np.asarray(chosen)]
 
 
 def fit_base(
@@ -309,7 +681,7 @@ def fit_base(
     model_kwargs=None,
     *,
     method="mixture",
-    num_starts=8,
+    num_starts=16,
     num_steps=2000,
     learning_rate=0.01,
     num_particles=4,
@@ -317,42 +689,67 @@ def fit_base(
     guide="multivariate",
     init_radius=2.0,
     duplicate_tolerance=0.5,
-    bootstrap_rounds=0,
+    importance_draws=4096,
+    defensive_weight=0.1,
+    bootstrap_rounds=None,
     bootstrap_num_warmup=500,
     bootstrap_num_samples=1000,
     bootstrap_num_chains=4,
     progress_bar=True,
-) -> GaussianBase:
-    """Fit a Gaussian base density and ``log zeta`` for continuous tempering with NumPyro SVI.
+) -> GaussianBase | MixtureBase:
+    """Fit a base density and ``log zeta`` for continuous tempering with NumPyro SVI.
 
-    ``method="mixture"`` (spec 2.8 recipe 3, paper eq. 25) runs ``num_starts`` Gaussian VI fits
-    from dispersed starts (half from the prior, half uniform in ``[-init_radius, init_radius]`` on
-    the unconstrained space), drops duplicates (means closer than ``duplicate_tolerance`` standard
-    deviations), weights each fit by ``exp(ELBO)``, and moment-matches the mixture into one
-    Gaussian with ``log zeta = logsumexp(ELBOs)``. ``method="gaussian"`` is a single fit with
-    ``log zeta = ELBO`` (recipe 1). The ELBOs are re-estimated with ``elbo_particles`` particles.
+    ``method="mixture"`` (the default; paper eq. 25 with importance-sampled weights) returns a
+    :class:`MixtureBase`:
+
+    1. ``num_starts`` Gaussian VI fits (NumPyro's autoguides, all in one compiled, vmapped loop)
+       from dispersed starts: half prior draws, half uniform in ``[-init_radius, init_radius]``
+       on the unconstrained space; near-duplicates (means closer than ``duplicate_tolerance``
+       standard deviations, or with no barrier of the target between them) dropped.
+    2. Importance sampling with the equal mixture of the fits and a broad defensive Gaussian
+       (the fits' and the prior's moments) gives ``log zeta`` and each fit's share of the
+       posterior mass.
+    3. Up to ``bootstrap_rounds`` times (default 4), until a round adds no new component:
+       ``num_starts`` new fits of ``num_steps / 4`` steps started from the importance draws
+       that only the defensive component reaches, half resampled by weight and half spread out
+       away from the fits so far (so a region of target mass that no fit covers gets one);
+       step 2 over all fits. When every round still finds new modes, it warns
+       (:class:`BaseCoverageWarning`).
+    4. The base is the mixture of the fits with those masses, and with weight
+       ``defensive_weight`` the Gaussian with the moments of the fits' mixture, which spans
+       every mode found, so the kernels' proposals from the base jump between them.
+
+    ``method="gaussian"`` is a single fit, a :class:`GaussianBase` with ``log zeta = ELBO``
+    (recipe 1), the ELBO estimated with ``elbo_particles`` particles; a bootstrap round, if
+    asked for, refits it to a tempering run's weighted moments
+    (:func:`~numpyro_extras.refit_base`).
 
     :param jax.random.PRNGKey rng_key: random key.
     :param model: NumPyro model with continuous latent sites.
     :param tuple model_args: the model's positional arguments.
     :param dict model_kwargs: the model's keyword arguments.
     :param str method: ``"mixture"`` or ``"gaussian"``.
-    :param int num_starts: number of VI fits for ``"mixture"``.
+    :param int num_starts: VI fits per stage of ``"mixture"``.
     :param int num_steps: SVI steps per fit.
     :param float learning_rate: Adam learning rate.
     :param int num_particles: ELBO particles per SVI step.
-    :param int elbo_particles: particles for the final ELBO of each fit.
+    :param int elbo_particles: particles for the ELBO of ``"gaussian"``.
     :param str guide: ``"multivariate"`` (:class:`~numpyro.infer.autoguide.AutoMultivariateNormal`)
         or ``"diagonal"`` (:class:`~numpyro.infer.autoguide.AutoDiagonalNormal`).
     :param float init_radius: radius of the uniform starts.
-    :param float duplicate_tolerance: duplicate distance, in standard deviations of a kept fit.
-    :param int bootstrap_rounds: after the VI fit, this many rounds of a short Gibbs tempering
-        run followed by :func:`~numpyro_extras.refit_base` (spec 2.8 "bootstrap").
-    :param int bootstrap_num_warmup: warm-up draws of each bootstrap run.
-    :param int bootstrap_num_samples: kept draws per chain of each bootstrap run.
-    :param int bootstrap_num_chains: vectorized chains of each bootstrap run.
+    :param float duplicate_tolerance: duplicate distance, in standard deviations of a kept fit
+        (fits with no barrier of the target between their means are duplicates too).
+    :param int importance_draws: importance draws per estimate of the masses and ``log zeta``.
+    :param float defensive_weight: weight of the broad component of a mixture base.
+    :param int bootstrap_rounds: most refitting rounds after the first fits; ``None`` for 4 with
+        ``"mixture"`` and 0 with ``"gaussian"`` (whose rounds are short Gibbs tempering runs
+        followed by :func:`~numpyro_extras.refit_base`).
+    :param int bootstrap_num_warmup: warm-up draws of each tempering run of ``"gaussian"``'s
+        rounds.
+    :param int bootstrap_num_samples: kept draws per chain of those runs.
+    :param int bootstrap_num_chains: vectorized chains of those runs.
     :param bool progress_bar: show the SVI progress (a tqdm bar).
-    :return: a :class:`GaussianBase`.
+    :return: a :class:`MixtureBase` (``"mixture"``) or a :class:`GaussianBase` (``"gaussian"``).
 
     **Example:**
 
@@ -367,27 +764,37 @@ def fit_base(
     guide_classes = {"multivariate": AutoMultivariateNormal, "diagonal": AutoDiagonalNormal}
     if guide not in guide_classes:
         raise ValueError(f"guide must be 'multivariate' or 'diagonal', got {guide!r}.")
+    if not 0.0 < defensive_weight < 1.0:
+        raise ValueError(f"defensive_weight must be in (0, 1), got {defensive_weight!r}.")
+    if bootstrap_rounds is None:
+        bootstrap_rounds = 4 if method == "mixture" else 0
     init_key, fits_key, bootstrap_key = jax.random.split(rng_key, 3)
     flat_model = flatten_model(init_key, model, model_args, model_kwargs, kernel_name="fit_base")
     settings = dict(
         num_steps=num_steps,
         learning_rate=learning_rate,
         num_particles=num_particles,
-        elbo_particles=elbo_particles,
+        elbo_particles=elbo_particles if method == "gaussian" else 0,
         init_radius=init_radius,
+        duplicate_tolerance=duplicate_tolerance,
+        importance_draws=importance_draws,
+        defensive_weight=defensive_weight,
         progress_bar=progress_bar,
     )
     num_fits = 1 if method == "gaussian" else num_starts
-    fits = _fit_gaussians(
-        fits_key,
-        model,
-        model_args,
-        model_kwargs,
-        flat_model,
-        guide_classes[guide],
-        num_fits,
-        settings,
+    fit_gaussians = _variational_fitter(
+        model, model_args, model_kwargs, flat_model, guide_classes[guide], settings
     )
+    starts_key, prior_key, fits_key = jax.random.split(fits_key, 3)
+    prior_positions = (
+        _prior_positions(prior_key, model, model_args, model_kwargs, flat_model, num_draws=1000)
+        if method == "mixture"
+        else np.zeros((0, flat_model.dimension))
+    )
+    starts = _dispersed_starts(
+        starts_key, num_fits, flat_model.dimension, init_radius, prior_positions
+    )
+    fits = fit_gaussians(fits_key, starts)
     if not fits:
         warnings.warn(
             "Every variational fit of the base diverged (NumPyro's autoguides cannot follow a "
@@ -402,24 +809,91 @@ def fit_base(
             f"{num_fits - len(fits)} of {num_fits} variational fits diverged and were dropped.",
             stacklevel=2,
         )
-    fits = _drop_duplicates(fits, duplicate_tolerance)
-    loc, covariance, log_zeta = _moment_match(fits)
-    scale_tril = np.linalg.cholesky(covariance + 1e-10 * np.eye(len(loc)) * np.trace(covariance))
     dtype = flat_model.initial_position.dtype
-    base = GaussianBase(
-        jnp.asarray(loc, dtype), jnp.asarray(scale_tril, dtype), jnp.asarray(log_zeta, dtype)
+    if method == "gaussian":
+        loc, covariance, log_zeta = _elbo_moment_match(fits)
+        base = GaussianBase(
+            jnp.asarray(loc, dtype),
+            jnp.asarray(_cholesky(covariance), dtype),
+            jnp.asarray(log_zeta, dtype),
+        )
+        return _bootstrap(
+            bootstrap_key,
+            model,
+            model_args,
+            model_kwargs,
+            base,
+            bootstrap_rounds,
+            bootstrap_num_warmup,
+            bootstrap_num_samples,
+            bootstrap_num_chains,
+        )
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(bootstrap_key)).ravel().tolist())
+    round_keys = jax.random.split(bootstrap_key, bootstrap_rounds + 1)
+    base, estimate = _mixture_base(
+        round_keys[0], flat_model.potential_fn, fits, prior_positions, settings, dtype
     )
-    return _bootstrap(
-        bootstrap_key,
-        model,
-        model_args,
-        model_kwargs,
-        base,
-        bootstrap_rounds,
-        bootstrap_num_warmup,
-        bootstrap_num_samples,
-        bootstrap_num_chains,
+    for round_key in round_keys[1:]:
+        # Importance draws with target weight where only the defensive component reaches show
+        # mass that no fit covers; new fits start there.
+        log_scores = estimate.log_weights + estimate.log_uncovered
+        finite = np.isfinite(log_scores)
+        if not np.any(finite):
+            break
+        starts = _new_starts(
+            estimate.positions[finite],
+            log_scores[finite],
+            np.asarray(base.component_locs[:-1], dtype=np.float64),
+            np.asarray(base.component_scale_trils[-1], dtype=np.float64),
+            num_starts,
+            rng,
+        )
+        fit_key, importance_key = jax.random.split(round_key)
+        # Started inside a region of target mass, a fit needs a fraction of the first steps.
+        new_fits = fit_gaussians(fit_key, starts, steps=num_steps // 4)
+        fits = _drop_duplicates(fits + new_fits, duplicate_tolerance, flat_model.potential_fn)
+        num_components = base.component_locs.shape[0]
+        base, estimate = _mixture_base(
+            importance_key, flat_model.potential_fn, fits, prior_positions, settings, dtype
+        )
+        if base.component_locs.shape[0] <= num_components:
+            break  # the round found no new region of target mass
+    else:
+        if bootstrap_rounds:
+            warnings.warn(
+                f"fit_base: each of its {bootstrap_rounds} refitting rounds found new modes "
+                f"({base.component_locs.shape[0] - 1} so far), so the posterior may have modes "
+                "the base does not cover, whose mass a tempering run can miss without any other "
+                "sign; raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)",
+                BaseCoverageWarning,
+                stacklevel=2,
+            )
+    return _with_moment_matched_component(base)
+
+
+def _with_moment_matched_component(base: MixtureBase) -> MixtureBase:
+    """The base the kernels run with: the fits with their masses, and as the defensive component
+    the Gaussian with the moments of the fits' mixture (paper eq. 25) instead of the prior-wide
+    one of the fitting rounds.
+
+    Its tails are the target's, not the prior's: a component far wider than the target puts
+    base mass where ``Delta`` is huge, which the tempered chain reaches only at ``beta``
+    within ``1 / Delta`` of 0, so the base-weighted draws (eq. 22) would seldom see it; it still
+    spans every mode found, so the proposals from the base jump between them.
+    """
+    locs = np.asarray(base.component_locs[:-1], dtype=np.float64)
+    trils = np.asarray(base.component_scale_trils[:-1], dtype=np.float64)
+    log_weights = np.asarray(base.component_log_weights, dtype=np.float64)
+    masses = np.exp(log_weights[:-1] - logsumexp(log_weights[:-1]))
+    loc, covariance = _moment_match(masses, locs, trils @ np.swapaxes(trils, -1, -2))
+    dtype = base.component_locs.dtype
+    return base._replace(
+        component_locs=jnp.asarray(np.concatenate([locs, loc[None]]), dtype),
+        component_scale_trils=jnp.asarray(
+            np.concatenate([trils, _cholesky(covariance)[None]]), dtype
+        ),
     )
+    return base
 
 
 def _prior_moment_base(rng_key, model, model_args, model_kwargs, flat_model, num_draws=2000):
@@ -429,9 +903,7 @@ def _prior_moment_base(rng_key, model, model_args, model_kwargs, flat_model, num
     ``Z`` under the base ``q`` (only its log enters the kernels, which adapt it in warm-up).
     """
     prior_key, draw_key = jax.random.split(rng_key)
-    prior_draws = Predictive(model, num_samples=num_draws)(prior_key, *model_args, **model_kwargs)
-    positions = np.asarray(jax.vmap(flat_model.ravel_fn)(prior_draws), dtype=np.float64)
-    positions = positions[np.all(np.isfinite(positions), axis=-1)]
+    positions = _prior_positions(prior_key, model, model_args, model_kwargs, flat_model, num_draws)
     if positions.shape[0] < 2 * flat_model.dimension + 2:
         raise RuntimeError(
             "Every variational fit of the base diverged and too few prior draws map to finite "

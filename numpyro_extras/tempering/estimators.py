@@ -353,7 +353,9 @@ class BaseMomentCheck(NamedTuple):
     :param mean_error: ``max_i |E_w0[x_i] - loc_i| / sd_i`` in base standard deviations.
     :param variance_ratio: the weighted variances over the base's, per coordinate.
     :param ess: effective number of base-weighted draws (Kish).
-    :param passed: ``mean_error < 0.5`` and every variance ratio in [0.5, 2].
+    :param passed: every coordinate's weighted mean within 0.5 base standard deviations of the
+        base's or within 4 Monte Carlo standard errors of it, and every variance ratio in
+        [0.5, 2] or the variance within 4 Monte Carlo standard errors of the base's.
     """
 
     mean_error: float
@@ -385,13 +387,24 @@ def base_moment_check(mcmc, warn=True) -> BaseMomentCheck:
     log_w0 = np.asarray(log_base_weight(_deltas(mcmc)), dtype=np.float64).ravel()
     weights = np.exp(log_w0 - logsumexp(log_w0))
     mean = weights @ draws
-    variance = weights @ (draws - mean) ** 2
+    squared_deviations = (draws - mean) ** 2
+    variance = weights @ squared_deviations
     base_variance = np.diagonal(np.asarray(kernel.base.covariance, dtype=np.float64))
     base_loc = np.asarray(kernel.base.loc, dtype=np.float64)
-    mean_error = float(np.max(np.abs(mean - base_loc) / np.sqrt(base_variance)))
+    mean_errors = np.abs(mean - base_loc) / np.sqrt(base_variance)
+    mean_error = float(np.max(mean_errors))
     variance_ratio = variance / base_variance
     ess = float(1.0 / np.sum(weights**2))
-    passed = bool(mean_error < 0.5 and np.all((variance_ratio > 0.5) & (variance_ratio < 2.0)))
+    # Monte Carlo standard errors of the weighted moments: a broad base component (a mixture
+    # base's defensive one) is visited by few draws, and its share of the variance is then
+    # uncertain without anything being wrong.
+    mean_stderr = np.sqrt(weights**2 @ squared_deviations)
+    variance_stderr = np.sqrt(weights**2 @ (squared_deviations - variance) ** 2)
+    mean_off = (mean_errors >= 0.5) & (np.abs(mean - base_loc) > 4 * mean_stderr)
+    variance_off = ((variance_ratio <= 0.5) | (variance_ratio >= 2.0)) & (
+        np.abs(variance - base_variance) > 4 * variance_stderr
+    )
+    passed = not bool(np.any(mean_off) or np.any(variance_off))
     if warn and not passed:
         warnings.warn(
             "Continuous tempering base-moment check (eq. 22) failed: "
@@ -518,7 +531,8 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
     Problems reported: a chain that never reached ``beta < 0.1`` or ``beta > 0.9``; fewer than
     2 round trips in a chain; divergent transitions above 1%; a target ESS below 100; chains
     whose ``log Z`` estimates disagree beyond their errors (p < 0.001); posterior draws with
-    R-hat above 1.05; a failed base-moment check (eq. 22).
+    R-hat above 1.05; a failed base-moment check (eq. 22); a base fit that was still finding new
+    modes when it stopped (see :func:`~numpyro_extras.fit_base`).
 
     :param mcmc: a run with a continuous tempering kernel.
     :param bool check_base: run the base-moment check.
@@ -531,7 +545,7 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
         diagnostics = nx.tempering_diagnostics(mcmc)
         diagnostics.round_trips, diagnostics.problems
     """
-    _kernel_of(mcmc)
+    kernel = _kernel_of(mcmc)
     beta = np.asarray(_field(mcmc, "beta"), dtype=np.float64)
     fraction_near_base = np.mean(beta < NEAR_BASE, axis=1)
     fraction_near_target = np.mean(beta > NEAR_TARGET, axis=1)
@@ -551,7 +565,7 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
     posterior_ess, posterior_rhat = _posterior_convergence(mcmc)
     check = base_moment_check(mcmc, warn=False) if check_base else None
 
-    problems = []
+    problems = [problem.removeprefix("fit_base: ") for problem in kernel.base_fit_problems]
     chains = np.arange(beta.shape[0])
     never_base = chains[fraction_near_base == 0]
     never_target = chains[fraction_near_target == 0]

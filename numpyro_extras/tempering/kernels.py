@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -44,7 +45,12 @@ from numpyro_extras.potential import (
     flat_model_from_potential,
     flatten_model,
 )
-from numpyro_extras.tempering.base import GaussianBase, fit_base, validate_base
+from numpyro_extras.tempering.base import (
+    BaseCoverageWarning,
+    GaussianBase,
+    fit_base,
+    validate_base,
+)
 from numpyro_extras.tempering.weights import sample_inverse_temperature
 from numpyro_extras.validation import check_count, check_real
 
@@ -59,6 +65,7 @@ __all__ = [
     "joint_tempering",
     "gibbs_tempering",
     "swap_with_replica",
+    "propose_from_base",
     "log_zeta_step_size",
     "hmc_settings",
 ]
@@ -127,6 +134,8 @@ class TemperingState(NamedTuple):
     :param log_zeta: this chain's ``log zeta``: adapted during warm-up (if enabled), then fixed.
     :param potential_energy: ``phi(y)``, the potential of the posterior draw ``z``.
     :param swap_accept_prob: acceptance probability of this transition's swap of ``x`` and ``y``.
+    :param base_accept_prob: acceptance probability of this transition's proposal of a new ``x``
+        drawn from the base (0 when the kernel makes none).
     :param replica: the :class:`PointEvaluation` at ``y``.
     :param tempered: the :class:`PointEvaluation` at ``x``.
     :param iteration: number of transitions so far, warm-up included.
@@ -144,6 +153,7 @@ class TemperingState(NamedTuple):
     log_zeta: jax.Array
     potential_energy: jax.Array
     swap_accept_prob: jax.Array
+    base_accept_prob: jax.Array
     replica: PointEvaluation
     tempered: PointEvaluation
     iteration: jax.Array
@@ -202,7 +212,7 @@ def _unknown_field_message(name):
     )
 
 
-TEMPERING_FIELDS = TemperingState._fields[:7] + (
+TEMPERING_FIELDS = TemperingState._fields[:8] + (
     "iteration",
     "diverging",
     "accept_prob",
@@ -391,6 +401,50 @@ def swap_with_replica(rng_key, beta, tempered: PointEvaluation, replica: PointEv
     return select(accept, replica, tempered), select(accept, tempered, replica), accept_prob
 
 
+def propose_from_base(rng_key, beta, tempered: PointEvaluation, base, evaluate):
+    """Propose a new tempered point ``x'`` drawn from the base, keeping ``beta``.
+
+    An independence Metropolis-Hastings step on ``x | beta``, whose density
+    ``exp(-beta phi - (1 - beta) psi)`` (paper eq. 8) divided by the proposal ``exp(-psi)`` is
+    ``exp(-beta Delta)``: the acceptance is ``min(1, exp(-beta (Delta(x') - Delta(x))))``. Near
+    ``beta = 0`` almost every proposal is accepted, so a chain that goes down to the base leaves
+    its mode for a fresh draw from the whole base instead of drifting from where it was; near
+    ``beta = 1`` it moves only to points the target weighs more than the base does. It costs one
+    evaluation of ``phi`` and its gradient.
+
+    :param rng_key: key for the proposal and the acceptance draw.
+    :param beta: the inverse temperature of the move.
+    :param PointEvaluation tempered: the evaluation at the current ``x``.
+    :param base: the base density (anything with ``sample(rng_key)``).
+    :param evaluate: flat position -> :class:`PointEvaluation`.
+    :return: ``(tempered, accept_prob)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        tempered, accept_prob = propose_from_base(key, 0.05, evaluate(x), base, evaluate)
+    """
+    proposal_key, accept_key = jax.random.split(rng_key)
+    position = tempered.position
+    proposal = evaluate(base.sample(proposal_key).astype(position.dtype))
+    log_ratio = -beta * (proposal.log_ratio - tempered.log_ratio)
+    # A proposal where phi or its gradient is not finite is a rejection.
+    log_ratio = jnp.where(proposal.finite, log_ratio, -jnp.inf)
+    accept, accept_prob = metropolis_accept(accept_key, log_ratio)
+    return select(accept, proposal, tempered), accept_prob
+
+
+def _base_move(base, evaluate, enabled):
+    """``(rng_key, beta, tempered) -> (tempered, accept_prob)``: :func:`propose_from_base`, or
+    no move when disabled."""
+    if not enabled:
+        return lambda rng_key, beta, tempered: (tempered, jnp.zeros_like(tempered.log_ratio))
+    return lambda rng_key, beta, tempered: propose_from_base(
+        rng_key, beta, tempered, base, evaluate
+    )
+
+
 def _adapt_log_zeta(log_zeta, tempered: PointEvaluation, iteration, num_warmup, adapt):
     """One Robbins-Monro step of ``log zeta`` during warm-up.
 
@@ -430,12 +484,12 @@ def _moved_or_rejected(state: TemperingState, moved: HMCState, evaluation: Point
 
 def _next_state(unravel_fn, state: TemperingState, num_warmup, moved_on, rng_key):
     """The state after one transition: ``moved_on`` is ``(tempered, replica, beta, log_zeta,
-    swap_accept_prob, inner_state)``."""
-    tempered, replica, beta, log_zeta, swap_accept_prob, inner = moved_on
+    (swap_accept_prob, base_accept_prob), inner_state)``."""
+    tempered, replica, beta, log_zeta, accept_probs, inner = moved_on
     iteration = state.iteration + 1
     mixing = _update_mixing(state.mixing, beta, iteration > num_warmup)
     new_state = _tempering_state(
-        unravel_fn, tempered, replica, beta, log_zeta, swap_accept_prob, iteration, inner, mixing
+        unravel_fn, tempered, replica, beta, log_zeta, accept_probs, iteration, inner, mixing
     )
     return new_state._replace(build=state.build, rng_key=rng_key)
 
@@ -446,12 +500,13 @@ def _tempering_state(
     replica,
     beta,
     log_zeta,
-    swap_accept_prob,
+    accept_probs,
     iteration,
     inner,
     mixing,
     tag=None,
 ):
+    swap_accept_prob, base_accept_prob = accept_probs
     return TemperingState(
         z=unravel_fn(replica.position),
         tempered_z=unravel_fn(tempered.position),
@@ -460,6 +515,7 @@ def _tempering_state(
         log_zeta=log_zeta,
         potential_energy=replica.target_potential,
         swap_accept_prob=swap_accept_prob,
+        base_accept_prob=base_accept_prob,
         replica=replica,
         tempered=tempered,
         iteration=iteration,
@@ -479,14 +535,16 @@ def joint_tempering(
     beta_scale=1.0,
     initial_beta_logit=-10.0,
     adapt_log_zeta=True,
+    base_proposals=True,
     tag=None,
 ):
     """Pure ``init``/``step`` of joint continuous tempering with a target replica.
 
     Each step is one HMC or NUTS transition on the extended space ``(x, u)`` of paper eq. 14
     (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass, ``u``
-    included), then :func:`swap_with_replica`; during warm-up ``log zeta`` is adapted so that the
-    chain reaches both ends of ``beta``.
+    included), then a proposal of ``x`` from the base at the new ``beta``
+    (:func:`propose_from_base`), then :func:`swap_with_replica`; during warm-up ``log zeta`` is
+    adapted so that the chain reaches both ends of ``beta``.
 
     :param target_potential_fn: ``phi`` on flat ``x``.
     :param GaussianBase base: base density and initial ``log zeta``.
@@ -495,6 +553,8 @@ def joint_tempering(
     :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)``.
     :param float initial_beta_logit: starting ``u / s``.
     :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
+    :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base
+        (:func:`propose_from_base`).
     :param tag: the build tag stored in the state.
     :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
         and ``step_fn(state, num_warmup)``, both for one chain.
@@ -507,6 +567,7 @@ def joint_tempering(
     hmc_init, hmc_sample = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
     evaluate = _point_evaluator(target_potential_fn, base)
     log_zeta_0 = base.log_zeta
+    base_move = _base_move(base, evaluate, base_proposals)
 
     def init_fn(position, rng_key, num_warmup, **hmc_settings):
         hmc_key, rng_key = jax.random.split(rng_key)
@@ -527,7 +588,7 @@ def joint_tempering(
             evaluation,
             inverse_temperature(control, beta_scale),
             log_zeta,
-            jnp.ones((), position.dtype),
+            (jnp.ones((), position.dtype), jnp.zeros((), position.dtype)),
             zero,
             inner,
             _initial_mixing(),
@@ -536,18 +597,20 @@ def joint_tempering(
         return state._replace(rng_key=rng_key)
 
     def step_fn(state: TemperingState, num_warmup):
-        rng_key, hmc_key, swap_key = jax.random.split(state.rng_key, 3)
+        rng_key, hmc_key, base_key, swap_key = jax.random.split(state.rng_key, 4)
         moved = hmc_sample(
             state.inner_state._replace(rng_key=hmc_key), model_args=(state.log_zeta,)
         )
         tempered, inner = _moved_or_rejected(state, moved, evaluate(moved.z[:-1]))
         control = inner.z[-1]
         beta = inverse_temperature(control, beta_scale)
+        tempered, base_accept_prob = base_move(base_key, beta, tempered)
         iteration = state.iteration + 1
         log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)
         tempered, replica, swap_accept_prob = swap_with_replica(
             swap_key, beta, tempered, state.replica
         )
+        # The moves above may have changed x: the HMC state follows from the cached values.
         energy, gradient = _joint_energy(tempered, control, log_zeta, beta_scale)
         inner = inner._replace(
             z=jnp.append(tempered.position, control),
@@ -555,7 +618,8 @@ def joint_tempering(
             z_grad=gradient,
             energy=inner.energy + energy - inner.potential_energy,
         )
-        moved_on = (tempered, replica, beta, log_zeta, swap_accept_prob, inner)
+        accept_probs = (swap_accept_prob, base_accept_prob)
+        moved_on = (tempered, replica, beta, log_zeta, accept_probs, inner)
         return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
 
     return init_fn, step_fn
@@ -568,12 +632,14 @@ def gibbs_tempering(
     *,
     algo="HMC",
     adapt_log_zeta=True,
+    base_proposals=True,
     tag=None,
 ):
     """Pure ``init``/``step`` of Gibbs continuous tempering with a target replica.
 
     Each step moves ``x`` with HMC or NUTS leaving ``exp(-beta phi - (1 - beta) psi)`` invariant
-    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass), draws
+    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass), then a
+    proposal of ``x`` from the base at the same ``beta`` (:func:`propose_from_base`), draws
     ``beta | x`` exactly from the truncated exponential of paper eq. 17, then
     :func:`swap_with_replica`; during warm-up ``log zeta`` is adapted first.
 
@@ -582,6 +648,8 @@ def gibbs_tempering(
     :param unravel_fn: flat ``x`` -> the ``z`` stored in the state.
     :param str algo: ``"HMC"`` or ``"NUTS"``.
     :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
+    :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base
+        (:func:`propose_from_base`).
     :param tag: the build tag stored in the state.
     :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
         and ``step_fn(state, num_warmup)``, both for one chain.
@@ -595,6 +663,7 @@ def gibbs_tempering(
     hmc_init, hmc_sample = hmc(potential_fn_gen=tempered_potential_fn_gen, algo=algo)
     evaluate = _point_evaluator(target_potential_fn, base)
     log_zeta_0 = base.log_zeta
+    base_move = _base_move(base, evaluate, base_proposals)
 
     def retemper(inner: HMCState, evaluation: PointEvaluation, beta):
         """The x-move's state at ``evaluation``'s point and a new beta, from cached values."""
@@ -619,7 +688,7 @@ def gibbs_tempering(
             evaluation,
             beta,
             jnp.asarray(log_zeta_0, position.dtype),
-            jnp.ones((), position.dtype),
+            (jnp.ones((), position.dtype), jnp.zeros((), position.dtype)),
             jnp.zeros((), jnp.int32),
             inner,
             _initial_mixing(),
@@ -628,9 +697,10 @@ def gibbs_tempering(
         return state._replace(rng_key=rng_key)
 
     def step_fn(state: TemperingState, num_warmup):
-        rng_key, hmc_key, beta_key, swap_key = jax.random.split(state.rng_key, 4)
+        rng_key, hmc_key, base_key, beta_key, swap_key = jax.random.split(state.rng_key, 5)
         moved = hmc_sample(state.inner_state._replace(rng_key=hmc_key), model_args=(state.beta,))
         tempered, inner = _moved_or_rejected(state, moved, evaluate(moved.z))
+        tempered, base_accept_prob = base_move(base_key, state.beta, tempered)
         iteration = state.iteration + 1
         log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)
         beta = sample_inverse_temperature(beta_key, tempered.log_ratio + log_zeta)
@@ -638,7 +708,8 @@ def gibbs_tempering(
             swap_key, beta, tempered, state.replica
         )
         inner = retemper(inner, tempered, beta)
-        moved_on = (tempered, replica, beta, log_zeta, swap_accept_prob, inner)
+        accept_probs = (swap_accept_prob, base_accept_prob)
+        moved_on = (tempered, replica, beta, log_zeta, accept_probs, inner)
         return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
 
     return init_fn, step_fn
@@ -736,6 +807,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
         *,
         base=None,
         adapt_log_zeta=True,
+        base_proposals=True,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -751,7 +823,9 @@ class _ContinuousTemperingKernel(MCMCKernel):
         self._potential_fn = potential_fn
         self._base = None if base is None else validate_base(base)
         self._user_base = self._base is not None
+        self._base_fit_problems = ()
         self._adapt_log_zeta = bool(adapt_log_zeta)
+        self._base_proposals = bool(base_proposals)
         self._init_strategy = init_strategy
         self._fit_base_kwargs = dict(fit_base_kwargs or {})
         self._fit_base_seed = fit_base_seed
@@ -773,6 +847,12 @@ class _ContinuousTemperingKernel(MCMCKernel):
     @property
     def flat_model(self) -> FlatModel | None:
         return self._flat_model
+
+    @property
+    def base_fit_problems(self) -> tuple[str, ...]:
+        """What the base fit warned about the base's coverage of the posterior (empty if
+        nothing, or if the base was given)."""
+        return self._base_fit_problems
 
     @property
     def default_fields(self):
@@ -806,13 +886,25 @@ class _ContinuousTemperingKernel(MCMCKernel):
             validate_base(self._base, self._flat_model.dimension)
         else:
             fit_kwargs = {"progress_bar": _calling_mcmc_progress_bar(), **self._fit_base_kwargs}
-            # A fixed seed: every chain method (a traced key under pmap included) fits one base.
-            self._base = fit_base(
-                jax.random.PRNGKey(self._fit_base_seed),
-                self._model,
-                model_args,
-                model_kwargs,
-                **fit_kwargs,
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                # A fixed seed: every chain method (a traced key under pmap included) fits one
+                # base.
+                self._base = fit_base(
+                    jax.random.PRNGKey(self._fit_base_seed),
+                    self._model,
+                    model_args,
+                    model_kwargs,
+                    **fit_kwargs,
+                )
+            for caught_warning in caught:
+                warnings.warn(caught_warning.message, stacklevel=4)
+            # A base that may miss modes makes every later estimate doubtful: the diagnostics
+            # of the run repeat it.
+            self._base_fit_problems = tuple(
+                str(caught_warning.message)
+                for caught_warning in caught
+                if issubclass(caught_warning.category, BaseCoverageWarning)
             )
         # Model plumbing and base are built once per set of model arguments, not once per chain.
         self._flattened_for = fingerprint
@@ -928,6 +1020,9 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
     :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)``.
     :param float initial_beta_logit: starting ``u / s``.
     :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up (per chain).
+    :param bool base_proposals: after each HMC move, propose a new tempered ``x`` drawn from the
+        base (:func:`propose_from_base`, one more gradient evaluation per transition); this is
+        what carries the chain between modes at small ``beta``.
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
     :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`.
     :param int fit_base_seed: seed of the base fit, the same for every chain method.
@@ -954,6 +1049,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
         beta_scale=1.0,
         initial_beta_logit=-10.0,
         adapt_log_zeta=True,
+        base_proposals=True,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -964,6 +1060,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
             potential_fn,
             base=base,
             adapt_log_zeta=adapt_log_zeta,
+            base_proposals=base_proposals,
             init_strategy=init_strategy,
             fit_base_kwargs=fit_base_kwargs,
             fit_base_seed=fit_base_seed,
@@ -982,6 +1079,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
             beta_scale=self._beta_scale,
             initial_beta_logit=self._initial_beta_logit,
             adapt_log_zeta=self._adapt_log_zeta,
+            base_proposals=self._base_proposals,
             tag=tag,
         )
 
@@ -1018,6 +1116,9 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
     :param float target_accept_prob: target acceptance of the step-size adaptation.
     :param int max_tree_depth: NUTS tree depth.
     :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up (per chain).
+    :param bool base_proposals: after each HMC move, propose a new tempered ``x`` drawn from the
+        base (:func:`propose_from_base`, one more gradient evaluation per transition); this is
+        what carries the chain between modes at small ``beta``.
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
     :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`.
     :param int fit_base_seed: seed of the base fit, the same for every chain method.
@@ -1046,6 +1147,7 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
         target_accept_prob=0.8,
         max_tree_depth=10,
         adapt_log_zeta=True,
+        base_proposals=True,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -1055,6 +1157,7 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
             potential_fn,
             base=base,
             adapt_log_zeta=adapt_log_zeta,
+            base_proposals=base_proposals,
             init_strategy=init_strategy,
             fit_base_kwargs=fit_base_kwargs,
             fit_base_seed=fit_base_seed,
@@ -1078,6 +1181,7 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
             flat_model.unravel_fn,
             algo=self._algo,
             adapt_log_zeta=self._adapt_log_zeta,
+            base_proposals=self._base_proposals,
             tag=tag,
         )
 
