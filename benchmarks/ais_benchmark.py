@@ -8,7 +8,10 @@ script prints one markdown table of log Z errors over the seeds:
 * ``nx.ais`` from the Gaussian base the tempering kernels use (the geometric path);
 * joint and Gibbs continuous tempering (``nx.JointContinuousTempering``,
   ``nx.GibbsContinuousTempering``), 10 chains per estimate, run lengths set from the budget;
-* BlackJAX adaptive tempered SMC from the same base, its particle count sized from a pilot run.
+* BlackJAX adaptive tempered SMC from the same base, its particle count sized from a pilot run;
+* the defaults row: ``nx.ais`` exactly as a user calls it, at the README's run length
+  (``num_particles=1000, num_temperatures=500``, every other setting at its default: the fitted
+  Gaussian base, 5 leapfrog steps, 10 pilot steps), outside the gradient budget.
 
 Targets: Boltzmann machine relaxations D_B = 16 (one system per seed, exact log Z), Bayesian
 linear regression (closed form) and the radon hierarchical regression (reference: long
@@ -26,6 +29,10 @@ Usage::
     python benchmarks/ais_benchmark.py --quick                       # smoke size, ~5 min
     python benchmarks/ais_benchmark.py --output report.md > run.log 2>&1   # docs/benchmarks.md
     python benchmarks/ais_benchmark.py --targets linear_regression --seeds 0 1 2
+    python benchmarks/ais_benchmark.py --defaults-only --output defaults.md   # ~15 min, 1 core
+
+``--defaults-only`` runs the defaults row alone; radon's reference is then the one of the full
+run (``RADON_REFERENCE``) instead of new long tempering runs.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import math
 import os
 import sys
 import time
+import warnings
 
 import numpyro
 
@@ -54,6 +62,13 @@ TARGET_NAMES = ("boltzmann", "linear_regression", "radon")
 NUM_LEAPFROG_STEPS = 5
 NUM_PILOT_STEPS = 10
 STREAM_AIS = 7
+# The README's nx.ais call: the run length a user copies.
+README_PARTICLES = 1000
+README_TEMPERATURES = 500
+DEFAULTS_LABEL = "AIS defaults (README call)"
+# Radon's reference log Z and stderr from the full run at commit 2b604dc (long joint and Gibbs CT
+# runs, see docs/benchmarks.md); --defaults-only reuses it rather than spend minutes on new ones.
+RADON_REFERENCE = (-1043.648, 0.050)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +150,36 @@ def run_ais(model, model_args, model_kwargs, seeds, base, budget, num_particles)
     return estimates
 
 
+def run_ais_defaults(model, model_args, model_kwargs, seeds):
+    """``nx.ais`` per seed as a user calls it; returns ``({seed: Estimate}, seeds that warned)``.
+
+    Only the required arguments and the README's run length are given; ``progress_bar=False``
+    changes nothing but the terminal output.
+    """
+    estimates, warned = {}, []
+    for seed in seeds:
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), STREAM_AIS)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            evidence = nx.ais(
+                key,
+                model,
+                model_args,
+                model_kwargs,
+                num_particles=README_PARTICLES,
+                num_temperatures=README_TEMPERATURES,
+                progress_bar=False,
+            )
+        if any("ESS" in str(warning.message) for warning in caught):
+            warned.append(seed)
+        # The defaults are 5 leapfrog steps and 10 pilot steps, as this script's constants; the
+        # base fit is a set-up cost, not counted.
+        gradients = ais_gradient_evaluations(README_PARTICLES, README_TEMPERATURES)
+        estimates[seed] = tb.Estimate(evidence.log_z, evidence.stderr, gradients)
+        tb.log(f"defaults seed {seed}: log Z {evidence.log_z:.3f} +- {evidence.stderr:.3f}")
+    return estimates, warned
+
+
 @dataclasses.dataclass
 class TargetRows:
     """One target's estimates per method, its exact (or reference) log Z and notes."""
@@ -145,6 +190,8 @@ class TargetRows:
     methods: dict = dataclasses.field(default_factory=dict)
     seconds: dict = dataclasses.field(default_factory=dict)
     notes: list = dataclasses.field(default_factory=list)
+    # Seeds on which the defaults row's ESS warning fired.
+    warned: list = dataclasses.field(default_factory=list)
 
     def add(self, name, estimates, seconds):
         self.methods.setdefault(name, {}).update(estimates)
@@ -157,6 +204,24 @@ def timed(function, *args, **kwargs):
     return result, time.perf_counter() - start
 
 
+def add_defaults_row(rows, seeds, ais_target):
+    """The defaults row of ``rows`` (``ais_target`` as in :func:`run_methods`)."""
+    tb.log(f"{rows.title} seeds {seeds}: AIS at its defaults")
+    (estimates, warned), seconds = timed(run_ais_defaults, *ais_target, seeds)
+    rows.add(DEFAULTS_LABEL, estimates, seconds)
+    rows.warned += warned
+
+
+def defaults_note(rows):
+    warned = rows.warned
+    count = len(rows.methods.get(DEFAULTS_LABEL, {}))
+    return (
+        f"{rows.title}: {DEFAULTS_LABEL}: nx.ais(key, model, args, "
+        f"num_particles={README_PARTICLES}, num_temperatures={README_TEMPERATURES}); its ESS "
+        f"warning fired on {len(warned)} of {count} seeds{f' ({warned})' if warned else ''}."
+    )
+
+
 def run_methods(rows, problem, seeds, sizes, budget, num_particles, warmup, ais_target):
     """Every method on ``problem`` for ``seeds``, each at ``budget`` gradient evaluations.
 
@@ -164,6 +229,7 @@ def run_methods(rows, problem, seeds, sizes, budget, num_particles, warmup, ais_
     """
     settings = sizes.tempering
     model, model_args, model_kwargs = ais_target
+    add_defaults_row(rows, seeds, ais_target)
     tb.log(f"{problem.title} seeds {seeds}: AIS")
     for label, base in (("AIS from the prior", "prior"), ("AIS from the base", problem.base)):
         estimates, seconds = timed(
@@ -205,6 +271,7 @@ def benchmark_boltzmann(seeds, sizes):
         f"AIS: {sizes.boltzmann_particles} particles x "
         f"{ais_temperatures(sizes.boltzmann_budget, sizes.boltzmann_particles)} temperatures."
     )
+    rows.notes.append(defaults_note(rows))
     return rows
 
 
@@ -235,6 +302,7 @@ def benchmark_linear_regression(seeds, sizes):
         f"AIS: {sizes.regression_particles} particles x "
         f"{ais_temperatures(sizes.regression_budget, sizes.regression_particles)} temperatures."
     )
+    rows.notes.append(defaults_note(rows))
     return rows
 
 
@@ -313,6 +381,36 @@ def benchmark_radon(seeds, sizes):
         f"{title}: AIS: {sizes.radon_particles} particles x "
         f"{ais_temperatures(sizes.radon_budget, sizes.radon_particles)} temperatures."
     )
+    rows.notes.append(defaults_note(rows))
+    return rows
+
+
+def defaults_only(name, seeds):
+    """The defaults row alone on target ``name``: no base fit, tempering runs or SMC."""
+    if name == "boltzmann":
+        rows = TargetRows("Boltzmann relaxation D_B=16 (D=15)", {}, "exact per system")
+        for seed in seeds:
+            relaxation = targets.make_boltzmann_relaxation(seed, 16)
+            rows.log_z[seed] = relaxation.log_z
+            add_defaults_row(rows, [seed], (targets.boltzmann_relaxation_model, (relaxation,), {}))
+    elif name == "linear_regression":
+        features, responses = targets.make_linear_regression_data(0)
+        log_z = targets.linear_regression_log_evidence(features, responses)
+        title = f"Linear regression N={features.shape[0]}, P={features.shape[1]}"
+        rows = TargetRows(title, log_z, "closed form")
+        model_kwargs = {"features": features, "targets": responses}
+        add_defaults_row(rows, seeds, (targets.linear_regression_model, (), model_kwargs))
+    else:
+        reference, reference_stderr = RADON_REFERENCE
+        rows = TargetRows(
+            "Radon hierarchical regression", reference, "reference (long CT runs, full run)"
+        )
+        rows.notes.append(
+            f"{rows.title}: reference {reference:.3f} +- {reference_stderr:.3f} taken from the "
+            "full run (RADON_REFERENCE), not recomputed."
+        )
+        add_defaults_row(rows, seeds, (targets.radon_model, (), targets.load_radon()))
+    rows.notes.append(defaults_note(rows))
     return rows
 
 
@@ -395,6 +493,11 @@ def parse_arguments(argv):
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0-9")
     parser.add_argument("--targets", nargs="+", choices=TARGET_NAMES, default=None)
     parser.add_argument("--no-throughput", action="store_true", help="skip the throughput table")
+    parser.add_argument(
+        "--defaults-only",
+        action="store_true",
+        help="only the defaults row (nx.ais at the README's run length); no throughput table",
+    )
     parser.add_argument("--output", help="also write the markdown report to this file")
     return parser.parse_args(argv)
 
@@ -409,14 +512,21 @@ def main(argv=None):
         "linear_regression": benchmark_linear_regression,
         "radon": benchmark_radon,
     }
-    results = [runners[name](seeds, sizes) for name in options.targets or TARGET_NAMES]
+    names = options.targets or TARGET_NAMES
+    if options.defaults_only:
+        results = [defaults_only(name, seeds) for name in names]
+    else:
+        results = [runners[name](seeds, sizes) for name in names]
     sections = []
-    if not options.no_throughput:
+    if not (options.no_throughput or options.defaults_only):
         sections += ["## AIS throughput (compile excluded)", "", throughput(sizes), ""]
     elapsed = time.perf_counter() - tb._START
     environment = tb.environment_lines(arguments, sizes, elapsed, script="ais_benchmark.py")
+    heading = "log Z at one gradient budget"
+    if options.defaults_only:
+        heading = "log Z of nx.ais at its defaults (README run length, outside the budget)"
     text = "\n".join(
-        ["## Environment", "", *environment, "", "## log Z at one gradient budget", ""]
+        ["## Environment", "", *environment, "", f"## {heading}", ""]
         + [log_z_table(results), ""]
         + sections
         + ["## Notes", ""]

@@ -14,10 +14,18 @@ error (eq. 44), the paper's Table I values, the issue's target (mAIS bias at ``1
 ``K = 10`` at most 0.025 per spin, AIS's about 4 times larger), and the throughput in
 particles x temperatures per second for N = 100, 1000, 10000.
 
+The defaults table calls the public functions as a user does, with only the required arguments
+at the README's marginalized-AIS run length (``N = 1000``, ``K = 100``):
+``nx.marginalized_ais_boltzmann`` and ``nx.ais_boltzmann`` (linear schedule, ``side="auto"``,
+``kernel="paired"``), the README's generic line ``nx.ais(key, nx.rbm_model, (machine,),
+marginalize=("h",))`` on the first few machines, and beside them this script's paired runner at
+the same ``K`` on the same machines.
+
 Usage::
 
     python benchmarks/mais_benchmark.py --quick                  # smoke size, about a minute
     python benchmarks/mais_benchmark.py --output report.md       # full size, under 10 minutes
+    python benchmarks/mais_benchmark.py --defaults-only          # the defaults table, ~12 min
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 
 import numpyro
 
@@ -49,6 +58,11 @@ INVERSE_TEMPERATURES = (1.0, 4.0, 8.0)
 NUM_TEMPERATURES = (10, 30, 60)
 NUM_PARTICLES = 1000
 THROUGHPUT_PARTICLES = (100, 1000, 10000)
+# The README's marginalized-AIS call: nx.ais(..., num_particles=1000, num_temperatures=100).
+README_PARTICLES = 1000
+README_TEMPERATURES = 100
+# The README's nx.ais line compiles per call (seconds each): it runs on this many machines only.
+README_NX_AIS_MACHINES = 10
 # The issue's target: mAIS bias per spin at 1/T = 8, K = 10, and AIS's about 4 times larger.
 TARGET_MAIS_BIAS = 0.025
 TARGET_SETTING = (8.0, 10)
@@ -144,6 +158,125 @@ def accuracy_rows(args):
                 f"runs in {seconds:.1f} s (compile included)"
             )
     return rows
+
+
+def public_run(method, key, machine):
+    """One public call as a user makes it: ``(log Z, stderr, ESS warning fired)``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if method == "nx.ais_boltzmann":
+            evidence = nx.ais_boltzmann(
+                key, machine, num_particles=README_PARTICLES, num_temperatures=README_TEMPERATURES
+            )
+        elif method == "nx.marginalized_ais_boltzmann":
+            evidence = nx.marginalized_ais_boltzmann(
+                key, machine, num_particles=README_PARTICLES, num_temperatures=README_TEMPERATURES
+            )
+        else:
+            evidence = nx.ais(
+                key,
+                nx.rbm_model,
+                (machine,),
+                num_particles=README_PARTICLES,
+                num_temperatures=README_TEMPERATURES,
+                marginalize=("h",),
+                progress_bar=False,
+            )
+    warned = any("ESS" in str(warning.message) for warning in caught)
+    return float(evidence.log_z), float(evidence.stderr), warned
+
+
+DEFAULT_METHODS = (
+    "nx.ais_boltzmann",
+    "nx.marginalized_ais_boltzmann",
+    'nx.ais(rbm_model, marginalize=("h",))',
+)
+
+
+def defaults_rows(args):
+    """Per 1/T: per-spin errors of the public calls at their defaults, and of the paired runner
+    (this script's path) at the same K on the same machines."""
+    rows = []
+    runner = make_paired_runner(README_TEMPERATURES, README_PARTICLES)
+    num_units = NUM_VISIBLE + NUM_HIDDEN
+    for inverse_temperature in INVERSE_TEMPERATURES:
+        machines = draw_machines(args.seed, inverse_temperature, args.machines)
+        exact = exact_free_energies(machines)
+        batch = jax.tree.map(lambda leaf: jnp.repeat(leaf, args.trials, axis=0), machines)
+        exact_batch = np.repeat(exact, args.trials)
+        keys = jax.random.split(
+            jax.random.PRNGKey(args.seed + 7919 * README_TEMPERATURES), exact_batch.size
+        )
+        paired = [np.asarray(f) for f in runner(keys, batch)]
+        for label, free_energy in zip(
+            ("paired runner, AIS", "paired runner, mAIS-V"), paired, strict=True
+        ):
+            rows.append(
+                {
+                    "inverse_temperature": inverse_temperature,
+                    "method": label,
+                    "error": (free_energy - exact_batch) / num_units,
+                    "exact_batch": exact_batch / num_units,
+                    "stderr": None,
+                    "warned": 0,
+                }
+            )
+        for method in DEFAULT_METHODS:
+            start = time.perf_counter()
+            runs = args.trials if method in DEFAULT_METHODS[:2] else 1
+            machine_count = args.machines if runs > 1 else README_NX_AIS_MACHINES
+            errors, stderrs, truths, warned = [], [], [], 0
+            for index in range(min(machine_count, args.machines)):
+                machine = jax.tree.map(lambda leaf, i=index: leaf[i], machines)
+                for trial in range(runs):
+                    key = jax.random.fold_in(keys[index * args.trials + trial], 1)
+                    log_z, stderr, fired = public_run(method, key, machine)
+                    # F = -log Z; the error of the free energy, as in the tables above.
+                    errors.append(-log_z - exact[index])
+                    stderrs.append(stderr)
+                    truths.append(exact[index])
+                    warned += fired
+            rows.append(
+                {
+                    "inverse_temperature": inverse_temperature,
+                    "method": method,
+                    "error": np.array(errors) / num_units,
+                    "exact_batch": np.array(truths) / num_units,
+                    "stderr": np.array(stderrs),
+                    "warned": warned,
+                }
+            )
+            progress(
+                f"1/T={inverse_temperature:g} {method}: {len(errors)} runs "
+                f"in {time.perf_counter() - start:.1f} s"
+            )
+    return rows
+
+
+def defaults_table(rows):
+    lines = [
+        "| 1/T | exact f (mean) | K | N | call | runs | bias / spin | mean APE % "
+        "| mean reported stderr (nats) | abs(error) <= 2 stderr | ESS warnings |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        bias, stderr = mean_and_stderr(row["error"])
+        ape = np.mean(np.abs(row["error"]) * 100 / np.abs(row["exact_batch"]))
+        if row["stderr"] is None:
+            reported, coverage, warned = "-", "-", "-"
+        else:
+            # Coverage in nats: the per-spin error times the number of units.
+            error_nats = np.abs(row["error"]) * (NUM_VISIBLE + NUM_HIDDEN)
+            reported = f"{np.mean(row['stderr']):.3f}"
+            coverage = f"{100 * np.mean(error_nats <= 2 * row['stderr']):.0f} %"
+            warned = str(row["warned"])
+        lines.append(
+            f"| {row['inverse_temperature']:g} | {np.mean(row['exact_batch']):.5f} "
+            f"| {README_TEMPERATURES} | {README_PARTICLES} | {row['method']} "
+            f"| {row['error'].size} | {bias:.2e} ± {stderr:.1e} | {ape:.3f} | {reported} "
+            f"| {coverage} | {warned} |"
+        )
+    return "\n".join(lines)
 
 
 def time_call(function, key, repeats):
@@ -258,11 +391,16 @@ def parse_args(argv):
     parser.add_argument("--trials", type=int, default=None, help="runs per RBM")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="also write the report to this file")
+    parser.add_argument(
+        "--defaults-only",
+        action="store_true",
+        help="only the defaults table (public calls, N = 1000, K = 100; 40 RBMs x 2 trials)",
+    )
     args = parser.parse_args(argv)
     if args.machines is None:
         args.machines = 4 if args.quick else 40
     if args.trials is None:
-        args.trials = 1 if args.quick else 5
+        args.trials = 1 if args.quick else (2 if args.defaults_only else 5)
     args.throughput_particles = (100, 1000) if args.quick else THROUGHPUT_PARTICLES
     args.throughput_temperatures = 30
     if args.machines < 2 or args.trials < 1:
@@ -274,6 +412,33 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     start = time.perf_counter()
+    if args.defaults_only:
+        defaults = defaults_rows(args)
+        elapsed = time.perf_counter() - start
+        report = "\n".join(
+            [
+                "# Defaults: the public calls on random RBMs (mAIS paper Table I setting)",
+                "",
+                "## Environment",
+                "",
+                *environment_lines(argv, args, elapsed),
+                "",
+                "## Free-energy bias per spin at the defaults (E[f_app] - f, ± standard error)",
+                "",
+                "Public calls with only the required arguments at the README's run length; the "
+                "paired runner rows are this script's path (eq. 41 and 42 kernels on the same "
+                f"v-trajectories) on the same machines. The README's nx.ais line runs on the "
+                f"first {README_NX_AIS_MACHINES} RBMs, one trial each.",
+                "",
+                defaults_table(defaults),
+                "",
+            ]
+        )
+        print(report)
+        if args.output:
+            with open(args.output, "w") as handle:
+                handle.write(report)
+        return
     rows = accuracy_rows(args)
     throughput = throughput_rows(args)
     elapsed = time.perf_counter() - start
