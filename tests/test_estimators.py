@@ -12,7 +12,11 @@ from numpyro.infer import MCMC
 
 import numpyro_extras as nx
 from numpyro_extras import targets
-from numpyro_extras.tempering.base import _importance_masses, validate_base
+from numpyro_extras.tempering.base import (
+    _batched_potential,
+    _importance_masses,
+    validate_base,
+)
 
 BIMODAL_LOG_Z = 2.0
 BIMODAL_BASE = nx.GaussianBase(
@@ -153,7 +157,12 @@ def test_importance_masses_share_a_mode_between_duplicate_fits():
     locs = np.stack([np.asarray(loc)] * 2 + [np.zeros(2)])
     scale_trils = np.stack([np.asarray(scale_tril)] * 2 + [3.0 * np.eye(2)])
     estimate = _importance_masses(
-        jax.random.PRNGKey(0), potential_fn, locs, scale_trils, num_fits=2, num_draws=3000
+        jax.random.PRNGKey(0),
+        _batched_potential(potential_fn),
+        locs,
+        scale_trils,
+        num_fits=2,
+        num_draws=3000,
     )
     np.testing.assert_allclose(estimate.masses, [0.5, 0.5], atol=1e-9)
     assert abs(estimate.log_zeta - log_z) < 0.02

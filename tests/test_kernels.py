@@ -11,7 +11,6 @@ from numpyro.infer import HMC, MCMC, NUTS
 
 import numpyro_extras as nx
 from numpyro_extras import targets
-from numpyro_extras.tempering.kernels import PointEvaluation, propose_from_base
 
 KERNELS = [nx.JointContinuousTempering, nx.GibbsContinuousTempering]
 
@@ -228,59 +227,6 @@ def test_joint_with_fixed_step_hmc():
     fields = mcmc.get_extra_fields()
     assert np.all(fields["num_steps"] == 10)
     assert 0.6 < np.mean(fields["accept_prob"]) < 0.99
-
-
-class _FixedDrawBase:
-    """A stand-in base whose every draw is one given point."""
-
-    def __init__(self, point):
-        self.point = jnp.asarray(point)
-
-    def sample(self, rng_key, sample_shape=()):
-        return self.point
-
-
-def test_base_proposal_satisfies_detailed_balance_given_beta():
-    """Exact check of the independence move: p(x | beta) q(x') a(x -> x') is symmetric in x and
-    x', with p(x | beta) proportional to exp(-beta phi - (1 - beta) psi) (paper eq. 8) and q the
-    base, written out independently of the implementation."""
-    rng = np.random.default_rng(1)
-
-    def phi(x):
-        return 0.25 * np.sum(x**4) - np.sum(x**2) + 0.3 * x[0]
-
-    def psi(x):
-        return 0.5 * np.sum(x**2 / 4.0) + np.log(2 * np.pi * 4.0)
-
-    def evaluate(x):
-        x = np.asarray(x)
-        zero = jnp.zeros(2)
-        return PointEvaluation(jnp.asarray(x), phi(x), zero, psi(x), zero)
-
-    for _ in range(50):
-        x, x_new = rng.normal(size=(2, 2)) * 2
-        beta = rng.uniform()
-
-        key = jax.random.PRNGKey(0)
-        moved, forward = propose_from_base(key, beta, evaluate(x), _FixedDrawBase(x_new), evaluate)
-        _, backward = propose_from_base(key, beta, evaluate(x_new), _FixedDrawBase(x), evaluate)
-        lhs = -beta * phi(x) - (1 - beta) * psi(x) - psi(x_new) + np.log(float(forward))
-        rhs = -beta * phi(x_new) - (1 - beta) * psi(x_new) - psi(x) + np.log(float(backward))
-        np.testing.assert_allclose(lhs, rhs, rtol=0, atol=1e-9)
-        assert max(float(forward), float(backward)) == pytest.approx(1.0)
-
-
-def test_base_proposal_rejects_a_non_finite_point():
-    def evaluate(x):
-        value = jnp.where(x[0] > 5.0, jnp.nan, jnp.sum(x**2))
-        return PointEvaluation(x, value, 2 * x, 0.5 * jnp.sum(x**2), x)
-
-    start = evaluate(jnp.zeros(1))
-    moved, accept_prob = propose_from_base(
-        jax.random.PRNGKey(0), 0.0, start, _FixedDrawBase(jnp.array([9.0])), evaluate
-    )
-    assert float(accept_prob) == 0.0
-    assert float(moved.position[0]) == 0.0
 
 
 @pytest.mark.parametrize("kernel_class", KERNELS)

@@ -1,6 +1,7 @@
-"""The tempering kernels' posterior draws (the target replica) and the NumPyro and ArviZ habits
-they support: get_samples as the posterior, jit_model_args, extra_fields, ArviZ's LOO/WAIC,
-progress_bar=False, warm-up adaptation of log zeta, and input validation."""
+"""The tempering kernels' exact moves (the swap with the target replica, the proposal from the
+base), their posterior draws, and the NumPyro and ArviZ habits they support: get_samples as the
+posterior, jit_model_args, extra_fields, ArviZ's LOO/WAIC, progress_bar=False, warm-up
+adaptation of log zeta, warnings, and input validation."""
 
 import warnings
 
@@ -15,7 +16,12 @@ from numpyro.infer import MCMC, NUTS
 
 import numpyro_extras as nx
 from numpyro_extras import targets
-from numpyro_extras.tempering.kernels import PointEvaluation, swap_with_replica
+from numpyro_extras.multimodal_targets import sign_product_target
+from numpyro_extras.tempering.kernels import (
+    PointEvaluation,
+    propose_from_base,
+    swap_with_replica,
+)
 
 KERNELS = [nx.JointContinuousTempering, nx.GibbsContinuousTempering]
 BIMODAL_LOG_Z = 2.0
@@ -37,32 +43,37 @@ def _mcmc(kernel, num_warmup=500, num_samples=1000, num_chains=4, **kwargs):
     )
 
 
+def _phi(x):
+    return 0.25 * np.sum(x**4) - np.sum(x**2) + 0.3 * x[0]
+
+
+def _psi(x):
+    return 0.5 * np.sum(x**2 / 4.0) + np.log(2 * np.pi * 4.0)
+
+
+def _evaluation(x):
+    """A :class:`PointEvaluation` of the quartic ``_phi`` and the Gaussian ``_psi`` at ``x``
+    (gradients unused by the moves tested with it)."""
+    x = np.asarray(x)
+    zero = jnp.zeros(2)
+    return PointEvaluation(jnp.asarray(x), _phi(x), zero, _psi(x), zero)
+
+
 def test_swap_satisfies_detailed_balance_on_the_product_density():
     """Exact check: p(x, beta) p(y) a(x <-> y) is symmetric in x and y, with p(x, beta) of paper
     eq. 16 written out independently of the implementation, for any log zeta."""
     rng = np.random.default_rng(0)
-
-    def phi(x):
-        return 0.25 * np.sum(x**4) - np.sum(x**2) + 0.3 * x[0]
-
-    def psi(x):
-        return 0.5 * np.sum(x**2 / 4.0) + np.log(2 * np.pi * 4.0)
-
-    def evaluation(x):
-        zero = jnp.zeros(2)
-        return PointEvaluation(jnp.asarray(x), phi(x), zero, psi(x), zero)
-
     for _ in range(50):
         x, y = rng.normal(size=(2, 2)) * 2
         beta, log_zeta = rng.uniform(), rng.normal() * 5
 
         def log_product(first, second, beta=beta, log_zeta=log_zeta):
-            tempered = -beta * phi(first) - (1 - beta) * psi(first) - beta * log_zeta
-            return tempered - phi(second)
+            tempered = -beta * _phi(first) - (1 - beta) * _psi(first) - beta * log_zeta
+            return tempered - _phi(second)
 
         key = jax.random.PRNGKey(0)
-        _, _, forward = swap_with_replica(key, beta, evaluation(x), evaluation(y))
-        _, _, backward = swap_with_replica(key, beta, evaluation(y), evaluation(x))
+        _, _, forward = swap_with_replica(key, beta, _evaluation(x), _evaluation(y))
+        _, _, backward = swap_with_replica(key, beta, _evaluation(y), _evaluation(x))
         lhs = log_product(x, y) + np.log(float(forward))
         rhs = log_product(y, x) + np.log(float(backward))
         np.testing.assert_allclose(lhs, rhs, rtol=0, atol=1e-9)
@@ -75,6 +86,48 @@ def test_swap_rejects_non_finite_replica():
     tempered, replica, accept_prob = swap_with_replica(jax.random.PRNGKey(0), 0.5, good, bad)
     assert float(accept_prob) == 0.0
     assert float(tempered.target_potential) == 1.0 and np.isnan(float(replica.target_potential))
+
+
+class _FixedDrawBase:
+    """A stand-in base whose every draw is one given point."""
+
+    def __init__(self, point):
+        self.point = jnp.asarray(point)
+
+    def sample(self, rng_key, sample_shape=()):
+        return self.point
+
+
+def test_base_proposal_satisfies_detailed_balance_given_beta():
+    """Exact check of the independence move: p(x | beta) q(x') a(x -> x') is symmetric in x and
+    x', with p(x | beta) proportional to exp(-beta phi - (1 - beta) psi) (paper eq. 8) and q the
+    base, written out independently of the implementation."""
+    rng = np.random.default_rng(1)
+    evaluate, phi, psi = _evaluation, _phi, _psi
+    for _ in range(50):
+        x, x_new = rng.normal(size=(2, 2)) * 2
+        beta = rng.uniform()
+
+        key = jax.random.PRNGKey(0)
+        moved, forward = propose_from_base(key, beta, evaluate(x), _FixedDrawBase(x_new), evaluate)
+        _, backward = propose_from_base(key, beta, evaluate(x_new), _FixedDrawBase(x), evaluate)
+        lhs = -beta * phi(x) - (1 - beta) * psi(x) - psi(x_new) + np.log(float(forward))
+        rhs = -beta * phi(x_new) - (1 - beta) * psi(x_new) - psi(x) + np.log(float(backward))
+        np.testing.assert_allclose(lhs, rhs, rtol=0, atol=1e-9)
+        assert max(float(forward), float(backward)) == pytest.approx(1.0)
+
+
+def test_base_proposal_rejects_a_non_finite_point():
+    def evaluate(x):
+        value = jnp.where(x[0] > 5.0, jnp.nan, jnp.sum(x**2))
+        return PointEvaluation(x, value, 2 * x, 0.5 * jnp.sum(x**2), x)
+
+    start = evaluate(jnp.zeros(1))
+    moved, accept_prob = propose_from_base(
+        jax.random.PRNGKey(0), 0.0, start, _FixedDrawBase(jnp.array([9.0])), evaluate
+    )
+    assert float(accept_prob) == 0.0
+    assert float(moved.position[0]) == 0.0
 
 
 @pytest.mark.parametrize("kernel_class", KERNELS)
@@ -274,6 +327,21 @@ def test_warns_when_chains_are_stuck_in_a_mode_the_base_misses():
     diagnostics = nx.tempering_diagnostics(mcmc)
     assert any("never reached beta < 0.1" in problem for problem in diagnostics.problems)
     with pytest.warns(UserWarning, match="never reached beta < 0.1"):
+        nx.log_marginal_likelihood(mcmc)
+
+
+def test_warns_when_the_base_fit_may_miss_modes():
+    """32 modes and a base fit too small to find them all: the fit warns, and the run's
+    diagnostics and log Z estimate repeat the warning, however well the chains agree."""
+    target = sign_product_target(1, 5)
+    small_fit = {"num_starts": 4, "bootstrap_rounds": 1, "num_steps": 300}
+    kernel = nx.GibbsContinuousTempering(target.model, fit_base_kwargs=small_fit)
+    mcmc = _mcmc(kernel, num_warmup=100, num_samples=100, num_chains=2)
+    with pytest.warns(nx.BaseCoverageWarning, match="may have modes the base does not cover"):
+        mcmc.run(jax.random.PRNGKey(0), *target.model_args)
+    assert any("may have modes" in problem for problem in kernel.base_fit_problems)
+    assert any("may have modes" in problem for problem in nx.tempering_diagnostics(mcmc).problems)
+    with pytest.warns(UserWarning, match="may have modes the base does not cover"):
         nx.log_marginal_likelihood(mcmc)
 
 

@@ -438,19 +438,20 @@ def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class
     return fit
 
 
-def _drop_duplicates(fits: list[_LocalFit], tolerance: float, potential_fn=None):
+def _drop_duplicates(fits: list[_LocalFit], tolerance: float, batched_potential=None):
     """Keep the best of each group of fits of one mode.
 
     Two fits are of one mode when their means lie within ``tolerance`` standard deviations (of
-    the kept fit) in every coordinate, or, given ``potential_fn``, when the target has no
+    the kept fit) in every coordinate, or, given ``batched_potential`` (``phi`` of every row of
+    an array), when the target has no
     barrier between their means: ``phi`` on the segment between them never rises more than
     ``_BARRIER`` nats above its higher end. The second test holds for two loosely converged fits
     of one mode in many dimensions, which seldom pass the first.
     """
     fits = sorted(fits, key=lambda f: -f.elbo)
     same_basin = (
-        _same_basin(potential_fn, np.stack([fit.loc for fit in fits]))
-        if potential_fn is not None and len(fits) > 1
+        _same_basin(batched_potential, np.stack([fit.loc for fit in fits]))
+        if batched_potential is not None and len(fits) > 1
         else np.zeros((len(fits), len(fits)), dtype=bool)
     )
     kept: list[int] = []
@@ -472,17 +473,31 @@ _BARRIER = 1.0
 _SEGMENT_POINTS = 9
 
 
-def _same_basin(potential_fn, locs):
+def _batched_potential(potential_fn):
+    """``phi`` of every row of a NumPy array, in float64, from one compiled, vmapped function.
+
+    Rows are padded to a power of two, so that the rounds of the fit, whose numbers of
+    importance draws and segment points vary, reuse a few compilations instead of one each.
+    """
+    compiled = jax.jit(jax.vmap(potential_fn))
+
+    def batched(positions):
+        num_rows = len(positions)
+        padded = np.zeros((1 << max(num_rows - 1, 1).bit_length(),) + positions.shape[1:])
+        padded[:num_rows] = positions
+        return np.asarray(compiled(jnp.asarray(padded)), dtype=np.float64)[:num_rows]
+
+    return batched
+
+
+def _same_basin(batched_potential, locs):
     """``[K, K]`` booleans: no barrier in ``phi`` on the segment between means ``i`` and ``j``."""
     fractions = np.linspace(0.0, 1.0, _SEGMENT_POINTS)
     points = (
         locs[:, None, None, :] * (1.0 - fractions)[:, None]
         + locs[None, :, None, :] * fractions[:, None]
     )
-    potentials = np.asarray(
-        jax.jit(jax.vmap(potential_fn))(jnp.asarray(points.reshape(-1, locs.shape[-1]))),
-        dtype=np.float64,
-    ).reshape(points.shape[:3])
+    potentials = batched_potential(points.reshape(-1, locs.shape[-1])).reshape(points.shape[:3])
     potentials = np.where(np.isfinite(potentials), potentials, np.inf)
     ends = np.maximum(potentials[..., 0], potentials[..., -1])
     return np.max(potentials, axis=-1) <= ends + _BARRIER
@@ -571,7 +586,7 @@ class _MixtureEstimate(NamedTuple):
     log_uncovered: np.ndarray
 
 
-def _importance_masses(rng_key, potential_fn, locs, scale_trils, num_fits, num_draws):
+def _importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, num_draws):
     """``log Z`` and each fit's share of the target's mass by importance sampling.
 
     The proposal is the equal mixture of all components (the fits, then the defensive one),
@@ -580,18 +595,12 @@ def _importance_masses(rng_key, potential_fn, locs, scale_trils, num_fits, num_d
     mode split its mass instead of each claiming all of it, as a sum of their ELBOs would.
     """
     num_components, dimension = locs.shape
-    per_component = -(-num_draws // num_components)
-    noise = np.asarray(
-        jax.random.normal(rng_key, (num_components, per_component, dimension)), dtype=np.float64
-    )
-    positions = (locs[:, None, :] + np.einsum("kij,knj->kni", scale_trils, noise)).reshape(
-        -1, dimension
-    )
+    noise = np.asarray(jax.random.normal(rng_key, (num_draws, dimension)), dtype=np.float64)
+    components = np.arange(num_draws) % num_components
+    positions = locs[components] + np.einsum("nij,nj->ni", scale_trils[components], noise)
     log_components = _component_log_densities(positions, locs, scale_trils)
     log_proposal = logsumexp(log_components, axis=1) - math.log(num_components)
-    potentials = np.asarray(
-        jax.jit(jax.vmap(potential_fn))(jnp.asarray(positions, locs.dtype)), dtype=np.float64
-    )
+    potentials = batched_potential(positions)
     log_weights = np.where(np.isfinite(potentials), -potentials - log_proposal, -np.inf)
     log_total = logsumexp(log_weights)
     weights = np.exp(log_weights - log_total)
@@ -610,20 +619,20 @@ def _importance_masses(rng_key, potential_fn, locs, scale_trils, num_fits, num_d
     )
 
 
-def _mixture_base(rng_key, potential_fn, fits, prior_positions, settings, dtype):
+def _mixture_base(rng_key, batched_potential, fits, prior_positions, settings, dtype):
     """The fits (near-duplicates dropped) with their importance-sampled masses, plus the
     defensive component with weight ``defensive_weight``; ``log zeta`` by importance sampling.
 
     :return: ``(MixtureBase, _MixtureEstimate)``.
     """
-    fits = _drop_duplicates(fits, settings["duplicate_tolerance"], potential_fn)
+    fits = _drop_duplicates(fits, settings["duplicate_tolerance"], batched_potential)
     locs = np.stack([fit.loc for fit in fits])
     covariances = np.stack([fit.covariance for fit in fits])
     defensive_loc, defensive_covariance = _defensive_component(locs, covariances, prior_positions)
     all_locs = np.concatenate([locs, defensive_loc[None]])
     scale_trils = np.stack([_cholesky(c) for c in [*covariances, defensive_covariance]])
     estimate = _importance_masses(
-        rng_key, potential_fn, all_locs, scale_trils, len(fits), settings["importance_draws"]
+        rng_key, batched_potential, all_locs, scale_trils, len(fits), settings["importance_draws"]
     )
     if not np.isfinite(estimate.log_zeta):
         raise RuntimeError(
@@ -829,9 +838,10 @@ def fit_base(
             bootstrap_num_chains,
         )
     rng = np.random.default_rng(np.asarray(jax.random.key_data(bootstrap_key)).ravel().tolist())
+    batched_potential = _batched_potential(flat_model.potential_fn)
     round_keys = jax.random.split(bootstrap_key, bootstrap_rounds + 1)
     base, estimate = _mixture_base(
-        round_keys[0], flat_model.potential_fn, fits, prior_positions, settings, dtype
+        round_keys[0], batched_potential, fits, prior_positions, settings, dtype
     )
     for round_key in round_keys[1:]:
         # Importance draws with target weight where only the defensive component reaches show
@@ -851,10 +861,10 @@ def fit_base(
         fit_key, importance_key = jax.random.split(round_key)
         # Started inside a region of target mass, a fit needs a fraction of the first steps.
         new_fits = fit_gaussians(fit_key, starts, steps=num_steps // 4)
-        fits = _drop_duplicates(fits + new_fits, duplicate_tolerance, flat_model.potential_fn)
+        fits = _drop_duplicates(fits + new_fits, duplicate_tolerance, batched_potential)
         num_components = base.component_locs.shape[0]
         base, estimate = _mixture_base(
-            importance_key, flat_model.potential_fn, fits, prior_positions, settings, dtype
+            importance_key, batched_potential, fits, prior_positions, settings, dtype
         )
         if base.component_locs.shape[0] <= num_components:
             break  # the round found no new region of target mass
