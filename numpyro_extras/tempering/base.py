@@ -718,11 +718,12 @@ def fit_base(
     2. Importance sampling with the equal mixture of the fits and a broad defensive Gaussian
        (the fits' and the prior's moments) gives ``log zeta`` and each fit's share of the
        posterior mass.
-    3. Up to ``bootstrap_rounds`` times (default 4), until a round adds no new component:
+    3. Up to ``bootstrap_rounds`` times (default 4), until two rounds in a row add no new
+       component:
        ``num_starts`` new fits of ``num_steps / 4`` steps started from the importance draws
        that only the defensive component reaches, half resampled by weight and half spread out
        away from the fits so far (so a region of target mass that no fit covers gets one);
-       step 2 over all fits. When every round still finds new modes, it warns
+       step 2 over all fits. When the rounds run out before that, it warns
        (:class:`BaseCoverageWarning`).
     4. The base is the mixture of the fits with those masses, and with weight
        ``defensive_weight`` the Gaussian with the moments of the fits' mixture, which spans
@@ -843,6 +844,7 @@ def fit_base(
     base, estimate = _mixture_base(
         round_keys[0], batched_potential, fits, prior_positions, settings, dtype
     )
+    empty_rounds = 0
     for round_key in round_keys[1:]:
         # Importance draws with target weight where only the defensive component reaches show
         # mass that no fit covers; new fits start there.
@@ -866,15 +868,17 @@ def fit_base(
         base, estimate = _mixture_base(
             importance_key, batched_potential, fits, prior_positions, settings, dtype
         )
-        if base.component_locs.shape[0] <= num_components:
-            break  # the round found no new region of target mass
+        empty_rounds = empty_rounds + 1 if base.component_locs.shape[0] <= num_components else 0
+        if empty_rounds == min(2, bootstrap_rounds):
+            break  # two rounds in a row found no new region of target mass
     else:
         if bootstrap_rounds:
             warnings.warn(
-                f"fit_base: each of its {bootstrap_rounds} refitting rounds found new modes "
-                f"({base.component_locs.shape[0] - 1} so far), so the posterior may have modes "
-                "the base does not cover, whose mass a tempering run can miss without any other "
-                "sign; raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)",
+                f"fit_base: its {bootstrap_rounds} refitting rounds were still finding new "
+                f"modes ({base.component_locs.shape[0] - 1} so far), so the posterior may have "
+                "modes the base does not cover, whose mass a tempering run can miss without any "
+                "other sign; raise num_starts or bootstrap_rounds (fit_base_kwargs of the "
+                "kernels)",
                 BaseCoverageWarning,
                 stacklevel=2,
             )
