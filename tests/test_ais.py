@@ -23,6 +23,7 @@ from numpyro_extras.annealing.driver import _compiled_chunk
 from numpyro_extras.annealing.model_annealing import annealing_path
 from numpyro_extras.potential import split_model
 from numpyro_extras.targets import (
+    bimodal_model,
     linear_regression_log_evidence,
     linear_regression_model,
     load_german_credit,
@@ -124,6 +125,39 @@ def test_gaussian_log_z_from_prior_and_from_gaussian_base():
     base = nx.GaussianBase(0.6 * y, 1.2 * jnp.eye(3), jnp.asarray(0.0))
     base_run = ais(jax.random.PRNGKey(2), conjugate_gaussian_model, (y,), base=base, **RUN)
     assert_within_error(base_run, truth, 0.05)
+
+
+def test_mixture_base_density_matches_the_tempering_base():
+    """The annealing path's base potential is the MixtureBase's (and a GaussianBase's, one
+    component), exactly."""
+    mixture = nx.MixtureBase(
+        jnp.array([[-2.0, 0.5], [1.5, 1.0]]),
+        jnp.array([[[1.0, 0.0], [0.4, 0.7]], [[0.5, 0.0], [-0.2, 1.3]]]),
+        jnp.log(jnp.array([0.3, 0.7])),
+        jnp.asarray(0.0),
+    )
+    gaussian = nx.GaussianBase(jnp.array([0.5, -1.0]), jnp.array([[0.7, 0.0], [0.2, 1.4]]), 0.0)
+    for base in (mixture, gaussian):
+        parameters = model_annealing._base_parameters(base)
+        for point in jax.random.normal(jax.random.PRNGKey(0), (4, 2)) * 2:
+            np.testing.assert_allclose(
+                model_annealing._base_potential(parameters, point),
+                base.potential(point),
+                rtol=1e-10,
+            )
+
+
+def test_bimodal_log_z_from_a_mixture_base():
+    """0.6 N(-8, 1) + 0.4 N(8, 2^2) with log Z = 2: from one Gaussian on the left mode the
+    particles never reach the right one (log Z low by log(1 / 0.6)), from fit_base's mixture
+    they do."""
+    log_z = 2.0
+    mixture = nx.fit_base(jax.random.PRNGKey(0), bimodal_model, (log_z,), progress_bar=False)
+    run = ais(jax.random.PRNGKey(1), bimodal_model, (log_z,), base=mixture, **RUN)
+    assert_within_error(run, log_z, 0.05)
+    one_mode = nx.GaussianBase(jnp.array([-8.0]), jnp.array([[1.0]]), jnp.asarray(0.0))
+    missed = ais(jax.random.PRNGKey(1), bimodal_model, (log_z,), base=one_mode, **RUN)
+    assert missed.log_z < log_z + math.log(0.6) + 0.1
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,8 @@ def annealing_path(split: SplitModel, base="prior"):
 
     :param SplitModel split: the model, from :func:`~numpyro_extras.potential.split_model`.
     :param base: ``"prior"`` (``log p(x) + beta log p(y | x)``) or a
-        :class:`~numpyro_extras.GaussianBase` (``-(1 - beta) psi(x) + beta log p(x, y)``). With
+        :class:`~numpyro_extras.GaussianBase` or :class:`~numpyro_extras.MixtureBase`
+        (``-(1 - beta) psi(x) + beta log p(x, y)``). With
         summed-out sites ``h`` both are marginals of a tempered joint (mAIS paper eq. 19-21):
         ``log sum_h p(x) p(h | x) p(y | x, h)^beta``, and for the base
         ``-(1 - beta) psi(x) + log sum_h p(x)^beta p(h | x) p(y | x, h)^beta`` (``h`` keeps its
@@ -99,43 +100,59 @@ def annealing_path(split: SplitModel, base="prior"):
 
 
 class _BaseParameters(NamedTuple):
-    """A Gaussian base as data for the compiled scan: ``psi(x) = (x - loc)^T P (x - loc) / 2 + c``.
+    """A Gaussian or Gaussian-mixture base as data for the compiled scan:
+    ``psi(x) = -log sum_k exp(-(x - loc_k)^T P_k (x - loc_k) / 2 - c_k)``, one component for a
+    :class:`GaussianBase`.
 
-    ``precision`` is ``(D,)`` for a diagonal base and ``(D, D)`` otherwise.
+    ``precisions`` is ``(K, D)`` when every component is diagonal and ``(K, D, D)`` otherwise;
+    ``log_normalizers`` holds ``c_k``, the component's log normaliser minus its log weight.
     """
 
-    loc: jax.Array
-    precision: jax.Array
-    log_normalizer: jax.Array
+    locs: jax.Array
+    precisions: jax.Array
+    log_normalizers: jax.Array
 
 
-def _base_parameters(base: GaussianBase) -> _BaseParameters:
-    """The precision of ``base`` factorised once, with NumPy, outside any trace."""
-    scale_tril = np.asarray(base.scale_tril, dtype=np.float64)
-    dtype = jnp.asarray(base.loc).dtype
-    diagonal = np.diagonal(scale_tril)
-    log_normalizer = np.sum(np.log(diagonal)) + 0.5 * base.dimension * math.log(2 * math.pi)
-    if not np.any(np.tril(scale_tril, -1)):
-        precision = diagonal**-2
+def _base_parameters(base: GaussianBase | MixtureBase) -> _BaseParameters:
+    """The precisions of ``base`` factorised once, with NumPy, outside any trace."""
+    if isinstance(base, MixtureBase):
+        locs = base.component_locs
+        scale_trils = np.asarray(base.component_scale_trils, dtype=np.float64)
+        log_weights = np.asarray(base.component_log_weights, dtype=np.float64)
     else:
-        inverse_scale_tril = scipy.linalg.solve_triangular(
-            scale_tril, np.eye(base.dimension), lower=True
+        locs = jnp.asarray(base.loc)[None]
+        scale_trils = np.asarray(base.scale_tril, dtype=np.float64)[None]
+        log_weights = np.zeros(1)
+    dtype = jnp.asarray(locs).dtype
+    dimension = scale_trils.shape[-1]
+    diagonals = np.diagonal(scale_trils, axis1=-2, axis2=-1)
+    log_normalizers = (
+        np.sum(np.log(diagonals), axis=-1) + 0.5 * dimension * math.log(2 * math.pi) - log_weights
+    )
+    if not np.any(np.tril(scale_trils, -1)):
+        precisions = diagonals**-2
+    else:
+        inverse_scale_trils = np.stack(
+            [
+                scipy.linalg.solve_triangular(tril, np.eye(dimension), lower=True)
+                for tril in scale_trils
+            ]
         )
-        precision = inverse_scale_tril.T @ inverse_scale_tril
+        precisions = np.swapaxes(inverse_scale_trils, -1, -2) @ inverse_scale_trils
     return _BaseParameters(
-        jnp.asarray(base.loc),
-        jnp.asarray(precision, dtype),
-        jnp.asarray(log_normalizer, dtype),
+        jnp.asarray(locs),
+        jnp.asarray(precisions, dtype),
+        jnp.asarray(log_normalizers, dtype),
     )
 
 
 def _base_potential(parameters: _BaseParameters, x):
-    centred = x - parameters.loc
-    if parameters.precision.ndim == 1:
-        scaled = parameters.precision * centred
+    centred = x - parameters.locs
+    if parameters.precisions.ndim == 2:
+        scaled = parameters.precisions * centred
     else:
-        scaled = parameters.precision @ centred
-    return 0.5 * jnp.sum(centred * scaled) + parameters.log_normalizer
+        scaled = jnp.einsum("kij,kj->ki", parameters.precisions, centred)
+    return -jax.nn.logsumexp(-0.5 * jnp.sum(centred * scaled, axis=-1) - parameters.log_normalizers)
 
 
 def _path_functions(split: SplitModel, kind: str):
@@ -668,11 +685,6 @@ def _check_settings(
     if isinstance(base, str):
         if base not in BASES:
             raise ValueError(f"base must be 'auto', 'prior' or a GaussianBase, got {base!r}.")
-    elif isinstance(base, MixtureBase):
-        raise TypeError(
-            "nx.ais takes a GaussianBase, not a MixtureBase (fit_base's default for the "
-            "tempering kernels): pass nx.fit_base(..., method='gaussian'), or base='auto'."
-        )
     else:
         validate_base(base)
     if isinstance(marginalize, str):
@@ -692,7 +704,8 @@ def _check_settings(
 
 
 def _resolve_base(base, fit_key, model, model_args, model_kwargs, split, model_key, progress_bar):
-    """The base of the run: ``None`` for the prior, or a checked :class:`GaussianBase`."""
+    """The base of the run: ``None`` for the prior, or a checked :class:`GaussianBase` or
+    :class:`MixtureBase`."""
     if isinstance(base, str):
         if base == "prior" or split.discrete_sites or not split.dimension:
             # With discrete latent sites left there is no Gaussian base: the prior is the one
@@ -711,7 +724,7 @@ def _resolve_base(base, fit_key, model, model_args, model_kwargs, split, model_k
         return fitted
     if split.discrete_sites:
         raise ValueError(
-            "A GaussianBase covers continuous sites only, but the model has discrete latent "
+            "A Gaussian base covers continuous sites only, but the model has discrete latent "
             f"sites {list(split.discrete_sites)}: sum them out with marginalize=, or use "
             "base='prior'."
         )
@@ -773,8 +786,12 @@ def ais(
     by ``marginalize``) has no Gaussian base: ``"auto"`` then anneals from the prior, as
     ``base="prior"`` does for any model (``log p(x) + beta log p(y | x)``, the likelihood
     annealed in; slow when the posterior is much narrower than the prior). A
-    :class:`~numpyro_extras.GaussianBase` of your own can be passed too. If the fit diverges,
-    ``"auto"`` warns and anneals from the prior.
+    :class:`~numpyro_extras.GaussianBase` or :class:`~numpyro_extras.MixtureBase` of your own
+    can be passed too. If the fit diverges, ``"auto"`` warns and anneals from the prior. One
+    Gaussian covers one mode: on a multimodal posterior the particles never reach the other
+    modes and the estimate can be low by their mass with a small stderr; pass the Gaussian
+    mixture of :func:`~numpyro_extras.fit_base`'s default (``base=nx.fit_base(rng_key, model,
+    model_args)``), which puts a component on each mode it finds.
 
     **A warning when the answer is unreliable.** When the final effective sample size of the
     weights is below 5% of the particles, a few particles carry the estimate: its stderr
@@ -821,8 +838,9 @@ def ais(
         temperatures from 0 to 1 (see
         :func:`~numpyro_extras.annealing.driver.inverse_temperature_schedule`).
     :param base: ``"auto"`` (a Gaussian VI fit, or the prior when discrete latent sites are
-        left), ``"prior"``, or a :class:`~numpyro_extras.GaussianBase` (e.g. from
-        :func:`~numpyro_extras.fit_base`) for the geometric path from it.
+        left), ``"prior"``, or a :class:`~numpyro_extras.GaussianBase` or
+        :class:`~numpyro_extras.MixtureBase` (e.g. from :func:`~numpyro_extras.fit_base`) for
+        the geometric path from it.
     :param marginalize: names of discrete latent sites to sum out exactly.
     :param bool reverse: anneal from the posterior to the base (needs ``init_samples``).
     :param dict init_samples: posterior draws for ``reverse=True``; ``N`` of them are used
