@@ -24,6 +24,7 @@ Usage::
     python benchmarks/multimodal_benchmark.py --output report.md     # 10 seeds per family
     python benchmarks/multimodal_benchmark.py --families mixture --seeds 0 1 \\
         --fit-base-kwargs '{"bootstrap_rounds": 0}'
+    python benchmarks/multimodal_benchmark.py --report-from runs.jsonl   # tables of saved runs
 """
 
 from __future__ import annotations
@@ -314,7 +315,20 @@ def main(argv=None):
     parser.add_argument("--fit-base-kwargs", default="{}", help="JSON dict for the kernels")
     parser.add_argument("--output", default=None, help="also write the report here")
     parser.add_argument("--json", default=None, help="append one JSON line per run here")
+    parser.add_argument(
+        "--report-from", default=None, help="only print the tables of a --json file's runs"
+    )
     args = parser.parse_args(argv)
+    if args.report_from:
+        with open(args.report_from) as stream:
+            results = [json.loads(line) for line in stream if line.strip()]
+        print(
+            "\n".join(
+                ["## Summary", "", summary_table(results), ""]
+                + ["## Per seed", "", per_seed_table(results), ""]
+            )
+        )
+        return
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else list(range(10)))
     fit_base_kwargs = json.loads(args.fit_base_kwargs)
     timed_fit = TimedFit(kernels_module.fit_base)
