@@ -620,12 +620,12 @@ def _importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, 
 
 
 def _mixture_base(rng_key, batched_potential, fits, prior_positions, settings, dtype):
-    """The fits (near-duplicates dropped) with their importance-sampled masses, plus the
-    defensive component with weight ``defensive_weight``; ``log zeta`` by importance sampling.
+    """The fits (one per mode: duplicates already dropped) with their importance-sampled
+    masses, plus the defensive component with weight ``defensive_weight``; ``log zeta`` by
+    importance sampling.
 
     :return: ``(MixtureBase, _MixtureEstimate)``.
     """
-    fits = _drop_duplicates(fits, settings["duplicate_tolerance"], batched_potential)
     locs = np.stack([fit.loc for fit in fits])
     covariances = np.stack([fit.covariance for fit in fits])
     defensive_loc, defensive_covariance = _defensive_component(locs, covariances, prior_positions)
@@ -786,7 +786,6 @@ def fit_base(
         num_particles=num_particles,
         elbo_particles=elbo_particles if method == "gaussian" else 0,
         init_radius=init_radius,
-        duplicate_tolerance=duplicate_tolerance,
         importance_draws=importance_draws,
         defensive_weight=defensive_weight,
         progress_bar=progress_bar,
@@ -841,6 +840,7 @@ def fit_base(
     rng = np.random.default_rng(np.asarray(jax.random.key_data(bootstrap_key)).ravel().tolist())
     batched_potential = _batched_potential(flat_model.potential_fn)
     round_keys = jax.random.split(bootstrap_key, bootstrap_rounds + 1)
+    fits = _drop_duplicates(fits, duplicate_tolerance, batched_potential)
     base, estimate = _mixture_base(
         round_keys[0], batched_potential, fits, prior_positions, settings, dtype
     )
