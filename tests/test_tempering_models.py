@@ -14,7 +14,7 @@ from numpyro.infer import MCMC, NUTS
 
 import numpyro_extras as nx
 
-SMALL_FIT = {"num_starts": 2, "num_steps": 500, "elbo_particles": 200}
+SMALL_FIT = {"num_starts": 2, "num_steps": 500, "bootstrap_rounds": 0}
 
 
 def _run(kernel, *args, num_samples=1000, seed=0):

@@ -28,7 +28,7 @@ BIMODAL_LOG_Z = 2.0
 BIMODAL_BASE = nx.GaussianBase(
     jnp.array([-1.6]), jnp.array([[np.sqrt(63.64)]]), jnp.asarray(BIMODAL_LOG_Z)
 )
-SMALL_FIT = {"num_starts": 2, "num_steps": 500, "elbo_particles": 200, "bootstrap_rounds": 0}
+SMALL_FIT = {"num_starts": 2, "num_steps": 500, "bootstrap_rounds": 0}
 
 
 def _mcmc(kernel, num_warmup=500, num_samples=1000, num_chains=4, **kwargs):
@@ -229,7 +229,8 @@ def mcmc_log_z(mcmc):
 
 def test_progress_bar_false_silences_the_base_fit(capfd):
     features, observed = targets.make_linear_regression_data(seed=0, num_data=20, num_features=2)
-    kernel = nx.GibbsContinuousTempering(targets.linear_regression_model)
+    small_fit = {"num_starts": 2, "num_steps": 200, "bootstrap_rounds": 1}
+    kernel = nx.GibbsContinuousTempering(targets.linear_regression_model, fit_base_kwargs=small_fit)
     _mcmc(kernel, num_warmup=50, num_samples=50, num_chains=1).run(
         jax.random.PRNGKey(0), features, observed
     )
