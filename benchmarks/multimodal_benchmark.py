@@ -281,6 +281,16 @@ def per_seed_table(results):
     return "\n".join(lines)
 
 
+def result_tables(results):
+    """The report's summary and per-seed tables, as lines."""
+    return ["## Summary", "", summary_table(results), ""] + [
+        "## Per seed",
+        "",
+        per_seed_table(results),
+        "",
+    ]
+
+
 def environment(args):
     try:
         commit = subprocess.run(
@@ -322,12 +332,7 @@ def main(argv=None):
     if args.report_from:
         with open(args.report_from) as stream:
             results = [json.loads(line) for line in stream if line.strip()]
-        print(
-            "\n".join(
-                ["## Summary", "", summary_table(results), ""]
-                + ["## Per seed", "", per_seed_table(results), ""]
-            )
-        )
+        print("\n".join(result_tables(results)))
         return
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else list(range(10)))
     fit_base_kwargs = json.loads(args.fit_base_kwargs)
@@ -362,8 +367,7 @@ def main(argv=None):
         ["## Environment", ""]
         + environment(args)
         + [f"- Wall time: {(time.perf_counter() - start) / 60:.1f} min", ""]
-        + ["## Summary", "", summary_table(results), ""]
-        + ["## Per seed", "", per_seed_table(results), ""]
+        + result_tables(results)
     )
     print(report)
     if args.output:
