@@ -12,6 +12,7 @@ import math
 import warnings
 from typing import NamedTuple
 
+import arviz
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -577,10 +578,16 @@ def _component_log_densities(positions, locs, scale_trils):
     return np.stack(columns, axis=-1)
 
 
+# Above this Pareto k of the importance weights' tail, PSIS estimates are unreliable (Vehtari et
+# al., 2024, "Pareto smoothed importance sampling", section 3).
+_UNRELIABLE_PARETO_K = 0.7
+
+
 class _MixtureEstimate(NamedTuple):
     log_zeta: float
     masses: np.ndarray
     effective_sample_size: float
+    pareto_k: float
     positions: np.ndarray
     log_weights: np.ndarray
     log_uncovered: np.ndarray
@@ -590,9 +597,15 @@ def _importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, 
     """``log Z`` and each fit's share of the target's mass by importance sampling.
 
     The proposal is the equal mixture of all components (the fits, then the defensive one),
-    drawn stratified, with the deterministic-mixture weights ``exp(-phi(x)) / q(x)``. A draw's
-    weight is shared among the fits by their responsibilities, so two near-duplicate fits of one
-    mode split its mass instead of each claiming all of it, as a sum of their ELBOs would.
+    drawn stratified, with the deterministic-mixture weights ``exp(-phi(x)) / q(x)``, Pareto
+    smoothed (ArviZ's PSIS). A draw's weight is shared among the fits by their
+    responsibilities, so two near-duplicate fits of one mode split its mass instead of each
+    claiming all of it, as a sum of their ELBOs would.
+
+    A draw in a mode that only the defensive component reaches can outweigh all the others by
+    many orders of magnitude; raw weights would then hand it the whole mass, and a later round
+    would drop every other fit as massless. Smoothing the tail bounds such a draw's share, and
+    the tail's Pareto ``k`` (above 0.7: unreliable) says when the estimate cannot be trusted.
     """
     num_components, dimension = locs.shape
     noise = np.asarray(jax.random.normal(rng_key, (num_draws, dimension)), dtype=np.float64)
@@ -602,20 +615,27 @@ def _importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, 
     log_proposal = logsumexp(log_components, axis=1) - math.log(num_components)
     potentials = batched_potential(positions)
     log_weights = np.where(np.isfinite(potentials), -potentials - log_proposal, -np.inf)
+    finite = np.isfinite(log_weights)
+    pareto_k = np.inf
+    if np.sum(finite) > 10:
+        smoothed, pareto_k = arviz.psislw(log_weights[finite].copy(), normalize=False)
+        log_weights[finite] = smoothed
     log_total = logsumexp(log_weights)
     weights = np.exp(log_weights - log_total)
     fit_log_components = log_components[:, :num_fits]
     responsibilities = np.exp(
         fit_log_components - logsumexp(fit_log_components, axis=1, keepdims=True)
     )
+    log_uncovered = log_components[:, -1] - logsumexp(log_components, axis=1)
     return _MixtureEstimate(
         log_zeta=float(log_total - math.log(len(positions))),
         masses=weights @ responsibilities,
         effective_sample_size=float(1.0 / np.sum(weights**2)),
+        pareto_k=float(pareto_k),
         positions=positions,
         log_weights=log_weights,
         # The defensive component's share of the proposal density: near 1 where no fit reaches.
-        log_uncovered=log_components[:, -1] - logsumexp(log_components, axis=1),
+        log_uncovered=log_uncovered,
     )
 
 
@@ -690,7 +710,7 @@ def fit_base(
     model_kwargs=None,
     *,
     method="mixture",
-    num_starts=16,
+    num_starts=32,
     num_steps=2000,
     learning_rate=0.01,
     num_particles=4,
@@ -719,12 +739,12 @@ def fit_base(
        (the fits' and the prior's moments) gives ``log zeta`` and each fit's share of the
        posterior mass.
     3. Up to ``bootstrap_rounds`` times (default 4), until two rounds in a row add no new
-       component:
-       ``num_starts`` new fits of ``num_steps / 4`` steps started from the importance draws
-       that only the defensive component reaches, half resampled by weight and half spread out
-       away from the fits so far (so a region of target mass that no fit covers gets one);
-       step 2 over all fits. When the rounds run out before that, it warns
-       (:class:`BaseCoverageWarning`).
+       component: ``num_starts`` new fits of ``num_steps / 4`` steps, half started from the
+       importance draws that only the defensive component reaches (resampled by weight and
+       spread out away from the fits so far, so a region of target mass that no fit covers gets
+       one), half from new dispersed starts (which keep finding modes when there are many);
+       step 2 over all fits. When the rounds run out before that, or the importance weights'
+       Pareto ``k`` exceeds 0.7, it warns (:class:`BaseCoverageWarning`).
     4. The base is the mixture of the fits with those masses, and with weight
        ``defensive_weight`` the Gaussian with the moments of the fits' mixture, which spans
        every mode found, so the kernels' proposals from the base jump between them.
@@ -852,15 +872,31 @@ def fit_base(
         finite = np.isfinite(log_scores)
         if not np.any(finite):
             break
-        starts = _new_starts(
-            estimate.positions[finite],
-            log_scores[finite],
-            np.asarray(base.component_locs[:-1], dtype=np.float64),
-            np.asarray(base.component_scale_trils[-1], dtype=np.float64),
-            num_starts,
-            rng,
+        fit_key, importance_key, starts_key = jax.random.split(round_key, 3)
+        # Half the starts are new dispersed ones: with many modes (2^d sign patterns, say) a
+        # fit from a random point lands in a mode no fit has found yet about as often as that
+        # mode's share of the basins, while the importance draws in uncovered modes are too few
+        # to seed more than a handful of fits per round.
+        num_dispersed = num_starts // 2
+        starts = np.concatenate(
+            [
+                _new_starts(
+                    estimate.positions[finite],
+                    log_scores[finite],
+                    np.asarray(base.component_locs[:-1], dtype=np.float64),
+                    np.asarray(base.component_scale_trils[-1], dtype=np.float64),
+                    num_starts - num_dispersed,
+                    rng,
+                ),
+                _dispersed_starts(
+                    starts_key,
+                    num_dispersed,
+                    flat_model.dimension,
+                    init_radius,
+                    prior_positions[rng.permutation(len(prior_positions))],
+                ),
+            ]
         )
-        fit_key, importance_key = jax.random.split(round_key)
         # Started inside a region of target mass, a fit needs a fraction of the first steps.
         new_fits = fit_gaussians(fit_key, starts, steps=num_steps // 4)
         fits = _drop_duplicates(fits + new_fits, duplicate_tolerance, batched_potential)
@@ -882,6 +918,16 @@ def fit_base(
                 BaseCoverageWarning,
                 stacklevel=2,
             )
+    if estimate.pareto_k > _UNRELIABLE_PARETO_K:
+        warnings.warn(
+            f"fit_base: the importance weights of its mass estimate have a heavy tail (Pareto k "
+            f"= {estimate.pareto_k:.2f} > {_UNRELIABLE_PARETO_K}): a few draws in regions the "
+            "fits do not cover carry much of the weight, so the base may miss modes and its "
+            "component weights and log zeta are unreliable; raise num_starts or "
+            "bootstrap_rounds (fit_base_kwargs of the kernels)",
+            BaseCoverageWarning,
+            stacklevel=2,
+        )
     return _with_moment_matched_component(base)
 
 
