@@ -141,6 +141,8 @@ class TemperingState(NamedTuple):
     :param iteration: number of transitions so far, warm-up included.
     :param inner_state: the NumPyro HMC/NUTS state the kernel moves with (on the extended space
         ``(x, u)`` for joint tempering, on ``x`` for Gibbs tempering).
+    :param replica_inner_state: the NumPyro HMC/NUTS state of the replica's own move on the
+        target (``None`` when the kernel makes none).
     :param mixing: :class:`TemperatureMixing` counts.
     :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
@@ -158,6 +160,7 @@ class TemperingState(NamedTuple):
     tempered: PointEvaluation
     iteration: jax.Array
     inner_state: HMCState
+    replica_inner_state: HMCState | None
     mixing: TemperatureMixing
     build: BuildTag
     rng_key: jax.Array
@@ -189,6 +192,20 @@ class TemperingState(NamedTuple):
     @property
     def step_size(self):
         return self.inner_state.adapt_state.step_size
+
+    @property
+    def replica_accept_prob(self):
+        """Acceptance probability of the replica's own HMC/NUTS move (0 when there is none)."""
+        if self.replica_inner_state is None:
+            return jnp.zeros_like(self.beta)
+        return self.replica_inner_state.accept_prob
+
+    @property
+    def replica_diverging(self):
+        """Whether the replica's own HMC/NUTS move diverged."""
+        if self.replica_inner_state is None:
+            return jnp.zeros(jnp.shape(self.beta), bool)
+        return self.replica_inner_state.diverging
 
     def __getattr__(self, name):
         # Reached only for names that are neither fields nor properties: NumPyro's MCMC looks
@@ -222,6 +239,8 @@ TEMPERING_FIELDS = TemperingState._fields[:8] + (
     "step_size",
     "adapt_state.step_size",
     "adapt_state.inverse_mass_matrix",
+    "replica_accept_prob",
+    "replica_diverging",
     "mixing.num_round_trips",
 )
 
@@ -445,6 +464,52 @@ def _base_move(base, evaluate, enabled):
     )
 
 
+def _replica_mover(target_potential_fn, base, algo, enabled):
+    """``(init, move)`` of the target replica's own HMC or NUTS move on ``exp(-phi)``.
+
+    The swaps alone move ``y`` only when the tempered chain comes near ``beta = 1`` with a new
+    point, which in many dimensions is seldom; a move of ``y`` that leaves the target invariant
+    makes ``y`` a NUTS (or HMC) chain on the posterior between swaps, which still bring it
+    points from other modes. The move has its own warm-up (step size and mass matrix), and
+    caches ``phi`` and its gradient as NumPyro's state does, so only ``psi`` is evaluated anew.
+
+    :return: ``init(position, num_warmup, rng_key, settings) -> HMCState | None`` and
+        ``move(rng_key, replica, inner) -> (replica, inner)``; without ``enabled``, no state and
+        no move.
+    """
+    if not enabled:
+        return (
+            lambda position, num_warmup, rng_key, settings: None,
+            lambda rng_key, replica, inner: (replica, inner),
+        )
+    hmc_init, hmc_sample = hmc(potential_fn=target_potential_fn, algo=algo)
+    base_value_and_grad = base.potential_and_gradient()
+
+    def init(position, num_warmup, rng_key, settings):
+        # A mass matrix given for the tempered move (of (x, u) under joint tempering) need not
+        # fit y; the replica's warm-up adapts its own.
+        settings = {key: value for key, value in settings.items() if key != "inverse_mass_matrix"}
+        return hmc_init(position, num_warmup, rng_key=rng_key, **settings)
+
+    def move(rng_key, replica: PointEvaluation, inner: HMCState):
+        # A swap may have replaced y since the last move: restart from the cached values at y.
+        synced = inner._replace(
+            z=replica.position,
+            potential_energy=replica.target_potential,
+            z_grad=replica.target_gradient,
+            energy=inner.energy + replica.target_potential - inner.potential_energy,
+            rng_key=rng_key,
+        )
+        moved = hmc_sample(synced)
+        evaluation = PointEvaluation(
+            moved.z, moved.potential_energy, moved.z_grad, *base_value_and_grad(moved.z)
+        )
+        finite = evaluation.finite
+        return select(finite, evaluation, replica), select(finite, moved, _rejected(synced, moved))
+
+    return init, move
+
+
 def _adapt_log_zeta(log_zeta, tempered: PointEvaluation, iteration, num_warmup, adapt):
     """One Robbins-Monro step of ``log zeta`` during warm-up.
 
@@ -484,12 +549,12 @@ def _moved_or_rejected(state: TemperingState, moved: HMCState, evaluation: Point
 
 def _next_state(unravel_fn, state: TemperingState, num_warmup, moved_on, rng_key):
     """The state after one transition: ``moved_on`` is ``(tempered, replica, beta, log_zeta,
-    (swap_accept_prob, base_accept_prob), inner_state)``."""
-    tempered, replica, beta, log_zeta, accept_probs, inner = moved_on
+    (swap_accept_prob, base_accept_prob), (inner_state, replica_inner_state))``."""
+    tempered, replica, beta, log_zeta, accept_probs, inner_states = moved_on
     iteration = state.iteration + 1
     mixing = _update_mixing(state.mixing, beta, iteration > num_warmup)
     new_state = _tempering_state(
-        unravel_fn, tempered, replica, beta, log_zeta, accept_probs, iteration, inner, mixing
+        unravel_fn, tempered, replica, beta, log_zeta, accept_probs, iteration, inner_states, mixing
     )
     return new_state._replace(build=state.build, rng_key=rng_key)
 
@@ -502,11 +567,12 @@ def _tempering_state(
     log_zeta,
     accept_probs,
     iteration,
-    inner,
+    inner_states,
     mixing,
     tag=None,
 ):
     swap_accept_prob, base_accept_prob = accept_probs
+    inner, replica_inner = inner_states
     return TemperingState(
         z=unravel_fn(replica.position),
         tempered_z=unravel_fn(tempered.position),
@@ -520,6 +586,7 @@ def _tempering_state(
         tempered=tempered,
         iteration=iteration,
         inner_state=inner,
+        replica_inner_state=replica_inner,
         mixing=mixing,
         build=tag,
         rng_key=None,
@@ -536,6 +603,7 @@ def joint_tempering(
     initial_beta_logit=-10.0,
     adapt_log_zeta=True,
     base_proposals=True,
+    replica_moves=True,
     tag=None,
 ):
     """Pure ``init``/``step`` of joint continuous tempering with a target replica.
@@ -543,8 +611,9 @@ def joint_tempering(
     Each step is one HMC or NUTS transition on the extended space ``(x, u)`` of paper eq. 14
     (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass, ``u``
     included), then a proposal of ``x`` from the base at the new ``beta``
-    (:func:`propose_from_base`), then :func:`swap_with_replica`; during warm-up ``log zeta`` is
-    adapted so that the chain reaches both ends of ``beta``.
+    (:func:`propose_from_base`), then :func:`swap_with_replica`, then a move of the replica on
+    the target; during warm-up ``log zeta`` is adapted so that the chain reaches both ends of
+    ``beta``.
 
     :param target_potential_fn: ``phi`` on flat ``x``.
     :param GaussianBase base: base density and initial ``log zeta``.
@@ -555,6 +624,8 @@ def joint_tempering(
     :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
     :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base
         (:func:`propose_from_base`).
+    :param bool replica_moves: after the swap, move the replica ``y`` with its own HMC or NUTS
+        transition (``algo``) on the target.
     :param tag: the build tag stored in the state.
     :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
         and ``step_fn(state, num_warmup)``, both for one chain.
@@ -568,9 +639,10 @@ def joint_tempering(
     evaluate = _point_evaluator(target_potential_fn, base)
     log_zeta_0 = base.log_zeta
     base_move = _base_move(base, evaluate, base_proposals)
+    replica_init, replica_move = _replica_mover(target_potential_fn, base, algo, replica_moves)
 
     def init_fn(position, rng_key, num_warmup, **hmc_settings):
-        hmc_key, rng_key = jax.random.split(rng_key)
+        hmc_key, replica_key, rng_key = jax.random.split(rng_key, 3)
         control = jnp.asarray(initial_beta_logit * beta_scale, position.dtype)
         log_zeta = jnp.asarray(log_zeta_0, position.dtype)
         inner = hmc_init(
@@ -590,14 +662,14 @@ def joint_tempering(
             log_zeta,
             (jnp.ones((), position.dtype), jnp.zeros((), position.dtype)),
             zero,
-            inner,
+            (inner, replica_init(position, num_warmup, replica_key, hmc_settings)),
             _initial_mixing(),
             tag,
         )
         return state._replace(rng_key=rng_key)
 
     def step_fn(state: TemperingState, num_warmup):
-        rng_key, hmc_key, base_key, swap_key = jax.random.split(state.rng_key, 4)
+        rng_key, hmc_key, base_key, swap_key, replica_key = jax.random.split(state.rng_key, 5)
         moved = hmc_sample(
             state.inner_state._replace(rng_key=hmc_key), model_args=(state.log_zeta,)
         )
@@ -610,6 +682,7 @@ def joint_tempering(
         tempered, replica, swap_accept_prob = swap_with_replica(
             swap_key, beta, tempered, state.replica
         )
+        replica, replica_inner = replica_move(replica_key, replica, state.replica_inner_state)
         # The moves above may have changed x: the HMC state follows from the cached values.
         energy, gradient = _joint_energy(tempered, control, log_zeta, beta_scale)
         inner = inner._replace(
@@ -619,7 +692,7 @@ def joint_tempering(
             energy=inner.energy + energy - inner.potential_energy,
         )
         accept_probs = (swap_accept_prob, base_accept_prob)
-        moved_on = (tempered, replica, beta, log_zeta, accept_probs, inner)
+        moved_on = (tempered, replica, beta, log_zeta, accept_probs, (inner, replica_inner))
         return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
 
     return init_fn, step_fn
@@ -633,6 +706,7 @@ def gibbs_tempering(
     algo="HMC",
     adapt_log_zeta=True,
     base_proposals=True,
+    replica_moves=True,
     tag=None,
 ):
     """Pure ``init``/``step`` of Gibbs continuous tempering with a target replica.
@@ -641,7 +715,8 @@ def gibbs_tempering(
     (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass), then a
     proposal of ``x`` from the base at the same ``beta`` (:func:`propose_from_base`), draws
     ``beta | x`` exactly from the truncated exponential of paper eq. 17, then
-    :func:`swap_with_replica`; during warm-up ``log zeta`` is adapted first.
+    :func:`swap_with_replica`, then a move of the replica on the target; during warm-up
+    ``log zeta`` is adapted first.
 
     :param target_potential_fn: ``phi`` on flat ``x``.
     :param GaussianBase base: base density and initial ``log zeta``.
@@ -650,6 +725,8 @@ def gibbs_tempering(
     :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
     :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base
         (:func:`propose_from_base`).
+    :param bool replica_moves: after the swap, move the replica ``y`` with its own HMC or NUTS
+        transition (``algo``) on the target.
     :param tag: the build tag stored in the state.
     :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
         and ``step_fn(state, num_warmup)``, both for one chain.
@@ -664,6 +741,7 @@ def gibbs_tempering(
     evaluate = _point_evaluator(target_potential_fn, base)
     log_zeta_0 = base.log_zeta
     base_move = _base_move(base, evaluate, base_proposals)
+    replica_init, replica_move = _replica_mover(target_potential_fn, base, algo, replica_moves)
 
     def retemper(inner: HMCState, evaluation: PointEvaluation, beta):
         """The x-move's state at ``evaluation``'s point and a new beta, from cached values."""
@@ -678,7 +756,7 @@ def gibbs_tempering(
         )
 
     def init_fn(position, rng_key, num_warmup, **hmc_settings):
-        hmc_key, rng_key = jax.random.split(rng_key)
+        hmc_key, replica_key, rng_key = jax.random.split(rng_key, 3)
         beta = jnp.zeros((), dtype=position.dtype)
         inner = hmc_init(position, num_warmup, model_args=(beta,), rng_key=hmc_key, **hmc_settings)
         evaluation = evaluate(position)
@@ -690,14 +768,15 @@ def gibbs_tempering(
             jnp.asarray(log_zeta_0, position.dtype),
             (jnp.ones((), position.dtype), jnp.zeros((), position.dtype)),
             jnp.zeros((), jnp.int32),
-            inner,
+            (inner, replica_init(position, num_warmup, replica_key, hmc_settings)),
             _initial_mixing(),
             tag,
         )
         return state._replace(rng_key=rng_key)
 
     def step_fn(state: TemperingState, num_warmup):
-        rng_key, hmc_key, base_key, beta_key, swap_key = jax.random.split(state.rng_key, 5)
+        keys = jax.random.split(state.rng_key, 6)
+        rng_key, hmc_key, base_key, beta_key, swap_key, replica_key = keys
         moved = hmc_sample(state.inner_state._replace(rng_key=hmc_key), model_args=(state.beta,))
         tempered, inner = _moved_or_rejected(state, moved, evaluate(moved.z))
         tempered, base_accept_prob = base_move(base_key, state.beta, tempered)
@@ -707,9 +786,10 @@ def gibbs_tempering(
         tempered, replica, swap_accept_prob = swap_with_replica(
             swap_key, beta, tempered, state.replica
         )
+        replica, replica_inner = replica_move(replica_key, replica, state.replica_inner_state)
         inner = retemper(inner, tempered, beta)
         accept_probs = (swap_accept_prob, base_accept_prob)
-        moved_on = (tempered, replica, beta, log_zeta, accept_probs, inner)
+        moved_on = (tempered, replica, beta, log_zeta, accept_probs, (inner, replica_inner))
         return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
 
     return init_fn, step_fn
@@ -808,6 +888,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
         base=None,
         adapt_log_zeta=True,
         base_proposals=True,
+        replica_moves=True,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -826,6 +907,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
         self._base_fit_problems = ()
         self._adapt_log_zeta = bool(adapt_log_zeta)
         self._base_proposals = bool(base_proposals)
+        self._replica_moves = bool(replica_moves)
         self._init_strategy = init_strategy
         self._fit_base_kwargs = dict(fit_base_kwargs or {})
         self._fit_base_seed = fit_base_seed
@@ -1023,6 +1105,10 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
     :param bool base_proposals: after each HMC move, propose a new tempered ``x`` drawn from the
         base (:func:`propose_from_base`, one more gradient evaluation per transition); this is
         what carries the chain between modes at small ``beta``.
+    :param bool replica_moves: after each swap, move the target replica (the draws of
+        ``mcmc.get_samples()``) with its own ``inner_kernel`` transition on the posterior, with
+        its own warm-up: about twice the gradient evaluations of a transition, for posterior
+        draws that mix like the inner kernel's between the swaps that carry them across modes.
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
     :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`.
     :param int fit_base_seed: seed of the base fit, the same for every chain method.
@@ -1050,6 +1136,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
         initial_beta_logit=-10.0,
         adapt_log_zeta=True,
         base_proposals=True,
+        replica_moves=True,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -1061,6 +1148,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
             base=base,
             adapt_log_zeta=adapt_log_zeta,
             base_proposals=base_proposals,
+            replica_moves=replica_moves,
             init_strategy=init_strategy,
             fit_base_kwargs=fit_base_kwargs,
             fit_base_seed=fit_base_seed,
@@ -1080,6 +1168,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
             initial_beta_logit=self._initial_beta_logit,
             adapt_log_zeta=self._adapt_log_zeta,
             base_proposals=self._base_proposals,
+            replica_moves=self._replica_moves,
             tag=tag,
         )
 
@@ -1119,6 +1208,10 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
     :param bool base_proposals: after each HMC move, propose a new tempered ``x`` drawn from the
         base (:func:`propose_from_base`, one more gradient evaluation per transition); this is
         what carries the chain between modes at small ``beta``.
+    :param bool replica_moves: after each swap, move the target replica (the draws of
+        ``mcmc.get_samples()``) with its own ``inner_kernel`` transition on the posterior, with
+        its own warm-up: about twice the gradient evaluations of a transition, for posterior
+        draws that mix like the inner kernel's between the swaps that carry them across modes.
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
     :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`.
     :param int fit_base_seed: seed of the base fit, the same for every chain method.
@@ -1148,6 +1241,7 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
         max_tree_depth=10,
         adapt_log_zeta=True,
         base_proposals=True,
+        replica_moves=True,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -1158,6 +1252,7 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
             base=base,
             adapt_log_zeta=adapt_log_zeta,
             base_proposals=base_proposals,
+            replica_moves=replica_moves,
             init_strategy=init_strategy,
             fit_base_kwargs=fit_base_kwargs,
             fit_base_seed=fit_base_seed,
@@ -1182,6 +1277,7 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
             algo=self._algo,
             adapt_log_zeta=self._adapt_log_zeta,
             base_proposals=self._base_proposals,
+            replica_moves=self._replica_moves,
             tag=tag,
         )
 
