@@ -147,13 +147,15 @@ def test_mixture_base_density_matches_the_tempering_base():
             )
 
 
-def test_bimodal_log_z_from_a_mixture_base():
-    """0.6 N(-8, 1) + 0.4 N(8, 2^2) with log Z = 2: from one Gaussian on the left mode the
-    particles never reach the right one (log Z low by log(1 / 0.6)), from fit_base's mixture
-    they do."""
+def test_default_base_covers_both_modes_of_a_bimodal_target(monkeypatch):
+    """0.6 N(-8, 1) + 0.4 N(8, 2^2) with log Z = 2: the default base's probe fits find both
+    modes, so the run starts from fit_base's mixture and is right; from one Gaussian on the left
+    mode the particles never reach the right one (log Z low by log(1 / 0.6))."""
     log_z = 2.0
-    mixture = nx.fit_base(jax.random.PRNGKey(0), bimodal_model, (log_z,), progress_bar=False)
-    run = ais(jax.random.PRNGKey(1), bimodal_model, (log_z,), base=mixture, **RUN)
+    spy = FitSpy(monkeypatch)
+    run = ais(jax.random.PRNGKey(1), bimodal_model, (log_z,), **RUN)
+    probe = dict(num_starts=model_annealing.NUM_PROBE_FITS, bootstrap_rounds=0)
+    assert spy.calls == [dict(probe, progress_bar=False), dict(progress_bar=False)]
     assert_within_error(run, log_z, 0.05)
     one_mode = nx.GaussianBase(jnp.array([-8.0]), jnp.array([[1.0]]), jnp.asarray(0.0))
     missed = ais(jax.random.PRNGKey(1), bimodal_model, (log_z,), base=one_mode, **RUN)
@@ -390,7 +392,8 @@ def test_default_base_is_a_cached_gaussian_fit(monkeypatch):
     settings = dict(num_particles=400, num_temperatures=50, progress_bar=False)
     key = jax.random.PRNGKey(12)
     evidence = ais(key, linear_regression_model, (features, targets), **settings)
-    assert spy.calls == [dict(method="gaussian", progress_bar=False)]
+    probe = dict(num_starts=model_annealing.NUM_PROBE_FITS, bootstrap_rounds=0)
+    assert spy.calls == [dict(probe, progress_bar=False)]  # one mode: no full mixture fit
     # From the prior, this run size is off by several stderr (the bidirectional test below);
     # from the fit its weights are nearly equal.
     assert_within_error(evidence, truth, 0.02)

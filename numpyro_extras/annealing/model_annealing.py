@@ -7,8 +7,9 @@
 - a :class:`~numpyro_extras.GaussianBase`: the geometric path
   ``log f_beta(x) = -(1 - beta) psi(x) + beta log p(x, y)`` (mAIS paper eq. 5), from base
   draws, ``log Z_0 = 0``. The default ``base="auto"`` fits one by Gaussian VI
-  (:func:`~numpyro_extras.fit_base`); the base enters the compiled run as data, so a base
-  fitted for another seed reuses the compilation.
+  (:func:`~numpyro_extras.fit_base`), or a Gaussian mixture when the fits find several modes;
+  the base enters the compiled run as data, so a base fitted for another seed reuses the
+  compilation.
 - ``base="prior"`` (and ``"auto"`` when discrete latent sites are left):
   ``log f_beta(x) = log p(x) + beta log p(y | x)`` on the flat unconstrained space (Jacobians in
   the prior part), from exact prior draws, ``log Z_0 = 0``.
@@ -25,6 +26,7 @@ import math
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import blackjax
@@ -40,7 +42,13 @@ from numpyro_extras.annealing.driver import (
 )
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.potential import SplitModel, arguments_fingerprint, split_model
-from numpyro_extras.tempering.base import GaussianBase, MixtureBase, fit_base, validate_base
+from numpyro_extras.tempering.base import (
+    BaseCoverageWarning,
+    GaussianBase,
+    MixtureBase,
+    fit_base,
+    validate_base,
+)
 from numpyro_extras.validation import check_count, check_real, is_flag
 
 __all__ = ["HMCAdaptation", "ais", "annealing_path", "gibbs_sweep"]
@@ -594,8 +602,19 @@ def _flat_marginal_model(split):
     return flat_model
 
 
+# Dispersed VI fits that probe the posterior for more than one mode before the default base is
+# settled: a few more fits in the same vmapped loop cost little next to its compilation.
+NUM_PROBE_FITS = 4
+
+
 def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, progress_bar):
-    """The default base: one Gaussian VI fit, cached; ``None`` when the fit diverged."""
+    """The default base, cached; ``None`` when every fit diverged.
+
+    ``NUM_PROBE_FITS`` VI fits from dispersed starts (:func:`fit_base` with no refitting rounds)
+    look for modes. One mode, with importance weights that show no uncovered mass: the base is
+    that fit's Gaussian. Otherwise one Gaussian would leave the other modes' mass out of the
+    estimate with no sign in the weights, so the base is :func:`fit_base`'s full mixture.
+    """
     key_bytes = np.asarray(jax.random.key_data(fit_key)).tobytes()
     cache_key = None if model_key is None else (model_key, key_bytes)
     if cache_key is not None and cache_key in _BASE_CACHE:
@@ -605,19 +624,31 @@ def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, pro
         fit_model, fit_args, fit_kwargs = _flat_marginal_model(split), (), {}
     else:
         fit_model, fit_args, fit_kwargs = model, model_args, model_kwargs
+    fit = partial(fit_base, fit_key, fit_model, fit_args, fit_kwargs, progress_bar=progress_bar)
     try:
-        base = fit_base(
-            fit_key, fit_model, fit_args, fit_kwargs, method="gaussian", progress_bar=progress_bar
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            probe = fit(num_starts=NUM_PROBE_FITS, bootstrap_rounds=0)
     except RuntimeError as error:
         if isinstance(error, NotImplementedError) or "diverged" not in str(error):
             raise
-        base = None
+        return _cache_put(_BASE_CACHE, cache_key, None)
+    uncovered = any(issubclass(warning.category, BaseCoverageWarning) for warning in caught)
+    # A MixtureBase of one mode has two components: the fit and its moment-matched copy.
+    if isinstance(probe, MixtureBase) and (len(probe.component_locs) > 2 or uncovered):
+        base = fit()
     else:
-        try:
-            base = validate_base(base, split.dimension)
-        except ValueError:  # a non-finite or degenerate fit
-            base = None
+        for warning in caught:
+            warnings.warn(warning.message, stacklevel=4)
+        base = probe
+        if isinstance(probe, MixtureBase):
+            base = GaussianBase(
+                probe.component_locs[0], probe.component_scale_trils[0], probe.log_zeta
+            )
+    try:
+        base = validate_base(base, split.dimension)
+    except ValueError:  # a non-finite or degenerate fit
+        base = None
     return _cache_put(_BASE_CACHE, cache_key, base)
 
 
@@ -777,21 +808,24 @@ def ais(
     (mAIS paper eq. 10-16, Neal 2001); ``Z_hat = mean exp(log weights)`` is unbiased, so
     ``log Z`` is a stochastic lower bound. All particles run vectorized.
 
-    **The base.** By default (``base="auto"``) the run starts from a Gaussian fitted to the
-    posterior by variational inference (:func:`~numpyro_extras.fit_base` with
-    ``method="gaussian"``, seeded from ``rng_key``) and follows the geometric path
+    **The base.** By default (``base="auto"``) the run starts from a base fitted to the
+    posterior by variational inference and follows the geometric path
     ``-(1 - beta) psi(x) + beta log p(x, y)`` (mAIS paper eq. 5): the path is short when the
-    base is close to the posterior. The fit is cached per model, arguments and key, so an
-    identical call does not fit again. A model that keeps discrete latent sites (not summed out
-    by ``marginalize``) has no Gaussian base: ``"auto"`` then anneals from the prior, as
-    ``base="prior"`` does for any model (``log p(x) + beta log p(y | x)``, the likelihood
-    annealed in; slow when the posterior is much narrower than the prior). A
-    :class:`~numpyro_extras.GaussianBase` or :class:`~numpyro_extras.MixtureBase` of your own
-    can be passed too. If the fit diverges, ``"auto"`` warns and anneals from the prior. One
-    Gaussian covers one mode: on a multimodal posterior the particles never reach the other
-    modes and the estimate can be low by their mass with a small stderr; pass the Gaussian
-    mixture of :func:`~numpyro_extras.fit_base`'s default (``base=nx.fit_base(rng_key, model,
-    model_args)``), which puts a component on each mode it finds.
+    base is close to the posterior. Four VI fits from dispersed starts (seeded from
+    ``rng_key``) look for modes first. When they agree on one mode and the importance weights
+    show no mass they miss, the base is that fit's Gaussian
+    (:class:`~numpyro_extras.GaussianBase`; about a second more than one fit). When they find
+    more than one, a single Gaussian would leave the other modes out of the estimate with
+    nothing in the weights to show it, so the base is :func:`~numpyro_extras.fit_base`'s
+    Gaussian mixture, a component on each mode it finds with its mass (a longer fit, which
+    warns with :class:`~numpyro_extras.BaseCoverageWarning` when it may still miss modes).
+    The base is cached per model, arguments and key, so an identical call does not fit again.
+    A model that keeps discrete latent sites (not summed out by ``marginalize``) has no
+    Gaussian base: ``"auto"`` then anneals from the prior, as ``base="prior"`` does for any
+    model (``log p(x) + beta log p(y | x)``, the likelihood annealed in; slow when the posterior
+    is much narrower than the prior). A :class:`~numpyro_extras.GaussianBase` or
+    :class:`~numpyro_extras.MixtureBase` of your own can be passed too. If every fit
+    diverges, ``"auto"`` warns and anneals from the prior.
 
     **A warning when the answer is unreliable.** When the final effective sample size of the
     weights is below 5% of the particles, a few particles carry the estimate: its stderr
@@ -837,10 +871,10 @@ def ais(
     :param schedule: ``"sigmoid"``, ``"linear"``, ``"geometric"`` or an array of inverse
         temperatures from 0 to 1 (see
         :func:`~numpyro_extras.annealing.driver.inverse_temperature_schedule`).
-    :param base: ``"auto"`` (a Gaussian VI fit, or the prior when discrete latent sites are
-        left), ``"prior"``, or a :class:`~numpyro_extras.GaussianBase` or
-        :class:`~numpyro_extras.MixtureBase` (e.g. from :func:`~numpyro_extras.fit_base`) for
-        the geometric path from it.
+    :param base: ``"auto"`` (a Gaussian VI fit, a Gaussian mixture when the fits find several
+        modes, or the prior when discrete latent sites are left), ``"prior"``, or a
+        :class:`~numpyro_extras.GaussianBase` or :class:`~numpyro_extras.MixtureBase` (e.g.
+        from :func:`~numpyro_extras.fit_base`) for the geometric path from it.
     :param marginalize: names of discrete latent sites to sum out exactly.
     :param bool reverse: anneal from the posterior to the base (needs ``init_samples``).
     :param dict init_samples: posterior draws for ``reverse=True``; ``N`` of them are used
