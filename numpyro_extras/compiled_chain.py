@@ -44,22 +44,41 @@ class CompiledChain(NamedTuple):
     :param build_key: what they were built for; its first entry is ``None`` when the model
         arguments could not be fingerprinted (then they are never reused).
     :param init_one: jitted ``init`` of one chain.
-    :param step_one: ``step`` of one chain (NumPyro's ``MCMC`` compiles the sampling loop).
+    :param step_one: ``step(state, model_args, model_kwargs)`` of one chain (NumPyro's ``MCMC``
+        compiles the sampling loop).
+    :param refresh_one: ``refresh(state, model_args, model_kwargs)`` of one chain, or ``None``.
     :param init_batch: jitted, vmapped ``init`` of a batch of chains.
-    :param step_batch: vmapped ``step`` of a batch of chains.
+    :param step_batch: ``step`` vmapped over a batch of chains (not over the model arguments).
+    :param refresh_batch: ``refresh`` likewise, or ``None``.
     :param tag: the :class:`BuildTag` the kernel puts in its states.
     """
 
     build_key: Hashable
     init_one: Callable
     step_one: Callable
+    refresh_one: Callable | None
     init_batch: Callable
     step_batch: Callable
+    refresh_batch: Callable | None
     tag: BuildTag
 
-    def functions(self, batched: bool) -> tuple[Callable, Callable]:
-        """``(init, step)`` for a batch of chains or for one."""
-        return (self.init_batch, self.step_batch) if batched else (self.init_one, self.step_one)
+    def functions(self, batched: bool) -> tuple[Callable, Callable, Callable | None]:
+        """``(init, step, refresh)`` for a batch of chains or for one."""
+        if batched:
+            return self.init_batch, self.step_batch, self.refresh_batch
+        return self.init_one, self.step_one, self.refresh_one
+
+
+def _over_chains(function):
+    """``function(state, model_args, model_kwargs)`` vmapped over the state only: the model
+    arguments are the same for every chain and may hold values JAX cannot batch."""
+    if function is None:
+        return None
+
+    def batched(states, model_args, model_kwargs):
+        return jax.vmap(lambda state: function(state, model_args, model_kwargs))(states)
+
+    return batched
 
 
 def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> CompiledChain:
@@ -67,8 +86,9 @@ def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> Compi
 
     :param previous: the kernel's last :class:`CompiledChain`, or ``None``.
     :param tuple build_key: ``(arguments fingerprint, num_warmup, ...)``.
-    :param build_fn: ``tag -> (init_one, step_one)``, the kernel's pure functions for one chain;
-        ``init_one`` puts ``tag`` (a :class:`BuildTag`) in the state it returns.
+    :param build_fn: ``tag -> (init_one, step_one)`` or ``(init_one, step_one, refresh_one)``,
+        the kernel's pure functions for one chain; ``init_one`` puts ``tag`` (a
+        :class:`BuildTag`) in the state it returns.
     :return: a :class:`CompiledChain`.
 
     **Example:**
@@ -76,7 +96,7 @@ def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> Compi
     .. code-block:: python
 
         self._compiled = compiled_chain(self._compiled, (fingerprint, num_warmup), build)
-        init_fn, self._step_fn = self._compiled.functions(batched)
+        init_fn, self._step_fn, self._refresh_fn = self._compiled.functions(batched)
     """
     if previous is not None and previous.build_key == build_key and build_key[0] is not None:
         return previous
@@ -85,12 +105,15 @@ def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> Compi
     # Under chain_method="parallel" init runs inside pmap's trace; whatever the build computes
     # from concrete values is computed now, not traced.
     with jax.ensure_compile_time_eval():
-        init_one, step_one = build_fn(tag)
+        init_one, step_one, *refresh = build_fn(tag)
+    refresh_one = refresh[0] if refresh else None
     return CompiledChain(
         build_key,
         jax.jit(init_one),
         step_one,
+        refresh_one,
         jax.jit(jax.vmap(init_one)),
-        jax.vmap(step_one),
+        _over_chains(step_one),
+        _over_chains(refresh_one),
         tag,
     )

@@ -645,12 +645,16 @@ class DiscreteLatentModel(NamedTuple):
         Bernoulli and one-hot values may be floats, so the density can be differentiated in them.
     :param constrain_fn: ``(x, discrete) -> dict`` of the constrained latent site values plus
         the model's deterministic sites.
+    :param log_density_for: ``(model_args, model_kwargs) -> log_density_fn`` for other values of
+        the model's arguments with the same structure (new data under ``jit_model_args``, new
+        conditioning values in a block of NumPyro's ``Gibbs``).
     """
 
     split: SplitModel
     layouts: tuple
     log_density_fn: Callable
     constrain_fn: Callable
+    log_density_for: Callable
 
 
 def discrete_latent_model(
@@ -680,10 +684,13 @@ def discrete_latent_model(
     layouts = discrete_site_layouts(model, model_args, model_kwargs, kernel_name=kernel_name)
     split = split_model(rng_key, model, model_args, model_kwargs)
 
-    def log_density_fn(x, discrete):
-        return -potential_energy(
-            substitute(model, data=discrete), model_args, model_kwargs, split.unravel_fn(x)
-        )
+    def log_density_for(args, kwargs):
+        def log_density_fn(x, discrete):
+            return -potential_energy(
+                substitute(model, data=discrete), args, kwargs, split.unravel_fn(x)
+            )
+
+        return log_density_fn
 
     def constrain_fn(x, discrete):
         constrained = numpyro_constrain_fn(
@@ -695,4 +702,6 @@ def discrete_latent_model(
         )
         return {**discrete, **constrained}
 
-    return DiscreteLatentModel(split, layouts, log_density_fn, constrain_fn)
+    return DiscreteLatentModel(
+        split, layouts, log_density_for(model_args, model_kwargs), constrain_fn, log_density_for
+    )

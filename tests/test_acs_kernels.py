@@ -192,20 +192,13 @@ def _mixture_model(y, scale):
     return model
 
 
-def test_mixed_discrete_and_continuous_against_exact_posterior():
-    """Signed mixture y_n ~ N(s_n mu, 1), s_n = 2 z_n - 1, mu ~ N(0, 2^2): p(z | y) and
-    E[mu | y] in closed form (mu integrated out), ACS on z alternating with NUTS on mu."""
-    y = np.array([1.5, -0.7, 2.2])
-    scale = 2.0
-    mcmc = _run(
-        nx.ACS(_mixture_model(y, scale), inner_kernel=NUTS, schedule=CYCLE),
-        num_warmup=300,
-        num_samples=1500,
-    )
-    samples = mcmc.get_samples(group_by_chain=True)
-    z = np.asarray(samples["z"], float)
-    mu = np.asarray(samples["mu"])
+def _mixture_checks(y, scale, z, mu):
+    """Exact and estimated posterior quantities of :func:`_mixture_model`, with their stderr.
 
+    ``p(z | y)`` and ``E[mu | z, y]`` are in closed form (``mu`` integrated out). The posterior
+    is symmetric under ``(z, mu) -> (1 - z, -mu)``, so the checks are quantities that symmetry
+    leaves alone: ``E[z_n == z_m]`` and ``E[(2 z_n - 1) mu]``.
+    """
     configurations = _enumerate_binary(3)
     log_w, mean_mu = [], []
     for config in configurations:
@@ -216,8 +209,6 @@ def test_mixed_discrete_and_continuous_against_exact_posterior():
         mean_mu.append(scale**2 * s @ inverse @ y)
     w = np.exp(np.array(log_w) - max(log_w))
     w /= w.sum()
-    # The posterior is symmetric under (z, mu) -> (1 - z, -mu): check symmetric-breaking-free
-    # quantities, E[z_n == z_m] and E[|mu|]-free E[mu s_n], plus E[mu^2]-free E[(2z-1) mu].
     same = np.array([[1.0 * (c[0] == c[1]), 1.0 * (c[1] == c[2])] for c in configurations])
     signed_mu = np.array([(2 * c - 1) * m for c, m in zip(configurations, mean_mu, strict=True)])
     exact = np.concatenate([w @ same, w @ signed_mu])
@@ -229,8 +220,69 @@ def test_mixed_discrete_and_continuous_against_exact_posterior():
         -1,
     )
     estimate, stderr = _batch_means_stderr(draws)
+    return exact, estimate, stderr
+
+
+def test_mixed_discrete_and_continuous_against_exact_posterior():
+    """Signed mixture y_n ~ N(s_n mu, 1), s_n = 2 z_n - 1, mu ~ N(0, 2^2): ACS on z
+    alternating with NUTS on mu, against the closed-form posterior."""
+    y = np.array([1.5, -0.7, 2.2])
+    scale = 2.0
+    mcmc = _run(
+        nx.ACS(_mixture_model(y, scale), inner_kernel=NUTS, schedule=CYCLE),
+        num_warmup=300,
+        num_samples=1500,
+    )
+    samples = mcmc.get_samples(group_by_chain=True)
+    exact, estimate, stderr = _mixture_checks(
+        y, scale, np.asarray(samples["z"], float), np.asarray(samples["mu"])
+    )
     assert np.all(stderr < 0.1)
     assert np.all(np.abs(estimate - exact) < 4 * stderr), (estimate, exact, stderr)
+
+
+@pytest.mark.parametrize("kernel_class", [nx.ACS, nx.DMALA])
+def test_block_of_numpyro_gibbs_against_exact_posterior(kernel_class):
+    """The same signed mixture with NumPyro's own composite kernel: ACS (or DMALA) on the
+    discrete sites, NUTS on the rest."""
+    from numpyro.infer import Gibbs
+    from numpyro.infer.gibbs import discrete_latent_sites
+
+    y = np.array([1.5, -0.7, 2.2])
+    scale = 2.0
+    model = _mixture_model(y, scale)
+    kernel = Gibbs([(kernel_class(model), discrete_latent_sites), (NUTS(model), None)])
+    mcmc = _run(kernel, num_warmup=300, num_samples=2000, num_chains=2, method="sequential")
+    samples = mcmc.get_samples(group_by_chain=True)
+    assert set(samples) == {"z", "mu"}
+    exact, estimate, stderr = _mixture_checks(
+        y, scale, np.asarray(samples["z"], float), np.asarray(samples["mu"])
+    )
+    assert np.all(stderr < 0.1)
+    assert np.all(np.abs(estimate - exact) < 4 * stderr), (estimate, exact, stderr)
+
+
+def test_refresh_recomputes_the_conditional_at_the_current_draw():
+    """A Gibbs block's cached log density follows new conditioning values exactly."""
+    from numpyro.infer.gibbs import GIBBS_SITES_KWARG, conditioned
+
+    y = np.array([1.5, -0.7, 2.2])
+    model = _mixture_model(y, 2.0)
+    kernel = nx.ACS(model, schedule=CYCLE).wrap_model(conditioned)
+    kwargs = {GIBBS_SITES_KWARG: {"mu": jnp.array(0.3)}}
+    state = kernel.init(jax.random.PRNGKey(0), 10, None, (), kwargs)
+    new_kwargs = {GIBBS_SITES_KWARG: {"mu": jnp.array(-1.2)}}
+    refreshed = kernel.refresh(state, (), new_kwargs)
+    s = 2.0 * np.asarray(state.z["z"], float) - 1.0
+    exact = (
+        dist.Normal(0.0, 2.0).log_prob(-1.2)
+        + 3 * np.log(0.5)
+        + dist.Normal(s * -1.2, 1.0).log_prob(y).sum()
+    )
+    np.testing.assert_allclose(refreshed.chain.log_density, exact, rtol=1e-6)
+    np.testing.assert_array_equal(refreshed.z["z"], state.z["z"])
+    stepped = kernel.sample(refreshed, (), new_kwargs)
+    assert np.isfinite(stepped.chain.log_density)
 
 
 def _tiny_model():

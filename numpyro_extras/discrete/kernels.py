@@ -9,7 +9,6 @@ of a cyclical schedule (eq. 7-8) that it tunes itself before warm-up (Alg. 2-5).
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -17,12 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from numpyro.infer import HMC, NUTS
+from numpyro.infer.gibbs import with_conditioning
 from numpyro.infer.hmc import hmc
-from numpyro.infer.mcmc import MCMCKernel
-from numpyro.util import is_prng_key, not_jax_tracer
+from numpyro.util import not_jax_tracer
 
-from numpyro_extras.compiled_chain import BuildTag, compiled_chain
+from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.discrete.proposal import (
     KINDS,
     ChainState,
@@ -34,7 +32,13 @@ from numpyro_extras.discrete.proposal import (
 )
 from numpyro_extras.discrete.schedule import check_schedule
 from numpyro_extras.discrete.tuning import TuningResult, TuningSettings, tune_schedule
-from numpyro_extras.potential import arguments_fingerprint, discrete_latent_model
+from numpyro_extras.kernel import (
+    ExtrasKernel,
+    conditioning_values,
+    hmc_settings,
+    without_conditioning,
+)
+from numpyro_extras.potential import discrete_latent_model
 
 __all__ = ["ACS", "ACSState", "DMALA", "GRAD_MODES"]
 
@@ -81,60 +85,22 @@ class ACSState(NamedTuple):
     rng_key: jax.Array
 
 
-def _hmc_settings(inner_kernel, inner_kwargs):
-    """``(algo, settings)`` for NumPyro's functional ``hmc`` from a class or an instance."""
-    if isinstance(inner_kernel, type) and issubclass(inner_kernel, HMC):
-        algo = "NUTS" if issubclass(inner_kernel, NUTS) else "HMC"
-        settings = dict(
-            step_size=1.0,
-            adapt_step_size=True,
-            adapt_mass_matrix=True,
-            dense_mass=False,
-            target_accept_prob=0.8,
-            num_steps=None,
-            trajectory_length=2 * math.pi if algo == "HMC" else None,
-            max_tree_depth=10,
-        )
-        unknown = sorted(set(inner_kwargs) - set(settings))
-        if unknown:
-            raise ValueError(f"Unknown inner kernel settings {unknown}; known: {sorted(settings)}.")
-        settings.update(inner_kwargs)
-        return algo, settings
-    if isinstance(inner_kernel, HMC):
-        if inner_kwargs:
-            raise ValueError("Give inner kernel settings to the inner kernel instance itself.")
-        # The instance's own settings; its model, if any, is not used (ACS conditions the model
-        # on the discrete values itself).
-        return inner_kernel._algo, dict(
-            step_size=inner_kernel._step_size,
-            adapt_step_size=inner_kernel._adapt_step_size,
-            adapt_mass_matrix=inner_kernel._adapt_mass_matrix,
-            dense_mass=inner_kernel._dense_mass,
-            target_accept_prob=inner_kernel._target_accept_prob,
-            num_steps=inner_kernel._num_steps,
-            trajectory_length=inner_kernel._trajectory_length,
-            max_tree_depth=inner_kernel._max_tree_depth,
-        )
-    raise ValueError(
-        "inner_kernel must be numpyro.infer.NUTS or HMC (the class, or an instance), got "
-        f"{inner_kernel!r}."
-    )
-
-
 class _Target(NamedTuple):
     """What the kernel needs of a model or a potential, built once per set of model arguments."""
 
     variables: dict
-    log_density_fn: Any  # (x, values) -> U
+    log_density_fn: Any  # (x, values) -> U at the model arguments it was prepared for
+    log_density_for: Any  # (model_args, model_kwargs) -> log_density_fn for other arguments
     sample_initial_fn: Any  # (key, n) -> (x (n, dim), indices dict (n, ...))
     site_values_fn: Any  # indices -> values in the model's / user's representation
     continuous_unravel_fn: Any  # flat x -> dict of unconstrained continuous values
     constrain_fn: Any  # z -> constrained values
     dimension: int
     continuous_sites: tuple = ()
+    model_arguments: tuple = ((), {})  # the (model_args, model_kwargs) it was prepared for
 
 
-class ACS(MCMCKernel):
+class ACS(ExtrasKernel):
     """The Automatic Cyclical Sampler for discrete latents (Pynadath et al., spec ``acs.md``).
 
     Every transition proposes new values for ALL discrete coordinates at once from the
@@ -232,8 +198,7 @@ class ACS(MCMCKernel):
         grad_mode="auto",
         **inner_kwargs,
     ):
-        if (model is None) == (potential_fn is None):
-            raise ValueError("Give exactly one of `model` or `potential_fn`.")
+        super().__init__(model, potential_fn)
         if potential_fn is not None:
             if variables is None:
                 raise ValueError("With `potential_fn`, `variables` (DiscreteVariable) is needed.")
@@ -243,11 +208,9 @@ class ACS(MCMCKernel):
             raise ValueError("`variables` goes with `potential_fn`; a model has its own sites.")
         if grad_mode not in GRAD_MODES:
             raise ValueError(f"grad_mode must be one of {GRAD_MODES}, got {grad_mode!r}.")
-        self._model = model
-        self._potential_fn = potential_fn
         self._variables = variables
         self._grad_mode = grad_mode
-        self._inner = None if inner_kernel is None else _hmc_settings(inner_kernel, inner_kwargs)
+        self._inner = None if inner_kernel is None else hmc_settings(inner_kernel, **inner_kwargs)
         if inner_kernel is None and inner_kwargs:
             raise ValueError(f"Unknown arguments {sorted(inner_kwargs)} (no inner kernel).")
         self._schedule = None if schedule is None else check_schedule(schedule)
@@ -266,13 +229,6 @@ class ACS(MCMCKernel):
             raise ValueError(f"num_tuning_chains must be >= 1, got {num_tuning_chains}.")
         self._num_tuning_chains = int(num_tuning_chains)
         self._target: _Target | None = None
-        self._prepared_for = None
-        self._built = None
-        self._step_fn = None
-
-    @property
-    def model(self):
-        return self._model
 
     @property
     def variables(self) -> dict | None:
@@ -289,23 +245,25 @@ class ACS(MCMCKernel):
             f"alpha={float(state.alpha):.3g} beta={float(state.beta):.2f}"
         )
 
-    def postprocess_fn(self, model_args, model_kwargs):
-        if self._target is None:
-            return lambda z: z
-        return self._target.constrain_fn
+    def _constrain_fn(self):
+        return None if self._target is None else self._target.constrain_fn
+
+    def get_constrain_fn(self, model_args, model_kwargs):
+        if self._target is not None and not self._target.continuous_sites:
+            # Discrete values are already constrained: no replay of the model per Gibbs sweep.
+            return _as_dict
+        return self.postprocess_fn(model_args, model_kwargs)
 
     # --- building the target ----------------------------------------------------------------------
 
-    def _prepare(self, model_args, model_kwargs):
+    def _prepare_target(self, model_args, model_kwargs):
         if self._model is None:
-            if self._target is None:
-                self._target = self._potential_target()
-            return
-        fingerprint = arguments_fingerprint(model_args, model_kwargs)
-        if fingerprint is not None and fingerprint == self._prepared_for:
-            return
-        self._target = self._model_target(model_args, model_kwargs)
-        self._prepared_for = fingerprint
+            self._target = self._potential_target()
+        else:
+            self._target = self._model_target(model_args, model_kwargs)
+
+    def _forget_target(self):
+        self._target = None
 
     def _potential_target(self):
         single = isinstance(self._variables, DiscreteVariable)
@@ -321,6 +279,9 @@ class ACS(MCMCKernel):
 
         def log_density_fn(x, values):
             return -potential_fn(values["x"] if single else values)
+
+        def log_density_for(model_args, model_kwargs):
+            return log_density_fn
 
         def sample_initial_fn(key, num):
             keys = jax.random.split(key, len(variables))
@@ -342,6 +303,7 @@ class ACS(MCMCKernel):
         return _Target(
             variables,
             log_density_fn,
+            log_density_for,
             sample_initial_fn,
             site_values_fn,
             lambda x: {},
@@ -401,12 +363,14 @@ class ACS(MCMCKernel):
         return _Target(
             variables,
             latent.log_density_fn,
+            latent.log_density_for,
             sample_initial_fn,
             site_values_fn,
             split.unravel_fn,
             constrain_fn,
             split.dimension,
             continuous,
+            (model_args, without_conditioning(model_kwargs)),
         )
 
     @staticmethod
@@ -441,8 +405,8 @@ class ACS(MCMCKernel):
         num_copies = 1 if schedule is not None else self._num_tuning_chains
         inner = self._inner
 
-        def evaluate_at(x):
-            return local_differences_fn(lambda values: target.log_density_fn(x, values), variables)
+        def evaluate_at(x, log_density_fn):
+            return local_differences_fn(lambda values: log_density_fn(x, values), variables)
 
         def z_of(indices, x):
             return {**target.continuous_unravel_fn(x), **_as_dict(target.site_values_fn(indices))}
@@ -453,8 +417,9 @@ class ACS(MCMCKernel):
         if inner is not None:
             algo, hmc_settings = inner
 
-            def potential_fn_gen(values):
-                return lambda x: -target.log_density_fn(x, values)
+            def potential_fn_gen(values, model_args, model_kwargs):
+                log_density_fn = target.log_density_for(model_args, model_kwargs)
+                return lambda x: -log_density_fn(x, values)
 
             hmc_init, hmc_sample = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
 
@@ -462,7 +427,12 @@ class ACS(MCMCKernel):
             """Discrete values for the inner kernel's potential, as the model samples them."""
             return _as_dict(target.site_values_fn(indices))
 
-        def init_one(rng_key, initial_indices, initial_x):
+        def init_one(rng_key, initial_indices, initial_x, conditioning):
+            # In a Gibbs block the tuner and the cached U use this chain's conditioning values.
+            model_args, model_kwargs = target.model_arguments
+            if conditioning:
+                model_kwargs = with_conditioning(model_kwargs, conditioning)
+            log_density_fn = target.log_density_for(model_args, model_kwargs)
             draw_key, tune_key, inner_key, rng_key = jax.random.split(rng_key, 4)
             x, indices = target.sample_initial_fn(draw_key, num_copies)
             if initial_indices is not None:
@@ -470,7 +440,7 @@ class ACS(MCMCKernel):
                     name: index.at[0].set(initial_indices[name]) for name, index in indices.items()
                 }
             x0 = x[0] if initial_x is None else initial_x
-            evaluate = evaluate_at(x0)
+            evaluate = evaluate_at(x0, log_density_fn)
             copies = jax.vmap(partial(init_chain, evaluate))(indices)
             if schedule is None:
                 tuning, copies = tune_schedule(tune_key, copies, evaluate, variables, settings)
@@ -490,7 +460,7 @@ class ACS(MCMCKernel):
                 inner_state = hmc_init(
                     x0,
                     num_warmup,
-                    model_args=(model_values(chain.indices),),
+                    model_args=(model_values(chain.indices), model_args, model_kwargs),
                     rng_key=inner_key,
                     **hmc_settings,
                 )
@@ -511,29 +481,30 @@ class ACS(MCMCKernel):
                 rng_key,
             )
 
-        def step_one(state: ACSState):
+        def continuous_position(state):
+            return jnp.zeros(target.dimension) if inner is None else state.inner_state.z
+
+        def step_one(state: ACSState, model_args, model_kwargs):
             rng_key, step_key, inner_key = jax.random.split(state.rng_key, 3)
             steps = state.tuning.schedule.step_sizes
             k = state.iteration % steps.shape[0]
             alpha, beta = steps[k], state.tuning.schedule.balancing[k]
-            if inner is None:
-                x = jnp.zeros(target.dimension)
-                evaluate = evaluate_at(x)
-                chain = state.chain
-            else:
-                x = state.inner_state.z
-                evaluate = evaluate_at(x)
+            x = continuous_position(state)
+            evaluate = evaluate_at(x, target.log_density_for(model_args, model_kwargs))
+            chain = state.chain
+            if inner is not None:
                 # The continuous sites moved since the cached U was computed.
-                chain = init_chain(evaluate, state.chain.indices)
+                chain = init_chain(evaluate, chain.indices)
             chain, accept_prob = acs_step(step_key, chain, alpha, beta, evaluate, variables)
             inner_state = None
             if inner is not None:
                 values = model_values(chain.indices)
-                potential, gradient = jax.value_and_grad(potential_fn_gen(values))(x)
+                inner_args = (values, model_args, model_kwargs)
+                potential, gradient = jax.value_and_grad(potential_fn_gen(*inner_args))(x)
                 inner_state = state.inner_state._replace(
                     potential_energy=potential, z_grad=gradient, rng_key=inner_key
                 )
-                inner_state = hmc_sample(inner_state, model_args=(values,))
+                inner_state = hmc_sample(inner_state, model_args=inner_args)
                 x = inner_state.z
             iteration = state.iteration + 1
             # The running mean restarts when warm-up ends, so it reports the kept draws.
@@ -560,7 +531,13 @@ class ACS(MCMCKernel):
                 rng_key,
             )
 
-        return init_one, step_one
+        def refresh_one(state: ACSState, model_args, model_kwargs):
+            evaluate = evaluate_at(
+                continuous_position(state), target.log_density_for(model_args, model_kwargs)
+            )
+            return state._replace(chain=init_chain(evaluate, state.chain.indices))
+
+        return init_one, step_one, refresh_one
 
     def _initial_values(self, init_params, batched):
         """``init_params`` (site values; continuous ones unconstrained) -> (indices, x)."""
@@ -581,20 +558,9 @@ class ACS(MCMCKernel):
             x = jax.vmap(ravel)(continuous) if batched else ravel(continuous)
         return indices, x
 
-    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        # Under chain_method="parallel" init runs inside pmap's trace, but the model arguments
-        # are concrete: build the model plumbing eagerly, once per set of model arguments.
-        with jax.ensure_compile_time_eval():
-            self._prepare(model_args, model_kwargs or {})
-        batched = not is_prng_key(rng_key)
+    def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
         indices, x = self._initial_values(init_params, batched)
-        self._built = compiled_chain(
-            self._built, (self._prepared_for, num_warmup), lambda tag: self._build(num_warmup, tag)
-        )
-        init_fn, self._step_fn = self._built.functions(batched)
-        state = init_fn(rng_key, indices, x)
-        self._check_initial_state(state)
-        return state
+        return rng_key, indices, x, conditioning_values(model_kwargs)
 
     def _check_initial_state(self, state):
         log_density = state.chain.log_density
@@ -606,9 +572,6 @@ class ACS(MCMCKernel):
                 f"The log density is not finite at the starting point of chain {int(bad[0])} "
                 "(after tuning). Check the model's support and data, or give init_params."
             )
-
-    def sample(self, state, model_args, model_kwargs):
-        return self._step_fn(state)
 
 
 def _as_dict(values, name="x"):

@@ -20,9 +20,7 @@ The functional core (``joint_tempering`` and ``gibbs_tempering``, each returning
 from __future__ import annotations
 
 import inspect
-import math
 import warnings
-from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -33,14 +31,14 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.hmc import HMCState, hmc
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.mcmc import MCMC, MCMCKernel
-from numpyro.util import is_prng_key, not_jax_tracer
+from numpyro.infer.mcmc import MCMC
+from numpyro.util import not_jax_tracer
 
-from numpyro_extras.compiled_chain import BuildTag, compiled_chain
+from numpyro_extras.compiled_chain import BuildTag
+from numpyro_extras.kernel import ExtrasKernel, hmc_settings
 from numpyro_extras.metropolis import metropolis_accept, select
 from numpyro_extras.potential import (
     FlatModel,
-    arguments_fingerprint,
     check_finite_potential,
     flat_model_from_potential,
     flatten_model,
@@ -52,7 +50,7 @@ from numpyro_extras.tempering.base import (
     validate_base,
 )
 from numpyro_extras.tempering.weights import sample_inverse_temperature
-from numpyro_extras.validation import check_count, check_real
+from numpyro_extras.validation import check_real
 
 __all__ = [
     "PointEvaluation",
@@ -67,7 +65,6 @@ __all__ = [
     "swap_with_replica",
     "propose_from_base",
     "log_zeta_step_size",
-    "hmc_settings",
 ]
 
 # Draws with beta below / above these count as visits to the base / target end.
@@ -795,63 +792,6 @@ def gibbs_tempering(
     return init_fn, step_fn
 
 
-_HMC_DEFAULTS = dict(
-    step_size=1.0,
-    inverse_mass_matrix=None,
-    adapt_step_size=True,
-    adapt_mass_matrix=True,
-    dense_mass=False,
-    target_accept_prob=0.8,
-    num_steps=None,
-    trajectory_length=None,
-    max_tree_depth=10,
-    find_heuristic_step_size=False,
-    forward_mode_differentiation=False,
-    regularize_mass_matrix=True,
-)
-
-
-def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
-    """Validate the settings of the HMC or NUTS move of a tempering kernel.
-
-    :param inner_kernel: ``numpyro.infer.HMC`` or ``numpyro.infer.NUTS``.
-    :param settings: keyword arguments of NumPyro's HMC initialisation (``step_size``,
-        ``dense_mass``, ``num_steps``, ``trajectory_length``, ``max_tree_depth``, ...).
-    :return: ``(algo, settings)`` with NumPyro's defaults filled in.
-    :raises TypeError: for a setting NumPyro's HMC does not have.
-    :raises ValueError: for a setting out of range.
-    """
-    if inner_kernel not in (HMC, NUTS):
-        raise ValueError("inner_kernel must be numpyro.infer.HMC or numpyro.infer.NUTS.")
-    unknown = sorted(set(settings) - set(_HMC_DEFAULTS))
-    if unknown:
-        raise TypeError(
-            f"Unknown inner kernel settings {unknown}; the HMC/NUTS move accepts "
-            f"{sorted(_HMC_DEFAULTS)}."
-        )
-    algo = "NUTS" if inner_kernel is NUTS else "HMC"
-    defaults = dict(_HMC_DEFAULTS)
-    if algo == "HMC" and settings.get("num_steps") is None:
-        defaults["trajectory_length"] = 2 * math.pi
-    merged = {**defaults, **settings}
-    merged["step_size"] = check_real(
-        "step_size", merged["step_size"], "a positive finite number", low=0.0
-    )
-    merged["target_accept_prob"] = check_real(
-        "target_accept_prob", merged["target_accept_prob"], "a number in (0, 1)", low=0, high=1
-    )
-    for name in ("num_steps", "max_tree_depth"):
-        if merged[name] is not None:
-            merged[name] = check_count(name, merged[name])
-    if merged["trajectory_length"] is not None:
-        merged["trajectory_length"] = check_real(
-            "trajectory_length", merged["trajectory_length"], "a positive number", low=0.0
-        )
-    if algo == "HMC" and merged["num_steps"] is None and merged["trajectory_length"] is None:
-        raise ValueError("HMC needs num_steps or trajectory_length.")
-    return algo, merged
-
-
 @lru_cache(maxsize=8)
 def _batched_value_and_grad(potential_fn):
     return jax.jit(jax.vmap(jax.value_and_grad(potential_fn)))
@@ -875,10 +815,14 @@ def _calling_mcmc_progress_bar(default=True):
     return default
 
 
-class _ContinuousTemperingKernel(MCMCKernel):
-    """What the joint and Gibbs kernels share: model plumbing, the base, init and postprocess."""
+class _ContinuousTemperingKernel(ExtrasKernel):
+    """What the joint and Gibbs kernels share: the base, init and diagnostics."""
 
-    sample_field = "z"
+    gibbs_block_error = (
+        "its base density and log zeta are fitted to one fixed target, and the conditional a "
+        "Gibbs block samples changes at every step, so log Z and the tempering path would refer "
+        "to no fixed distribution."
+    )
 
     def __init__(
         self,
@@ -893,15 +837,12 @@ class _ContinuousTemperingKernel(MCMCKernel):
         fit_base_kwargs=None,
         fit_base_seed=0,
     ):
-        if (model is None) == (potential_fn is None):
-            raise ValueError("Give exactly one of `model` or `potential_fn`.")
+        super().__init__(model, potential_fn)
         if potential_fn is not None and base is None:
             raise ValueError(
                 "With `potential_fn`, `base` is required: a GaussianBase on the same flat space "
                 "(fitting one needs a model)."
             )
-        self._model = model
-        self._potential_fn = potential_fn
         self._base = None if base is None else validate_base(base)
         self._user_base = self._base is not None
         self._base_fit_problems = ()
@@ -911,14 +852,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
         self._init_strategy = init_strategy
         self._fit_base_kwargs = dict(fit_base_kwargs or {})
         self._fit_base_seed = fit_base_seed
-        self._flattened_for = None
-        self._built = None
         self._flat_model: FlatModel | None = None
-        self._step_fn: Callable | None = None
-
-    @property
-    def model(self):
-        return self._model
 
     @property
     def base(self) -> GaussianBase | None:
@@ -940,20 +874,13 @@ class _ContinuousTemperingKernel(MCMCKernel):
     def default_fields(self):
         return ("z", "tempered_z", "beta", "delta", "log_zeta", "swap_accept_prob", "diverging")
 
-    def postprocess_fn(self, model_args, model_kwargs):
-        if self._flat_model is None:
-            return lambda z: z
-        return self._flat_model.constrain_fn
+    def _constrain_fn(self):
+        return None if self._flat_model is None else self._flat_model.constrain_fn
 
-    def _prepare(self, model_args, model_kwargs):
+    def _prepare_target(self, model_args, model_kwargs):
         """Build the flat potential and the base for these model arguments."""
         if self._model is None:
-            if self._flat_model is None:
-                self._flat_model = flat_model_from_potential(self._potential_fn, self._base.loc)
-                self._flattened_for = "potential_fn"
-            return
-        fingerprint = arguments_fingerprint(model_args, model_kwargs)
-        if fingerprint is not None and fingerprint == self._flattened_for:
+            self._flat_model = flat_model_from_potential(self._potential_fn, self._base.loc)
             return
         # The initial point of the flat model does not matter: chains start from the base.
         self._flat_model = flatten_model(
@@ -966,30 +893,27 @@ class _ContinuousTemperingKernel(MCMCKernel):
         )
         if self._user_base:
             validate_base(self._base, self._flat_model.dimension)
-        else:
-            fit_kwargs = {"progress_bar": _calling_mcmc_progress_bar(), **self._fit_base_kwargs}
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                # A fixed seed: every chain method (a traced key under pmap included) fits one
-                # base.
-                self._base = fit_base(
-                    jax.random.PRNGKey(self._fit_base_seed),
-                    self._model,
-                    model_args,
-                    model_kwargs,
-                    **fit_kwargs,
-                )
-            for caught_warning in caught:
-                warnings.warn(caught_warning.message, stacklevel=4)
-            # A base that may miss modes makes every later estimate doubtful: the diagnostics
-            # of the run repeat it.
-            self._base_fit_problems = tuple(
-                str(caught_warning.message)
-                for caught_warning in caught
-                if issubclass(caught_warning.category, BaseCoverageWarning)
+            return
+        fit_kwargs = {"progress_bar": _calling_mcmc_progress_bar(), **self._fit_base_kwargs}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            # A fixed seed: every chain method (a traced key under pmap included) fits one base.
+            self._base = fit_base(
+                jax.random.PRNGKey(self._fit_base_seed),
+                self._model,
+                model_args,
+                model_kwargs,
+                **fit_kwargs,
             )
-        # Model plumbing and base are built once per set of model arguments, not once per chain.
-        self._flattened_for = fingerprint
+        for caught_warning in caught:
+            warnings.warn(caught_warning.message, stacklevel=5)
+        # A base that may miss modes makes every later estimate doubtful: the diagnostics of the
+        # run repeat it.
+        self._base_fit_problems = tuple(
+            str(caught_warning.message)
+            for caught_warning in caught
+            if issubclass(caught_warning.category, BaseCoverageWarning)
+        )
 
     def _initial_positions(self, rng_key, init_params, batched):
         """Flat starting points: ``init_params`` if given, else draws from the base, a nearly
@@ -1017,13 +941,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
             what = f"the initial point of chain {chain}"
             check_finite_potential(self._flat_model.potential_fn, positions[chain], what)
 
-    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        # Under chain_method="parallel" init runs inside pmap's trace, but the model arguments are
-        # concrete: evaluate the plumbing and the base fit eagerly, so they are built once, cached
-        # for later runs, and never leak tracers.
-        with jax.ensure_compile_time_eval():
-            self._prepare(model_args, model_kwargs or {})
-        batched = not is_prng_key(rng_key)
+    def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
         position_keys = (
             jax.vmap(jax.random.split)(rng_key) if batched else jax.random.split(rng_key)
         )
@@ -1036,18 +954,7 @@ class _ContinuousTemperingKernel(MCMCKernel):
                 f"{self._flat_model.dimension}."
             )
         self._check_initial_positions(positions)
-        # Rebuilding the step function would make a re-run recompile, so reuse it while the model
-        # arguments and warm-up length stay the same.
-        self._built = compiled_chain(
-            self._built,
-            (self._flattened_for, num_warmup),
-            lambda tag: self._build(num_warmup, tag),
-        )
-        init_fn, self._step_fn = self._built.functions(batched)
-        return init_fn(positions, chain_keys)
-
-    def sample(self, state, model_args, model_kwargs):
-        return self._step_fn(state)
+        return positions, chain_keys
 
     def get_diagnostics_str(self, state):
         mixing = state.mixing
@@ -1059,23 +966,6 @@ class _ContinuousTemperingKernel(MCMCKernel):
             f"{int(mixing.num_near_target) / counted:.0%} "
             f"round trips={int(mixing.num_round_trips)}"
         )
-
-    def _gibbs_block_error(self):
-        return NotImplementedError(
-            f"{type(self).__name__} cannot be a block of numpyro.infer.Gibbs: its base density "
-            "and log zeta are fitted to one fixed target, and the conditional a Gibbs block "
-            "samples changes at every step, so log Z and the tempering path would refer to no "
-            "fixed distribution. Use it as the whole kernel of MCMC."
-        )
-
-    def refresh(self, state, model_args, model_kwargs):
-        raise self._gibbs_block_error()
-
-    def wrap_model(self, wrapper):
-        raise self._gibbs_block_error()
-
-    def _build(self, num_warmup, tag):
-        raise NotImplementedError
 
 
 class JointContinuousTempering(_ContinuousTemperingKernel):
@@ -1175,7 +1065,8 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
         def init_one(position, rng_key):
             return init_fn(position, rng_key, num_warmup, **self._hmc_settings)
 
-        def step_one(state):
+        def step_one(state, model_args, model_kwargs):
+            # The potential was built for these model arguments (the shell rebuilds per set).
             return step_fn(state, num_warmup)
 
         return init_one, step_one
@@ -1284,7 +1175,8 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
         def init_one(position, rng_key):
             return init_fn(position, rng_key, num_warmup, **self._hmc_settings)
 
-        def step_one(state):
+        def step_one(state, model_args, model_kwargs):
+            # The potential was built for these model arguments (the shell rebuilds per set).
             return step_fn(state, num_warmup)
 
         return init_one, step_one

@@ -1,0 +1,332 @@
+"""The one `MCMCKernel` shell that every kernel family of numpyro_extras sits on.
+
+A family (continuous tempering, ACS, ...) writes pure ``init_one`` / ``step_one`` functions for one
+chain on a NamedTuple state, BlackJAX style, and a short subclass of :class:`ExtrasKernel` that
+says how to read a model. The shell does the NumPyro side once for all of them:
+
+- a model xor a ``potential_fn``;
+- the model's plumbing prepared per set of model arguments, and rebuilt when they change (also
+  under ``MCMC(..., jit_model_args=True)``, where the compiled loop is retraced because every
+  state carries its build's :class:`~numpyro_extras.compiled_chain.BuildTag`);
+- every chain initialised in one compiled, vmapped call under ``chain_method="vectorized"``;
+- ``sample``, ``postprocess_fn``, and ``refresh`` / ``wrap_model``, so that a kernel whose target
+  may change between steps is a block of NumPyro's :class:`~numpyro.infer.gibbs.Gibbs`;
+- the settings of an HMC or NUTS move inside a kernel (:func:`hmc_settings`).
+
+**Caching policy.** What a kernel builds from a model (the flat potential, a fitted base, the
+compiled chain functions) is kept on the kernel object, keyed on a fingerprint of the model
+arguments (:func:`~numpyro_extras.potential.arguments_fingerprint`: their structure and values)
+and the warm-up length. It is reused only for the same key, dropped when the key changes, and
+never kept when the arguments cannot be fingerprinted (tracers). :meth:`ExtrasKernel.wrap_model`
+returns a copy that has nothing built.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from numpyro.infer import HMC, NUTS
+from numpyro.infer.gibbs import GIBBS_SITES_KWARG
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.util import is_prng_key
+
+from numpyro_extras.compiled_chain import compiled_chain
+from numpyro_extras.potential import arguments_fingerprint
+from numpyro_extras.validation import check_count, check_real
+
+__all__ = ["ExtrasKernel", "conditioning_values", "hmc_settings", "without_conditioning"]
+
+# Build key of a kernel built from a potential function: it has no model arguments to change.
+POTENTIAL_BUILD = "potential_fn"
+
+
+def _identity(values):
+    return values
+
+
+def conditioning_values(model_kwargs) -> dict:
+    """The values a block of NumPyro's :class:`~numpyro.infer.gibbs.Gibbs` is conditioned on
+    (the other blocks' sites), ``{}`` outside ``Gibbs``.
+
+    :param dict model_kwargs: the keyword arguments the kernel was called with.
+    :return: dict of site values.
+    """
+    return dict((model_kwargs or {}).get(GIBBS_SITES_KWARG, {}))
+
+
+def without_conditioning(model_kwargs) -> dict:
+    """``model_kwargs`` without the values of :func:`conditioning_values`."""
+    return {k: v for k, v in (model_kwargs or {}).items() if k != GIBBS_SITES_KWARG}
+
+
+def build_fingerprint(model_args, model_kwargs):
+    """What a kernel's build depends on: the model arguments, and of the Gibbs conditioning
+    values only their shapes and dtypes (they change at every sweep, and every step is given
+    them anew).
+
+    :return: a hex digest, or ``None`` when nothing may be cached (tracers among the arguments).
+    """
+    fingerprint = arguments_fingerprint(model_args, without_conditioning(model_kwargs))
+    conditioning = conditioning_values(model_kwargs)
+    if fingerprint is None or not conditioning:
+        return fingerprint
+    leaves = jax.tree.leaves(conditioning)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        return None
+    shapes = jax.tree.map(lambda leaf: (jnp.shape(leaf), str(jnp.result_type(leaf))), conditioning)
+    return hashlib.sha256(f"{fingerprint}{sorted(shapes.items())}".encode()).hexdigest()
+
+
+class ExtrasKernel(MCMCKernel):
+    """The shell of every numpyro_extras kernel: NumPyro's side, written once.
+
+    A subclass supplies:
+
+    - ``_prepare_target(model_args, model_kwargs)``: read the model (or the potential) into
+      whatever its chain functions need; called once per set of model arguments.
+    - ``_build(num_warmup, tag)``: the pure functions of one chain, ``(init_one, step_one)`` or
+      ``(init_one, step_one, refresh_one)``. ``init_one(*inputs)`` returns a state holding
+      ``tag`` and an ``rng_key``; ``step_one(state, model_args, model_kwargs)`` and
+      ``refresh_one(state, model_args, model_kwargs)`` evaluate the model with the arguments they
+      are given (a block of :class:`~numpyro.infer.gibbs.Gibbs` gets new conditioning values at
+      every step).
+    - ``_init_inputs(rng_key, init_params, batched, model_kwargs)``: the arguments of
+      ``init_one`` (batched over chains when ``batched``), checked before any compilation.
+    - ``_constrain_fn()``: unconstrained sample field -> the model's site values (``None``
+      before the first ``init``).
+    - optionally ``_check_initial_state(state)`` and ``_forget_target()`` (drop what
+      ``_prepare_target`` built, for :meth:`wrap_model`).
+
+    A family that cannot be a Gibbs block sets ``gibbs_block_error`` to the reason.
+
+    :param model: a NumPyro model.
+    :param potential_fn: alternatively, a potential in the family's convention.
+    """
+
+    sample_field = "z"
+    gibbs_block_error: str | None = None
+
+    def __init__(self, model=None, potential_fn=None):
+        if (model is None) == (potential_fn is None):
+            raise ValueError("Give exactly one of `model` or `potential_fn`.")
+        self._model = model
+        self._potential_fn = potential_fn
+        self._prepared_for = None
+        self._built = None
+        self._step_fn: Callable | None = None
+        self._refresh_fn: Callable | None = None
+
+    @property
+    def model(self):
+        return self._model
+
+    # --- what a family supplies ---------------------------------------------------------------
+
+    def _prepare_target(self, model_args, model_kwargs):
+        raise NotImplementedError
+
+    def _build(self, num_warmup, tag):
+        raise NotImplementedError
+
+    def _init_inputs(self, rng_key, init_params, batched, model_kwargs) -> tuple:
+        raise NotImplementedError
+
+    def _constrain_fn(self) -> Callable | None:
+        raise NotImplementedError
+
+    def _check_initial_state(self, state):
+        """Raise a clear error when a chain starts where the density is not finite."""
+
+    def _forget_target(self):
+        """Drop what :meth:`_prepare_target` built."""
+
+    # --- the shell ------------------------------------------------------------------------------
+
+    def _prepare(self, model_args, model_kwargs):
+        """Build the target for these model arguments, unless it was built for the same ones."""
+        if self._model is None:
+            if self._prepared_for != POTENTIAL_BUILD:
+                self._prepare_target(model_args, model_kwargs)
+                self._prepared_for = POTENTIAL_BUILD
+            return
+        fingerprint = build_fingerprint(model_args, model_kwargs)
+        if fingerprint is not None and fingerprint == self._prepared_for:
+            return
+        self._prepare_target(model_args, model_kwargs)
+        self._prepared_for = fingerprint
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        # Under chain_method="parallel" init runs inside pmap's trace, but the model arguments are
+        # concrete: build the plumbing eagerly, once per set of model arguments, so that it is
+        # cached for later runs and never holds tracers.
+        with jax.ensure_compile_time_eval():
+            self._prepare(model_args, model_kwargs or {})
+        batched = not is_prng_key(rng_key)
+        inputs = self._init_inputs(rng_key, init_params, batched, model_kwargs or {})
+        # Rebuilding the chain functions would make a re-run compile again: reuse them while the
+        # model arguments and the warm-up length stay the same.
+        self._built = compiled_chain(
+            self._built,
+            (self._prepared_for, num_warmup),
+            lambda tag: self._build(num_warmup, tag),
+        )
+        init_fn, self._step_fn, self._refresh_fn = self._built.functions(batched)
+        state = init_fn(*inputs)
+        self._check_initial_state(state)
+        return state
+
+    def sample(self, state, model_args, model_kwargs):
+        return self._step_fn(state, model_args, model_kwargs or {})
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        constrain = self._constrain_fn()
+        return _identity if constrain is None else constrain
+
+    def _gibbs_error(self):
+        return NotImplementedError(
+            f"{type(self).__name__} cannot be a block of numpyro.infer.Gibbs: "
+            f"{self.gibbs_block_error} Use it as the whole kernel of MCMC."
+        )
+
+    def refresh(self, state, model_args, model_kwargs):
+        """Recompute what the state caches of the target (its log density and what depends on
+        it) at the current draw, for new model arguments or conditioning values, without moving
+        the chain. Blocks of :class:`~numpyro.infer.gibbs.Gibbs` are refreshed whenever a
+        sibling block moved.
+
+        :param state: the chain's state.
+        :param tuple model_args: arguments of the model.
+        :param dict model_kwargs: keyword arguments of the model, conditioning values included.
+        :return: the state with its cached values recomputed.
+        """
+        if self.gibbs_block_error is not None:
+            raise self._gibbs_error()
+        if self._refresh_fn is None:
+            raise RuntimeError(f"{type(self).__name__}.refresh needs init first.")
+        return self._refresh_fn(state, model_args, model_kwargs or {})
+
+    def wrap_model(self, wrapper):
+        """A copy of this kernel on ``wrapper(self.model)``, with nothing built yet (NumPyro's
+        :class:`~numpyro.infer.gibbs.Gibbs` wraps each block's model to condition it on the
+        other blocks' sites).
+
+        :param wrapper: maps a model to a model with the same call signature.
+        :return: the new kernel.
+        """
+        if self.gibbs_block_error is not None:
+            raise self._gibbs_error()
+        if self._model is None:
+            raise ValueError("`wrap_model` needs a kernel built on a model, not a potential_fn.")
+        kernel = copy.copy(self)
+        kernel._model = wrapper(self._model)
+        kernel._prepared_for = None
+        kernel._built = None
+        kernel._step_fn = kernel._refresh_fn = None
+        kernel._forget_target()
+        return kernel
+
+
+# NumPyro's settings of its functional HMC/NUTS (``numpyro.infer.hmc.hmc``'s init), with its
+# defaults.
+HMC_DEFAULTS = dict(
+    step_size=1.0,
+    inverse_mass_matrix=None,
+    adapt_step_size=True,
+    adapt_mass_matrix=True,
+    dense_mass=False,
+    target_accept_prob=0.8,
+    num_steps=None,
+    trajectory_length=None,
+    max_tree_depth=10,
+    find_heuristic_step_size=False,
+    forward_mode_differentiation=False,
+    regularize_mass_matrix=True,
+)
+
+
+def _instance_settings(kernel: HMC) -> dict[str, Any]:
+    """The settings a NumPyro ``HMC``/``NUTS`` instance was built with (its model is not used:
+    the enclosing kernel gives the move its own potential)."""
+    return dict(
+        step_size=kernel._step_size,
+        inverse_mass_matrix=kernel._inverse_mass_matrix,
+        adapt_step_size=kernel._adapt_step_size,
+        adapt_mass_matrix=kernel._adapt_mass_matrix,
+        dense_mass=kernel._dense_mass,
+        target_accept_prob=kernel._target_accept_prob,
+        num_steps=kernel._num_steps,
+        trajectory_length=kernel._trajectory_length,
+        max_tree_depth=kernel._max_tree_depth,
+        find_heuristic_step_size=kernel._find_heuristic_step_size,
+        forward_mode_differentiation=kernel._forward_mode_differentiation,
+        regularize_mass_matrix=kernel._regularize_mass_matrix,
+    )
+
+
+def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
+    """Validate the settings of an HMC or NUTS move inside a kernel.
+
+    :param inner_kernel: ``numpyro.infer.HMC`` or ``numpyro.infer.NUTS``, the class (then
+        ``settings`` are its keyword arguments) or an instance (then its own settings are used).
+    :param settings: keyword arguments of NumPyro's HMC initialisation (``step_size``,
+        ``dense_mass``, ``num_steps``, ``trajectory_length``, ``max_tree_depth``, ...).
+    :return: ``(algo, settings)`` with NumPyro's defaults filled in.
+    :raises TypeError: for a setting NumPyro's HMC does not have.
+    :raises ValueError: for a setting out of range, or another kind of inner kernel.
+
+    **Example:**
+
+    .. code-block:: python
+
+        algo, settings = hmc_settings(NUTS, target_accept_prob=0.9)
+        init_fn, sample_fn = numpyro.infer.hmc.hmc(potential_fn, algo=algo)
+        state = init_fn(x0, num_warmup, rng_key=key, **settings)
+    """
+    if isinstance(inner_kernel, HMC):
+        if settings:
+            raise ValueError(
+                "Give the settings of an inner kernel instance to the instance itself, got "
+                f"{sorted(settings)}."
+            )
+        algo = inner_kernel._algo
+        settings = _instance_settings(inner_kernel)
+    elif isinstance(inner_kernel, type) and issubclass(inner_kernel, HMC):
+        algo = "NUTS" if issubclass(inner_kernel, NUTS) else "HMC"
+    else:
+        raise ValueError(
+            "inner_kernel must be numpyro.infer.NUTS or HMC (the class, or an instance), got "
+            f"{inner_kernel!r}."
+        )
+    unknown = sorted(set(settings) - set(HMC_DEFAULTS))
+    if unknown:
+        raise TypeError(
+            f"Unknown inner kernel settings {unknown}; the HMC/NUTS move accepts "
+            f"{sorted(HMC_DEFAULTS)}."
+        )
+    defaults = dict(HMC_DEFAULTS)
+    if algo == "HMC" and settings.get("num_steps") is None:
+        defaults["trajectory_length"] = 2 * math.pi
+    merged = {**defaults, **settings}
+    merged["step_size"] = check_real(
+        "step_size", merged["step_size"], "a positive finite number", low=0.0
+    )
+    merged["target_accept_prob"] = check_real(
+        "target_accept_prob", merged["target_accept_prob"], "a number in (0, 1)", low=0, high=1
+    )
+    for name in ("num_steps", "max_tree_depth"):
+        # NUTS also takes max_tree_depth as a (warm-up, sampling) pair.
+        if merged[name] is not None and not isinstance(merged[name], tuple):
+            merged[name] = check_count(name, merged[name])
+    if merged["trajectory_length"] is not None:
+        merged["trajectory_length"] = check_real(
+            "trajectory_length", merged["trajectory_length"], "a positive number", low=0.0
+        )
+    if algo == "HMC" and merged["num_steps"] is None and merged["trajectory_length"] is None:
+        raise ValueError("HMC needs num_steps or trajectory_length.")
+    return algo, merged
