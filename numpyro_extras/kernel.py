@@ -40,7 +40,13 @@ from numpyro_extras.compiled_chain import compiled_chain
 from numpyro_extras.potential import arguments_fingerprint
 from numpyro_extras.validation import check_count, check_real
 
-__all__ = ["ExtrasKernel", "conditioning_values", "hmc_settings", "without_conditioning"]
+__all__ = [
+    "ExtrasKernel",
+    "build_fingerprint",
+    "conditioning_values",
+    "hmc_settings",
+    "without_conditioning",
+]
 
 # Build key of a kernel built from a potential function: it has no model arguments to change.
 POTENTIAL_BUILD = "potential_fn"

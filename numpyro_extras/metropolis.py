@@ -9,7 +9,17 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["metropolis_accept", "select"]
+__all__ = ["acceptance_probability", "metropolis_accept", "select"]
+
+
+def acceptance_probability(log_ratio):
+    """``min(1, exp(log_ratio))``; 0 for a NaN ratio (a numerical failure is a rejection).
+
+    :param log_ratio: the log Metropolis-Hastings ratio (any shape).
+    :return: the acceptance probability, same shape.
+    """
+    log_ratio = jnp.asarray(log_ratio)
+    return jnp.where(jnp.isnan(log_ratio), 0.0, jnp.exp(jnp.minimum(log_ratio, 0.0)))
 
 
 def metropolis_accept(rng_key, log_ratio):
@@ -28,7 +38,7 @@ def metropolis_accept(rng_key, log_ratio):
         state = select(accept, new, old)
     """
     log_ratio = jnp.asarray(log_ratio)
-    accept_prob = jnp.where(jnp.isnan(log_ratio), 0.0, jnp.exp(jnp.minimum(log_ratio, 0.0)))
+    accept_prob = acceptance_probability(log_ratio)
     uniform = jax.random.uniform(rng_key, jnp.shape(log_ratio), dtype=accept_prob.dtype)
     return uniform < accept_prob, accept_prob
 

@@ -20,7 +20,6 @@ from numpyro.handlers import condition, infer_config, seed, substitute, trace
 from numpyro.infer import Predictive
 from numpyro.infer.gibbs import prototype_trace
 from numpyro.infer.util import (
-    _guess_max_plate_nesting,
     init_to_uniform,
     initialize_model,
     potential_energy,
@@ -348,6 +347,18 @@ class SplitModel(NamedTuple):
     dimension: int
 
 
+def _max_plate_nesting(model_trace):
+    """How many batch dimensions the model's plates use (enumeration goes to the left of them)."""
+    dims = [
+        frame.dim
+        for site in model_trace.values()
+        if site["type"] == "sample"
+        for frame in site["cond_indep_stack"]
+        if frame.dim is not None
+    ]
+    return -min(dims) if dims else 0
+
+
 def _check_marginalizable(model_trace, marginalize):
     for name in marginalize:
         site = model_trace.get(name)
@@ -474,7 +485,7 @@ def split_model(rng_key, model, model_args=(), model_kwargs=None, *, marginalize
                 "pip install 'numpyro-extras[enum]' (or pip install funsor)."
             ) from error
 
-        max_plate_nesting = _guess_max_plate_nesting(model_trace)
+        max_plate_nesting = _max_plate_nesting(model_trace)
 
         def mark_enumerated(site):
             return {"enumerate": "parallel"} if site["name"] in summed else {}

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from blackjax.smc.ess import ess as effective_sample_size
 from jax.scipy.special import logsumexp
 from tqdm.auto import tqdm
 
@@ -293,7 +294,7 @@ def evidence_from_log_weights(log_weights, log_z0=0.0, *, reverse=False) -> Evid
     num_particles = log_weights.size
     log_mean = float(logsumexp(log_weights)) - math.log(num_particles)
     normalised = np.exp(log_weights - np.max(log_weights))
-    ess = float(normalised.sum() ** 2 / np.sum(normalised**2))
+    ess = float(effective_sample_size(jnp.asarray(log_weights)))
     relative = normalised / normalised.mean()
     stderr = (
         float(np.std(relative, ddof=1) / math.sqrt(num_particles))

@@ -40,15 +40,11 @@ from numpyro_extras.annealing.driver import (
     evidence_from_log_weights,
     inverse_temperature_schedule,
 )
+from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase, validate_base
 from numpyro_extras.evidence import Evidence
+from numpyro_extras.metropolis import metropolis_accept, select
 from numpyro_extras.potential import SplitModel, arguments_fingerprint, split_model
-from numpyro_extras.tempering.base import (
-    BaseCoverageWarning,
-    GaussianBase,
-    MixtureBase,
-    fit_base,
-    validate_base,
-)
+from numpyro_extras.tempering.base_fit import fit_base
 from numpyro_extras.validation import check_count, check_real, is_flag
 
 __all__ = ["HMCAdaptation", "ais", "annealing_path", "gibbs_sweep"]
@@ -395,14 +391,14 @@ def _linear_path_functions(split, kind, settings):
         new_x, new_momentum, new_terms = jax.lax.fori_loop(
             0, num_leapfrog_steps, leapfrog, (x, momentum, terms)
         )
-        log_ratio = energy(terms, momentum) - energy(new_terms, new_momentum)
-        acceptance = jnp.where(jnp.isnan(log_ratio), 0.0, jnp.minimum(1.0, jnp.exp(log_ratio)))
         # A non-finite density or position is a rejected move, never a NaN particle.
         finite = jnp.isfinite(new_terms.a + beta * new_terms.b) & jnp.all(jnp.isfinite(new_x))
-        accepted = finite & (jax.random.uniform(accept_key, dtype=x.dtype) < acceptance)
+        log_ratio = jnp.where(
+            finite, energy(terms, momentum) - energy(new_terms, new_momentum), -jnp.inf
+        )
+        accepted, acceptance = metropolis_accept(accept_key, log_ratio)
         alive = jnp.isfinite(terms.a + beta * terms.b)
-        x = jnp.where(accepted, new_x, x)
-        terms = jax.tree.map(lambda new, old: jnp.where(accepted, new, old), new_terms, terms)
+        x, terms = select(accepted, (new_x, new_terms), (x, terms))
         return x, terms, acceptance, alive
 
     def transition_fn(rng_key, positions, beta, adaptation, parameters):

@@ -19,6 +19,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from numpyro_extras.metropolis import acceptance_probability as metropolis_acceptance
+from numpyro_extras.metropolis import metropolis_accept, select
+
 __all__ = [
     "KINDS",
     "DiscreteVariable",
@@ -33,6 +36,7 @@ __all__ = [
     "acs_transition",
     "squared_jump",
     "acceptance_probability",
+    "log_acceptance_ratio",
 ]
 
 # How a variable's values enter the log density and how far apart two values are:
@@ -330,11 +334,11 @@ def acs_transition(
     }
     proposed_state = ChainState(proposed, *evaluate_fn(proposed))
     if mh:
-        accept_prob = acceptance_probability(variables, state, proposed_state, alpha, beta)
+        log_ratio = log_acceptance_ratio(variables, state, proposed_state, alpha, beta)
     else:
-        accept_prob = jnp.isfinite(proposed_state.log_density).astype(_float_dtype())
-    accept = jax.random.uniform(accept_key, dtype=_float_dtype()) < accept_prob
-    new_state = jax.tree.map(lambda new, old: jnp.where(accept, new, old), proposed_state, state)
+        log_ratio = jnp.where(jnp.isfinite(proposed_state.log_density), 0.0, -jnp.inf)
+    accept, accept_prob = metropolis_accept(accept_key, log_ratio)
+    new_state = select(accept, proposed_state, state)
     jump = accept_prob * squared_jump(variables, state.indices, proposed)
     return new_state, accept_prob, jump
 
@@ -342,15 +346,26 @@ def acs_transition(
 def acceptance_probability(
     variables: dict, state: ChainState, proposed: ChainState, alpha, beta
 ) -> jax.Array:
-    """``A(theta' | theta)`` of spec eq. 6 for the proposal of eq. 5 at ``(alpha, beta)``.
-
-    ``min(1, exp(U(theta') - U(theta) + log Q(theta | theta') - log Q(theta' | theta)))``; 0 when
+    """``A(theta' | theta)`` of spec eq. 6 for the proposal of eq. 5 at ``(alpha, beta)``: 0 when
     ``U(theta')`` is not finite or the ratio is NaN (a numerical failure is a rejection).
+
+    :return: scalar in [0, 1].
+    """
+    return metropolis_acceptance(log_acceptance_ratio(variables, state, proposed, alpha, beta))
+
+
+def log_acceptance_ratio(
+    variables: dict, state: ChainState, proposed: ChainState, alpha, beta
+) -> jax.Array:
+    """The log Metropolis-Hastings ratio of spec eq. 6 for the proposal of eq. 5 at
+    ``(alpha, beta)``: ``U(theta') - U(theta) + log Q(theta | theta') - log Q(theta' | theta)``,
+    ``-inf`` when ``U(theta')`` is not finite (a numerical failure is a rejection).
 
     :param dict variables: name -> :class:`DiscreteVariable`.
     :param ChainState state: ``theta`` with its cached differences.
     :param ChainState proposed: ``theta'`` with its differences (for the reverse proposal).
-    :return: scalar in [0, 1].
+    :return: scalar; :func:`~numpyro_extras.metropolis.metropolis_accept` turns it into a
+        decision (NaN is a rejection).
     """
     forward = proposal_logits(variables, state.indices, state.differences, alpha, beta)
     reverse = proposal_logits(variables, proposed.indices, proposed.differences, alpha, beta)
@@ -360,5 +375,4 @@ def acceptance_probability(
         + proposal_log_prob(reverse, state.indices)
         - proposal_log_prob(forward, proposed.indices)
     )
-    valid = jnp.isfinite(proposed.log_density) & ~jnp.isnan(log_ratio)
-    return jnp.where(valid, jnp.exp(jnp.minimum(log_ratio, 0.0)), 0.0)
+    return jnp.where(jnp.isfinite(proposed.log_density), log_ratio, -jnp.inf)

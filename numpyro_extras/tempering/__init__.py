@@ -1,11 +1,8 @@
 """Continuous tempering (Graham & Storkey): joint and Gibbs kernels, base fit, log Z estimators."""
 
-from numpyro_extras.tempering.base import (
-    BaseCoverageWarning,
-    GaussianBase,
-    MixtureBase,
-    fit_base,
-)
+from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase
+from numpyro_extras.tempering.base_fit import fit_base
+from numpyro_extras.tempering.chains import TemperingState, extended_potential, tempered_potential
 from numpyro_extras.tempering.estimators import (
     BaseMomentCheck,
     TemperingDiagnostics,
@@ -20,13 +17,7 @@ from numpyro_extras.tempering.estimators import (
     tempering_log_normalizer,
     to_inference_data,
 )
-from numpyro_extras.tempering.kernels import (
-    GibbsContinuousTempering,
-    JointContinuousTempering,
-    TemperingState,
-    extended_potential,
-    tempered_potential,
-)
+from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
 from numpyro_extras.tempering.weights import (
     log_base_weight,
     log_target_weight,

@@ -19,18 +19,16 @@ import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
+from blackjax.smc.ess import ess as effective_sample_size
+from blackjax.smc.resampling import systematic
 from jax.flatten_util import ravel_pytree
 from scipy.special import logsumexp
 from scipy.stats import chi2
 
+from numpyro_extras.bases import GaussianBase, weighted_gaussian
 from numpyro_extras.evidence import Evidence
-from numpyro_extras.tempering.base import GaussianBase
-from numpyro_extras.tempering.kernels import (
-    NEAR_BASE,
-    NEAR_TARGET,
-    GibbsContinuousTempering,
-    JointContinuousTempering,
-)
+from numpyro_extras.tempering.chains import NEAR_BASE, NEAR_TARGET
+from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 
 __all__ = [
@@ -261,13 +259,6 @@ def tempered_samples(mcmc, group_by_chain=False):
     return jax.tree.map(np.asarray, jax.vmap(constrain)(draws))
 
 
-def _systematic_indices(rng, probabilities, num_samples):
-    positions = (rng.uniform() + np.arange(num_samples)) / num_samples
-    cumulative = np.cumsum(probabilities)
-    cumulative[-1] = 1.0
-    return np.searchsorted(cumulative, positions)
-
-
 def _numpy_rng(rng_key):
     return np.random.default_rng(np.asarray(jax.random.key_data(rng_key)).ravel().tolist())
 
@@ -294,7 +285,7 @@ def posterior_samples(mcmc, rng_key, num_samples=None):
     """
     probabilities = np.exp(target_log_weights(mcmc)).ravel()
     num_samples = probabilities.size if num_samples is None else int(num_samples)
-    indices = _systematic_indices(_numpy_rng(rng_key), probabilities, num_samples)
+    indices = np.asarray(systematic(rng_key, jnp.asarray(probabilities), num_samples))
     # Systematic resampling returns sorted indices; shuffle so that slices are not biased.
     indices = _numpy_rng(jax.random.fold_in(rng_key, 1)).permutation(indices)
     return jax.tree.map(lambda values: np.asarray(values)[indices], tempered_samples(mcmc))
@@ -394,7 +385,7 @@ def base_moment_check(mcmc, warn=True) -> BaseMomentCheck:
     mean_errors = np.abs(mean - base_loc) / np.sqrt(base_variance)
     mean_error = float(np.max(mean_errors))
     variance_ratio = variance / base_variance
-    ess = float(1.0 / np.sum(weights**2))
+    ess = float(effective_sample_size(jnp.asarray(log_w0)))
     # Monte Carlo standard errors of the weighted moments: a broad base component (a mixture
     # base's defensive one) is visited by few draws, and its share of the variance is then
     # uncertain without anything being wrong.
@@ -442,18 +433,11 @@ def refit_base(mcmc) -> GaussianBase:
         better = MCMC(nx.GibbsContinuousTempering(model, base=nx.refit_base(mcmc)), ...)
     """
     kernel = _kernel_of(mcmc)
-    draws = _unconstrained_draws(mcmc, kernel)
-    weights = np.exp(target_log_weights(mcmc)).ravel()
-    mean = weights @ draws
-    centred = draws - mean
-    covariance = (centred * weights[:, None]).T @ centred
-    covariance = 0.5 * (covariance + covariance.T)
-    jitter = 1e-10 * np.trace(covariance) / len(mean)
-    scale_tril = np.linalg.cholesky(covariance + jitter * np.eye(len(mean)))
-    log_z = _evidence(mcmc).log_z
-    dtype = kernel.base.loc.dtype
-    return GaussianBase(
-        jnp.asarray(mean, dtype), jnp.asarray(scale_tril, dtype), jnp.asarray(log_z, dtype)
+    return weighted_gaussian(
+        _unconstrained_draws(mcmc, kernel),
+        target_log_weights(mcmc).ravel(),
+        _evidence(mcmc).log_z,
+        kernel.base.loc.dtype,
     )
 
 
@@ -557,8 +541,7 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
         np.asarray(fields.get("swap_accept_prob", np.full_like(beta, np.nan))), axis=1
     )
     log_weights = _log_target_weights(mcmc)
-    weights = np.exp(log_weights - logsumexp(log_weights)).ravel()
-    target_ess = float(1.0 / np.sum(weights**2))
+    target_ess = float(effective_sample_size(jnp.asarray(log_weights.ravel())))
     log_w0 = np.asarray(log_base_weight(_deltas(mcmc)), dtype=np.float64)
     _, log_z_stderr, log_z_ess = _ratio_estimate(log_weights, log_w0)
     agreement = _chain_agreement(log_weights, log_w0)

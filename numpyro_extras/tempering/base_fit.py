@@ -1,4 +1,4 @@
-"""The base density of continuous tempering and its fit by variational inference.
+"""The fit of a base density (:mod:`numpyro_extras.bases`) to a model by variational inference.
 
 Continuous tempering bridges a normalised base density ``exp(-psi)`` (inverse temperature 0) and
 the target (inverse temperature 1). The closer the base is to the target and ``log zeta`` to
@@ -18,309 +18,27 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 import tqdm
+from blackjax.smc.ess import ess as effective_sample_size
 from jax.flatten_util import ravel_pytree
-from jax.scipy.linalg import solve_triangular
-from numpyro.infer import SVI, Predictive, Trace_ELBO
+from numpyro.infer import HMC, SVI, Predictive, Trace_ELBO
 from numpyro.infer.autoguide import AutoDiagonalNormal, AutoMultivariateNormal
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.svi import SVIState
 from numpyro.optim import Adam
 from scipy.special import logsumexp
 
+from numpyro_extras.bases import (
+    BaseCoverageWarning,
+    GaussianBase,
+    MixtureBase,
+    weighted_gaussian,
+)
+from numpyro_extras.kernel import hmc_settings
 from numpyro_extras.potential import flatten_model
+from numpyro_extras.tempering.chains import gibbs_tempering
+from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 
-__all__ = ["BaseCoverageWarning", "GaussianBase", "MixtureBase", "fit_base", "validate_base"]
-
-
-class BaseCoverageWarning(UserWarning):
-    """:func:`fit_base` may have missed modes of the posterior: a run with the base can then be
-    wrong without showing it, so the tempering diagnostics repeat this warning."""
-
-
-class GaussianBase(NamedTuple):
-    """A normalised Gaussian base density on the model's flat unconstrained space.
-
-    :param loc: mean, shape ``(D,)``.
-    :param scale_tril: lower Cholesky factor of the covariance, shape ``(D, D)``.
-    :param log_zeta: the guess ``log zeta`` of the target's log normaliser ``log Z``.
-
-    **Example:**
-
-    .. code-block:: python
-
-        base = GaussianBase(jnp.zeros(2), jnp.eye(2), log_zeta=0.0)
-        base.potential(jnp.ones(2))  # psi(x) = -log N(x; loc, L L^T)
-    """
-
-    loc: jax.Array
-    scale_tril: jax.Array
-    log_zeta: jax.Array
-
-    @property
-    def dimension(self) -> int:
-        return int(jnp.shape(self.loc)[-1])
-
-    @property
-    def covariance(self) -> jax.Array:
-        return self.scale_tril @ self.scale_tril.T
-
-    def potential(self, position):
-        """``psi(x) = -log N(x; loc, scale_tril scale_tril^T)`` for one flat point."""
-        whitened = solve_triangular(self.scale_tril, position - self.loc, lower=True)
-        log_determinant = jnp.sum(jnp.log(jnp.diagonal(self.scale_tril)))
-        return (
-            0.5 * jnp.sum(whitened**2)
-            + log_determinant
-            + 0.5 * self.dimension * math.log(2 * math.pi)
-        )
-
-    def potential_function(self):
-        """``psi`` as a function of one flat point, with the factorisation done once.
-
-        :return: a function ``x -> psi(x)``; see :meth:`potential_and_gradient`.
-        """
-        potential_and_gradient = self.potential_and_gradient()
-        return lambda position: potential_and_gradient(position)[0]
-
-    def potential_and_gradient(self):
-        """``psi`` and its gradient as one function of a flat point, factorised once.
-
-        The precision matrix ``(L L^T)^{-1}`` is computed here with NumPy (so the result holds no
-        JAX tracer); each call is then one matrix-vector product, ``grad psi = P (x - loc)`` and
-        ``psi = (x - loc)^T grad psi / 2 + const``, or an elementwise scaling for a diagonal
-        base.
-
-        :return: a function ``x -> (psi(x), grad psi(x))``.
-
-        **Example:**
-
-        .. code-block:: python
-
-            value, gradient = base.potential_and_gradient()(jnp.zeros(base.dimension))
-        """
-        scale_tril = np.asarray(self.scale_tril, dtype=np.float64)
-        loc = jnp.asarray(self.loc)
-        diagonal = np.diagonal(scale_tril)
-        normalizer = jnp.asarray(
-            np.sum(np.log(diagonal)) + 0.5 * self.dimension * math.log(2 * math.pi), loc.dtype
-        )
-        if not np.any(np.tril(scale_tril, -1)):
-            precision_diagonal = jnp.asarray(diagonal**-2, loc.dtype)
-
-            def diagonal_potential_and_gradient(position):
-                centred = position - loc
-                gradient = precision_diagonal * centred
-                return 0.5 * jnp.sum(centred * gradient) + normalizer, gradient
-
-            return diagonal_potential_and_gradient
-        inverse_scale_tril = scipy.linalg.solve_triangular(
-            scale_tril, np.eye(self.dimension), lower=True
-        )
-        precision = jnp.asarray(inverse_scale_tril.T @ inverse_scale_tril, loc.dtype)
-
-        def dense_potential_and_gradient(position):
-            centred = position - loc
-            gradient = precision @ centred
-            return 0.5 * jnp.sum(centred * gradient) + normalizer, gradient
-
-        return dense_potential_and_gradient
-
-    def sample(self, rng_key, sample_shape=()):
-        """Draw ``sample_shape`` points from the base."""
-        noise = jax.random.normal(rng_key, tuple(sample_shape) + (self.dimension,))
-        return self.loc + noise @ self.scale_tril.T
-
-
-class MixtureBase(NamedTuple):
-    """A normalised Gaussian-mixture base density on the model's flat unconstrained space.
-
-    ``psi(x) = -log sum_k pi_k N(x; mu_k, L_k L_k^T)``. A base with a component on every mode
-    keeps ``Delta = phi + log zeta - psi`` nearly flat across modes, so the tempered chain finds
-    each mode at ``beta`` near 0 in proportion to its mass (paper eqs. 19 and 23). It offers what
-    the kernels and estimators use of a :class:`GaussianBase`: ``potential_and_gradient``,
-    ``sample``, ``log_zeta``, and the mixture's overall ``loc``, ``covariance`` and
-    ``scale_tril``.
-
-    :param component_locs: means ``mu_k``, shape ``(K, D)``.
-    :param component_scale_trils: lower Cholesky factors ``L_k``, shape ``(K, D, D)``.
-    :param component_log_weights: normalised ``log pi_k``, shape ``(K,)``.
-    :param log_zeta: the guess ``log zeta`` of the target's log normaliser ``log Z``.
-
-    **Example:**
-
-    .. code-block:: python
-
-        base = MixtureBase(
-            jnp.array([[-3.0], [3.0]]), jnp.ones((2, 1, 1)), jnp.log(jnp.array([0.7, 0.3])), 0.0
-        )
-        base.sample(jax.random.PRNGKey(0), (5,))
-    """
-
-    component_locs: jax.Array
-    component_scale_trils: jax.Array
-    component_log_weights: jax.Array
-    log_zeta: jax.Array
-
-    @property
-    def dimension(self) -> int:
-        return int(jnp.shape(self.component_locs)[-1])
-
-    @property
-    def loc(self) -> jax.Array:
-        return jnp.exp(self.component_log_weights) @ self.component_locs
-
-    @property
-    def covariance(self) -> jax.Array:
-        weights = jnp.exp(self.component_log_weights)
-        trils = self.component_scale_trils
-        component_second_moments = trils @ jnp.swapaxes(trils, -1, -2) + jnp.einsum(
-            "ki,kj->kij", self.component_locs, self.component_locs
-        )
-        loc = self.loc
-        return jnp.einsum("k,kij->ij", weights, component_second_moments) - jnp.outer(loc, loc)
-
-    @property
-    def scale_tril(self) -> jax.Array:
-        return jnp.linalg.cholesky(self.covariance)
-
-    def potential(self, position):
-        """``psi(x) = -log sum_k pi_k N(x; mu_k, L_k L_k^T)`` for one flat point."""
-        return self.potential_and_gradient()(position)[0]
-
-    def potential_function(self):
-        """``psi`` as a function of one flat point; see :meth:`potential_and_gradient`."""
-        potential_and_gradient = self.potential_and_gradient()
-        return lambda position: potential_and_gradient(position)[0]
-
-    def potential_and_gradient(self):
-        """``psi`` and its gradient ``sum_k r_k(x) P_k (x - mu_k)`` (``r_k`` the components'
-        responsibilities, ``P_k`` their precisions) as one function of a flat point; the inverse
-        factors are computed once, with NumPy, so the result holds no JAX tracer.
-
-        :return: a function ``x -> (psi(x), grad psi(x))``.
-
-        **Example:**
-
-        .. code-block:: python
-
-            value, gradient = base.potential_and_gradient()(jnp.zeros(base.dimension))
-        """
-        trils = np.asarray(self.component_scale_trils, dtype=np.float64)
-        identity = np.eye(self.dimension)
-        inverse_trils = np.stack(
-            [scipy.linalg.solve_triangular(tril, identity, lower=True) for tril in trils]
-        )
-        locs = jnp.asarray(self.component_locs)
-        dtype = locs.dtype
-        log_normalizers = (
-            np.asarray(self.component_log_weights, dtype=np.float64)
-            - np.sum(np.log(np.diagonal(trils, axis1=1, axis2=2)), axis=1)
-            - 0.5 * self.dimension * math.log(2 * math.pi)
-        )
-        inverse_trils = jnp.asarray(inverse_trils, dtype)
-        log_normalizers = jnp.asarray(log_normalizers, dtype)
-
-        def potential_and_gradient(position):
-            whitened = jnp.einsum("kij,kj->ki", inverse_trils, position - locs)
-            log_components = log_normalizers - 0.5 * jnp.sum(whitened**2, axis=-1)
-            log_density = jax.nn.logsumexp(log_components)
-            responsibilities = jnp.exp(log_components - log_density)
-            gradient = jnp.einsum("k,kji,kj->i", responsibilities, inverse_trils, whitened)
-            return -log_density, gradient
-
-        return potential_and_gradient
-
-    def sample(self, rng_key, sample_shape=()):
-        """Draw ``sample_shape`` points from the mixture."""
-        component_key, noise_key = jax.random.split(rng_key)
-        sample_shape = tuple(sample_shape)
-        components = jax.random.categorical(
-            component_key, self.component_log_weights, shape=sample_shape
-        )
-        noise = jax.random.normal(noise_key, sample_shape + (self.dimension,))
-        trils = self.component_scale_trils[components]
-        return self.component_locs[components] + jnp.einsum("...ij,...j->...i", trils, noise)
-
-
-def validate_base(base, dimension=None) -> GaussianBase | MixtureBase:
-    """Check that ``base`` is a normalised Gaussian (or Gaussian mixture) of the right dimension;
-    return it as arrays.
-
-    :param base: a :class:`GaussianBase` or :class:`MixtureBase`.
-    :param int dimension: the model's number of unconstrained dimensions, if known.
-    :raises TypeError: if ``base`` is neither.
-    :raises ValueError: for wrong shapes, a non-finite ``log_zeta``, mixture weights that do not
-        sum to one or a scale that is not a lower-triangular factor with a positive diagonal
-        (then the density is not normalised).
-    """
-    if isinstance(base, MixtureBase):
-        return _validate_mixture_base(base, dimension)
-    if not isinstance(base, GaussianBase):
-        raise TypeError(
-            "base must be a numpyro_extras.GaussianBase (a normalised Gaussian density with loc, "
-            f"scale_tril and log_zeta) or a MixtureBase, got {type(base).__name__}. Fit one "
-            "with nx.fit_base."
-        )
-    loc = np.asarray(base.loc)
-    scale_tril = np.asarray(base.scale_tril)
-    log_zeta = np.asarray(base.log_zeta)
-    if loc.ndim != 1:
-        raise ValueError(f"base.loc must be a vector of shape (D,), got shape {loc.shape}.")
-    size = loc.shape[0]
-    if scale_tril.shape != (size, size):
-        raise ValueError(
-            f"base.scale_tril must have shape {(size, size)} to match base.loc, got "
-            f"{scale_tril.shape}."
-        )
-    if log_zeta.shape != () or not np.isfinite(log_zeta):
-        raise ValueError(f"base.log_zeta must be a finite scalar, got {log_zeta}.")
-    if not (np.all(np.isfinite(loc)) and np.all(np.isfinite(scale_tril))):
-        raise ValueError("base.loc and base.scale_tril must be finite.")
-    if np.any(np.triu(scale_tril, 1) != 0) or np.any(np.diagonal(scale_tril) <= 0):
-        raise ValueError(
-            "base.scale_tril must be lower triangular with a positive diagonal, or the base is "
-            "not a normalised density."
-        )
-    if dimension is not None and size != dimension:
-        raise ValueError(
-            f"The base has dimension {size} but the model has {dimension} unconstrained dimensions."
-        )
-    return GaussianBase(jnp.asarray(loc), jnp.asarray(scale_tril), jnp.asarray(log_zeta))
-
-
-def _validate_mixture_base(base: MixtureBase, dimension) -> MixtureBase:
-    locs = np.asarray(base.component_locs)
-    trils = np.asarray(base.component_scale_trils)
-    log_weights = np.asarray(base.component_log_weights)
-    log_zeta = np.asarray(base.log_zeta)
-    if locs.ndim != 2 or trils.shape != locs.shape + locs.shape[-1:]:
-        raise ValueError(
-            "MixtureBase.component_locs must have shape (K, D) and component_scale_trils "
-            f"(K, D, D), got {locs.shape} and {trils.shape}."
-        )
-    if log_weights.shape != locs.shape[:1] or not abs(logsumexp(log_weights)) < 1e-6:
-        raise ValueError(
-            "MixtureBase.component_log_weights must be K log weights whose exponentials sum to "
-            f"1, got {log_weights}."
-        )
-    if log_zeta.shape != () or not np.isfinite(log_zeta):
-        raise ValueError(f"base.log_zeta must be a finite scalar, got {log_zeta}.")
-    if not (np.all(np.isfinite(locs)) and np.all(np.isfinite(trils))):
-        raise ValueError("MixtureBase.component_locs and component_scale_trils must be finite.")
-    diagonals = np.diagonal(trils, axis1=1, axis2=2)
-    if np.any(np.triu(trils, 1) != 0) or np.any(diagonals <= 0):
-        raise ValueError(
-            "Every MixtureBase.component_scale_trils[k] must be lower triangular with a positive "
-            "diagonal, or the base is not a normalised density."
-        )
-    if dimension is not None and locs.shape[1] != dimension:
-        raise ValueError(
-            f"The base has dimension {locs.shape[1]} but the model has {dimension} unconstrained "
-            "dimensions."
-        )
-    return MixtureBase(
-        jnp.asarray(locs), jnp.asarray(trils), jnp.asarray(log_weights), jnp.asarray(log_zeta)
-    )
+__all__ = ["fit_base"]
 
 
 class _LocalFit(NamedTuple):
@@ -630,7 +348,7 @@ def _importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, 
     return _MixtureEstimate(
         log_zeta=float(log_total - math.log(len(positions))),
         masses=weights @ responsibilities,
-        effective_sample_size=float(1.0 / np.sum(weights**2)),
+        effective_sample_size=float(effective_sample_size(jnp.asarray(log_weights))),
         pareto_k=float(pareto_k),
         positions=positions,
         log_weights=log_weights,
@@ -848,9 +566,7 @@ def fit_base(
         )
         return _bootstrap(
             bootstrap_key,
-            model,
-            model_args,
-            model_kwargs,
+            flat_model,
             base,
             bootstrap_rounds,
             bootstrap_num_warmup,
@@ -982,24 +698,35 @@ def _prior_moment_base(rng_key, model, model_args, model_kwargs, flat_model, num
     return base._replace(log_zeta=jnp.asarray(log_zeta, dtype))
 
 
-def _bootstrap(
-    rng_key, model, model_args, model_kwargs, base, rounds, num_warmup, num_samples, num_chains
-):
-    # Imported here: the kernels module builds on this one.
-    from numpyro.infer import MCMC
-
-    from numpyro_extras.tempering.estimators import refit_base
-    from numpyro_extras.tempering.kernels import GibbsContinuousTempering
-
+def _bootstrap(rng_key, flat_model, base, rounds, num_warmup, num_samples, num_chains):
+    """Bootstrap rounds of ``method="gaussian"``: each is a short run of Gibbs continuous
+    tempering with the current base, then the Gaussian with the run's target-weighted moments
+    (eq. 21) and ``log zeta`` = its ``log Z`` estimate (eq. 20)."""
     for round_key in jax.random.split(rng_key, rounds):
-        mcmc = MCMC(
-            GibbsContinuousTempering(model, base=base),
-            num_warmup=num_warmup,
-            num_samples=num_samples,
-            num_chains=num_chains,
-            chain_method="vectorized",
-            progress_bar=False,
-        )
-        mcmc.run(round_key, *model_args, **model_kwargs)
-        base = refit_base(mcmc)
+        base = _bootstrap_round(round_key, flat_model, base, num_warmup, num_samples, num_chains)
     return base
+
+
+def _bootstrap_round(rng_key, flat_model, base, num_warmup, num_samples, num_chains):
+    # The functional core with the Gibbs kernel's defaults (20 leapfrog steps, adapted step
+    # size, mass and log zeta); no replica, whose draws the refit does not use.
+    algo, settings = hmc_settings(HMC, num_steps=20)
+    init_fn, step_fn = gibbs_tempering(
+        flat_model.potential_fn, base, lambda position: position, algo=algo, replica_moves=False
+    )
+    draw_key, chain_key = jax.random.split(rng_key)
+    states = jax.vmap(lambda position, key: init_fn(position, key, num_warmup, **settings))(
+        base.sample(draw_key, (num_chains,)), jax.random.split(chain_key, num_chains)
+    )
+
+    def transition(states, _):
+        states = jax.vmap(lambda state: step_fn(state, num_warmup))(states)
+        return states, (states.tempered_z, states.delta, states.log_zeta)
+
+    _, trace = jax.lax.scan(transition, states, None, length=num_warmup + num_samples)
+    draws, delta, log_zeta = (np.asarray(values[num_warmup:], dtype=np.float64) for values in trace)
+    log_w1 = log_zeta + np.asarray(log_target_weight(delta), dtype=np.float64)
+    log_z = logsumexp(log_w1) - logsumexp(np.asarray(log_base_weight(delta), dtype=np.float64))
+    return weighted_gaussian(
+        draws.reshape(-1, flat_model.dimension), log_w1.ravel(), log_z, base.loc.dtype
+    )

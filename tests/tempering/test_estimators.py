@@ -15,12 +15,9 @@ from numpyro.infer import MCMC
 
 import numpyro_extras as nx
 from numpyro_extras import targets
+from numpyro_extras.bases import validate_base
 from numpyro_extras.multimodal_targets import sign_product_target
-from numpyro_extras.tempering.base import (
-    _batched_potential,
-    _importance_masses,
-    validate_base,
-)
+from numpyro_extras.tempering.base_fit import _batched_potential, _importance_masses
 
 BIMODAL_LOG_Z = 2.0
 BIMODAL_BASE = nx.GaussianBase(
@@ -249,3 +246,26 @@ def test_fit_base_mean_field_guide():
     np.testing.assert_allclose(np.diagonal(base.covariance), [1.0, 0.25], rtol=0.2)
     # an exact fit: the ELBO is log Z
     assert abs(float(base.log_zeta) - 1.5) < 0.05
+
+
+def test_gaussian_bootstrap_round_refits_to_the_tempering_run():
+    """A bootstrap round of method="gaussian" replaces the mean-field fit's zero correlation by
+    the run's weighted covariance, and log zeta by the run's log Z."""
+    loc = jnp.array([1.0, -2.0])
+    scale_tril = jnp.array([[1.0, 0.0], [0.5, 0.5]])
+    settings = dict(method="gaussian", guide="diagonal", num_steps=500, progress_bar=False)
+    args = (loc, scale_tril, 1.5)
+    fitted = nx.fit_base(jax.random.PRNGKey(0), targets.gaussian_model, args, **settings)
+    assert float(fitted.covariance[0, 1]) == 0.0
+    refitted = nx.fit_base(
+        jax.random.PRNGKey(0),
+        targets.gaussian_model,
+        args,
+        bootstrap_rounds=1,
+        bootstrap_num_warmup=200,
+        bootstrap_num_samples=500,
+        **settings,
+    )
+    np.testing.assert_allclose(refitted.covariance, scale_tril @ scale_tril.T, atol=0.15)
+    np.testing.assert_allclose(refitted.loc, loc, atol=0.1)
+    assert abs(float(refitted.log_zeta) - 1.5) < 0.1

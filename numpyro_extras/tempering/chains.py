@@ -1,0 +1,764 @@
+"""The functional core of joint and Gibbs continuous tempering (Graham & Storkey,
+"Continuously tempered HMC"): pure, jittable ``init``/``step`` functions on
+:class:`TemperingState`, under the thin kernel classes of :mod:`numpyro_extras.tempering.kernels`.
+
+Both chains sample the target ``exp(-phi(x)) / Z`` together with an inverse temperature
+``beta`` in [0, 1] that bridges a normalised base ``exp(-psi(x))`` (``beta = 0``) and the target
+(``beta = 1``). Every tempered draw carries the Rao-Blackwellised weights of paper eqs. 20-22.
+
+Beside the tempered chain ``(x, beta)`` each chain keeps a target replica ``y``: after every
+transition, ``x`` and ``y`` swap places with probability
+``min(1, exp((1 - beta) (Delta(y) - Delta(x))))``, a Metropolis step on the product density
+``p(x, beta) p(y)`` (paper eq. 16 times the target). So ``y`` is an exact posterior chain.
+``phi``, its gradient and ``psi`` are cached at ``y``, so a swap costs no gradient evaluation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from numpyro.infer.hmc import HMCState, hmc
+
+from numpyro_extras.bases import GaussianBase
+from numpyro_extras.compiled_chain import BuildTag
+from numpyro_extras.metropolis import metropolis_accept, select
+from numpyro_extras.tempering.weights import sample_inverse_temperature
+
+__all__ = [
+    "PointEvaluation",
+    "TemperatureMixing",
+    "TemperingState",
+    "extended_potential",
+    "inverse_temperature",
+    "joint_tempering",
+    "gibbs_tempering",
+    "swap_with_replica",
+    "propose_from_base",
+    "log_zeta_step_size",
+]
+
+# Draws with beta below / above these count as visits to the base / target end.
+NEAR_BASE = 0.1
+NEAR_TARGET = 0.9
+
+
+class TemperatureMixing(NamedTuple):
+    """Running counts, over the kept draws, of how well the inverse temperature mixes.
+
+    :param num_draws: draws counted (warm-up excluded).
+    :param num_near_base: draws with ``beta < 0.1``.
+    :param num_near_target: draws with ``beta > 0.9``.
+    :param num_end_switches: moves from one end to the other; two make a round trip.
+    :param last_end: -1 before any end was visited, 0 at the base end, 1 at the target end.
+    """
+
+    num_draws: jax.Array
+    num_near_base: jax.Array
+    num_near_target: jax.Array
+    num_end_switches: jax.Array
+    last_end: jax.Array
+
+    @property
+    def num_round_trips(self):
+        return self.num_end_switches // 2
+
+
+class PointEvaluation(NamedTuple):
+    """``phi``, ``psi`` and their gradients at one flat point: all a swap or a new ``beta`` needs.
+
+    :param position: the flat point ``x``.
+    :param target_potential: ``phi(x)``.
+    :param target_gradient: ``grad phi(x)``.
+    :param base_potential: ``psi(x)``.
+    :param base_gradient: ``grad psi(x)``.
+    """
+
+    position: jax.Array
+    target_potential: jax.Array
+    target_gradient: jax.Array
+    base_potential: jax.Array
+    base_gradient: jax.Array
+
+    @property
+    def log_ratio(self):
+        """``phi(x) - psi(x)``, which is ``Delta(x) - log zeta``."""
+        return self.target_potential - self.base_potential
+
+    @property
+    def finite(self):
+        return jnp.isfinite(self.log_ratio) & jnp.all(jnp.isfinite(self.target_gradient))
+
+
+class TemperingState(NamedTuple):
+    """State of a continuous tempering chain.
+
+    :param z: the target replica ``y``, an exact posterior draw: a dict of unconstrained site
+        values for a model, or the flat position for a ``potential_fn``. This is the
+        ``sample_field``, so ``mcmc.get_samples()`` is the posterior.
+    :param tempered_z: the tempered chain's position ``x``, in the same form as ``z``.
+    :param beta: the tempered chain's inverse temperature in [0, 1].
+    :param delta: ``Delta(x) = phi(x) + log zeta - psi(x)`` at ``tempered_z``.
+    :param log_zeta: this chain's ``log zeta``: adapted during warm-up (if enabled), then fixed.
+    :param potential_energy: ``phi(y)``, the potential of the posterior draw ``z``.
+    :param swap_accept_prob: acceptance probability of this transition's swap of ``x`` and ``y``.
+    :param base_accept_prob: acceptance probability of this transition's proposal of a new ``x``
+        drawn from the base (0 when the kernel makes none).
+    :param replica: the :class:`PointEvaluation` at ``y``.
+    :param tempered: the :class:`PointEvaluation` at ``x``.
+    :param iteration: number of transitions so far, warm-up included.
+    :param inner_state: the NumPyro HMC/NUTS state the kernel moves with (on the extended space
+        ``(x, u)`` for joint tempering, on ``x`` for Gibbs tempering).
+    :param replica_inner_state: the NumPyro HMC/NUTS state of the replica's own move on the
+        target (``None`` when the kernel makes none).
+    :param mixing: :class:`TemperatureMixing` counts.
+    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param rng_key: random key.
+    """
+
+    z: Any
+    tempered_z: Any
+    beta: jax.Array
+    delta: jax.Array
+    log_zeta: jax.Array
+    potential_energy: jax.Array
+    swap_accept_prob: jax.Array
+    base_accept_prob: jax.Array
+    replica: PointEvaluation
+    tempered: PointEvaluation
+    iteration: jax.Array
+    inner_state: HMCState
+    replica_inner_state: HMCState | None
+    mixing: TemperatureMixing
+    build: BuildTag
+    rng_key: jax.Array
+
+    @property
+    def diverging(self):
+        return self.inner_state.diverging
+
+    @property
+    def accept_prob(self):
+        return self.inner_state.accept_prob
+
+    @property
+    def mean_accept_prob(self):
+        return self.inner_state.mean_accept_prob
+
+    @property
+    def num_steps(self):
+        return self.inner_state.num_steps
+
+    @property
+    def energy(self):
+        return self.inner_state.energy
+
+    @property
+    def adapt_state(self):
+        return self.inner_state.adapt_state
+
+    @property
+    def step_size(self):
+        return self.inner_state.adapt_state.step_size
+
+    @property
+    def replica_accept_prob(self):
+        """Acceptance probability of the replica's own HMC/NUTS move (0 when there is none)."""
+        if self.replica_inner_state is None:
+            return jnp.zeros_like(self.beta)
+        return self.replica_inner_state.accept_prob
+
+    @property
+    def replica_diverging(self):
+        """Whether the replica's own HMC/NUTS move diverged."""
+        if self.replica_inner_state is None:
+            return jnp.zeros(jnp.shape(self.beta), bool)
+        return self.replica_inner_state.diverging
+
+    def __getattr__(self, name):
+        # Reached only for names that are neither fields nor properties: NumPyro's MCMC looks
+        # up `extra_fields` by name, so say which names exist.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(_unknown_field_message(name))
+
+    def __getitem__(self, key):
+        # NumPyro's field lookup falls back to indexing, which for a tuple would hide the
+        # message above behind "tuple indices must be integers".
+        if isinstance(key, str):
+            raise AttributeError(_unknown_field_message(key))
+        return tuple.__getitem__(self, key)
+
+
+def _unknown_field_message(name):
+    return (
+        f"A continuous tempering state has no field {name!r}. extra_fields can name: "
+        f"{', '.join(TEMPERING_FIELDS)}."
+    )
+
+
+TEMPERING_FIELDS = TemperingState._fields[:8] + (
+    "iteration",
+    "diverging",
+    "accept_prob",
+    "mean_accept_prob",
+    "num_steps",
+    "energy",
+    "step_size",
+    "adapt_state.step_size",
+    "adapt_state.inverse_mass_matrix",
+    "replica_accept_prob",
+    "replica_diverging",
+    "mixing.num_round_trips",
+)
+
+
+def inverse_temperature(temperature_control, beta_scale=1.0):
+    """``beta = sigmoid(u / s)``, the map from the unbounded control ``u`` to [0, 1] (paper
+    section 4)."""
+    return jax.nn.sigmoid(temperature_control / beta_scale)
+
+
+def log_zeta_step_size(iteration):
+    """Gain of the warm-up update of ``log zeta`` at ``iteration`` (1, 2, ...).
+
+    A Robbins-Monro sequence (sum diverges, sum of squares converges): about 0.5 nats at the
+    start, so a ``log zeta`` many nats off is corrected within the first hundred transitions,
+    and about 0.05 after a thousand, so it settles.
+    """
+    return 0.5 / (1.0 + iteration / 20.0) ** 0.6
+
+
+def tempered_potential(target_potential_fn, base: GaussianBase):
+    """``(x, beta) -> beta phi(x) + (1 - beta) psi(x)``: the tempered family's potential (eq. 8).
+
+    The gradient (in ``x`` and in ``beta``, through ``jax.grad`` and ``jax.jvp``) is computed in
+    the same pass as the value, from ``phi``'s gradient and ``psi``'s closed-form one: autodiff
+    through the ``beta``-weighted sum costs, under ``vmap`` on CPU, about as much again as
+    ``phi``'s own gradient.
+
+    :param target_potential_fn: ``phi``, the target's potential on flat ``x``.
+    :param GaussianBase base: the base density ``psi``.
+    :return: a function ``(x, beta) -> scalar``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        potential = tempered_potential(phi, base)
+        jax.grad(potential)(x, 0.5)   # 0.5 * grad phi(x) + 0.5 * grad psi(x)
+    """
+    target_value_and_grad = jax.value_and_grad(target_potential_fn)
+    base_potential_and_gradient = base.potential_and_gradient()
+
+    def value_and_gradients(position, beta):
+        target_potential, target_gradient = target_value_and_grad(position)
+        base_potential, base_gradient = base_potential_and_gradient(position)
+        difference = target_potential - base_potential
+        value = base_potential + beta * difference
+        return value, base_gradient + beta * (target_gradient - base_gradient), difference
+
+    @jax.custom_jvp
+    def potential(position, beta):
+        return value_and_gradients(position, beta)[0]
+
+    @potential.defjvp
+    def potential_jvp(primals, tangents):
+        value, position_gradient, difference = value_and_gradients(*primals)
+        position_tangent, beta_tangent = tangents
+        return value, jnp.dot(position_gradient, position_tangent) + difference * beta_tangent
+
+    return potential
+
+
+def _log_jacobian(scaled_control):
+    """``-log |d beta / d u|`` up to the constant ``log s`` (paper eq. 14)."""
+    return jax.nn.softplus(-scaled_control) + jax.nn.softplus(scaled_control)
+
+
+def _extended_potential_family(target_potential_fn, base: GaussianBase, beta_scale):
+    tempered = tempered_potential(target_potential_fn, base)
+
+    def potential(extended_position, log_zeta):
+        position, temperature_control = extended_position[:-1], extended_position[-1]
+        scaled_control = temperature_control / beta_scale
+        beta = jax.nn.sigmoid(scaled_control)
+        return tempered(position, beta) + beta * log_zeta + _log_jacobian(scaled_control)
+
+    return potential
+
+
+def extended_potential(target_potential_fn, base: GaussianBase, beta_scale=1.0, log_zeta=None):
+    """The potential of joint continuous tempering on the extended space ``(x, u)`` (eq. 14-15).
+
+    ``U(x, u) = beta [phi(x) + log zeta] + (1 - beta) psi(x) + softplus(-u/s) + softplus(u/s)``
+    with ``beta = sigmoid(u / s)``; the last two terms are ``-log |d beta / d u|`` (up to the
+    constant ``log s``), which make the implied prior on ``beta`` uniform (eq. 16).
+
+    :param target_potential_fn: ``phi``, the target's potential on flat ``x``.
+    :param GaussianBase base: the base density ``psi``.
+    :param float beta_scale: the scale ``s``.
+    :param log_zeta: ``log zeta``; default ``base.log_zeta``.
+    :return: a function of the flat extended position ``concatenate([x, [u]])``, differentiable
+        through :func:`tempered_potential`'s hand-written gradient.
+
+    **Example:**
+
+    .. code-block:: python
+
+        potential = extended_potential(phi, base)
+        jax.grad(potential)(jnp.append(x, -10.0))
+    """
+    family = _extended_potential_family(target_potential_fn, base, beta_scale)
+    log_zeta = base.log_zeta if log_zeta is None else log_zeta
+    return lambda extended_position: family(extended_position, log_zeta)
+
+
+def _joint_energy(evaluation: PointEvaluation, temperature_control, log_zeta, beta_scale):
+    """``U(x, u)`` of eq. 14 and its gradient from cached values of ``phi`` and ``psi``."""
+    scaled_control = temperature_control / beta_scale
+    beta = jax.nn.sigmoid(scaled_control)
+    delta = evaluation.log_ratio + log_zeta
+    energy = (
+        beta * (evaluation.target_potential + log_zeta)
+        + (1.0 - beta) * evaluation.base_potential
+        + _log_jacobian(scaled_control)
+    )
+    position_gradient = beta * evaluation.target_gradient + (1.0 - beta) * evaluation.base_gradient
+    control_gradient = (beta * (1.0 - beta) * delta + 2.0 * beta - 1.0) / beta_scale
+    return energy, jnp.append(position_gradient, control_gradient)
+
+
+def _initial_mixing():
+    zero = jnp.zeros((), dtype=jnp.int32)
+    return TemperatureMixing(zero, zero, zero, zero, jnp.full((), -1, dtype=jnp.int32))
+
+
+def _update_mixing(mixing: TemperatureMixing, beta, counted) -> TemperatureMixing:
+    near_base = beta < NEAR_BASE
+    near_target = beta > NEAR_TARGET
+    end = jnp.where(near_base, 0, jnp.where(near_target, 1, -1))
+    switched = (end >= 0) & (mixing.last_end >= 0) & (end != mixing.last_end)
+    counted = counted.astype(jnp.int32)
+    return TemperatureMixing(
+        num_draws=mixing.num_draws + counted,
+        num_near_base=mixing.num_near_base + counted * near_base,
+        num_near_target=mixing.num_near_target + counted * near_target,
+        num_end_switches=mixing.num_end_switches + counted * switched,
+        last_end=jnp.where(end >= 0, end, mixing.last_end).astype(jnp.int32),
+    )
+
+
+def _point_evaluator(target_potential_fn, base: GaussianBase):
+    target_value_and_grad = jax.value_and_grad(target_potential_fn)
+    base_value_and_grad = base.potential_and_gradient()
+
+    def evaluate(position) -> PointEvaluation:
+        target_potential, target_gradient = target_value_and_grad(position)
+        base_potential, base_gradient = base_value_and_grad(position)
+        return PointEvaluation(
+            position, target_potential, target_gradient, base_potential, base_gradient
+        )
+
+    return evaluate
+
+
+def swap_with_replica(rng_key, beta, tempered: PointEvaluation, replica: PointEvaluation):
+    """Propose to swap the tempered point ``x`` and the target replica ``y``.
+
+    The swap is a Metropolis step on ``p(x, beta) p(y)``, with ``p(x, beta)`` the joint density
+    of paper eq. 16 and ``p(y)`` the target; the ratio is
+    ``exp((1 - beta) (Delta(y) - Delta(x)))``, in which ``log zeta`` cancels. It needs only the
+    cached values, no new evaluation of ``phi``.
+
+    :param rng_key: key for the acceptance draw.
+    :param beta: the tempered chain's inverse temperature.
+    :param PointEvaluation tempered: the evaluation at ``x``.
+    :param PointEvaluation replica: the evaluation at ``y``.
+    :return: ``(tempered, replica, accept_prob)`` after the swap (or without it).
+
+    **Example:**
+
+    .. code-block:: python
+
+        tempered, replica, accept_prob = swap_with_replica(key, 0.3, evaluate(x), evaluate(y))
+    """
+    log_ratio = (1.0 - beta) * (replica.log_ratio - tempered.log_ratio)
+    accept, accept_prob = metropolis_accept(rng_key, log_ratio)
+    return select(accept, replica, tempered), select(accept, tempered, replica), accept_prob
+
+
+def propose_from_base(rng_key, beta, tempered: PointEvaluation, base, evaluate):
+    """Propose a new tempered point ``x'`` drawn from the base, keeping ``beta``.
+
+    An independence Metropolis-Hastings step on ``x | beta``, whose density
+    ``exp(-beta phi - (1 - beta) psi)`` (paper eq. 8) divided by the proposal ``exp(-psi)`` is
+    ``exp(-beta Delta)``: the acceptance is ``min(1, exp(-beta (Delta(x') - Delta(x))))``. Near
+    ``beta = 0`` almost every proposal is accepted, so a chain that goes down to the base leaves
+    its mode for a fresh draw from the whole base instead of drifting from where it was; near
+    ``beta = 1`` it moves only to points the target weighs more than the base does. It costs one
+    evaluation of ``phi`` and its gradient.
+
+    :param rng_key: key for the proposal and the acceptance draw.
+    :param beta: the inverse temperature of the move.
+    :param PointEvaluation tempered: the evaluation at the current ``x``.
+    :param base: the base density (anything with ``sample(rng_key)``).
+    :param evaluate: flat position -> :class:`PointEvaluation`.
+    :return: ``(tempered, accept_prob)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        tempered, accept_prob = propose_from_base(key, 0.05, evaluate(x), base, evaluate)
+    """
+    proposal_key, accept_key = jax.random.split(rng_key)
+    position = tempered.position
+    proposal = evaluate(base.sample(proposal_key).astype(position.dtype))
+    log_ratio = -beta * (proposal.log_ratio - tempered.log_ratio)
+    # A proposal where phi or its gradient is not finite is a rejection.
+    log_ratio = jnp.where(proposal.finite, log_ratio, -jnp.inf)
+    accept, accept_prob = metropolis_accept(accept_key, log_ratio)
+    return select(accept, proposal, tempered), accept_prob
+
+
+def _base_move(base, evaluate, enabled):
+    """``(rng_key, beta, tempered) -> (tempered, accept_prob)``: :func:`propose_from_base`, or
+    no move when disabled."""
+    if not enabled:
+        return lambda rng_key, beta, tempered: (tempered, jnp.zeros_like(tempered.log_ratio))
+    return lambda rng_key, beta, tempered: propose_from_base(
+        rng_key, beta, tempered, base, evaluate
+    )
+
+
+def _replica_mover(target_potential_fn, base, algo, enabled):
+    """``(init, move)`` of the target replica's own HMC or NUTS move on ``exp(-phi)``.
+
+    The swaps alone move ``y`` only when the tempered chain comes near ``beta = 1`` with a new
+    point, which in many dimensions is seldom; a move of ``y`` that leaves the target invariant
+    makes ``y`` a NUTS (or HMC) chain on the posterior between swaps, which still bring it
+    points from other modes. The move has its own warm-up (step size and mass matrix), and
+    caches ``phi`` and its gradient as NumPyro's state does, so only ``psi`` is evaluated anew.
+
+    :return: ``init(position, num_warmup, rng_key, settings) -> HMCState | None`` and
+        ``move(rng_key, replica, inner) -> (replica, inner)``; without ``enabled``, no state and
+        no move.
+    """
+    if not enabled:
+        return (
+            lambda position, num_warmup, rng_key, settings: None,
+            lambda rng_key, replica, inner: (replica, inner),
+        )
+    hmc_init, hmc_sample = hmc(potential_fn=target_potential_fn, algo=algo)
+    base_value_and_grad = base.potential_and_gradient()
+
+    def init(position, num_warmup, rng_key, settings):
+        # A mass matrix given for the tempered move (of (x, u) under joint tempering) need not
+        # fit y; the replica's warm-up adapts its own.
+        settings = {key: value for key, value in settings.items() if key != "inverse_mass_matrix"}
+        return hmc_init(position, num_warmup, rng_key=rng_key, **settings)
+
+    def move(rng_key, replica: PointEvaluation, inner: HMCState):
+        # A swap may have replaced y since the last move: restart from the cached values at y.
+        synced = inner._replace(
+            z=replica.position,
+            potential_energy=replica.target_potential,
+            z_grad=replica.target_gradient,
+            energy=inner.energy + replica.target_potential - inner.potential_energy,
+            rng_key=rng_key,
+        )
+        moved = hmc_sample(synced)
+        evaluation = PointEvaluation(
+            moved.z, moved.potential_energy, moved.z_grad, *base_value_and_grad(moved.z)
+        )
+        finite = evaluation.finite
+        return select(finite, evaluation, replica), select(finite, moved, _rejected(synced, moved))
+
+    return init, move
+
+
+def _adapt_log_zeta(log_zeta, tempered: PointEvaluation, iteration, num_warmup, adapt):
+    """One Robbins-Monro step of ``log zeta`` during warm-up.
+
+    The fixed point balances the two ends of ``beta``: ``E[tanh(-Delta / 2)] = 0``, which for a
+    base proportional to the target is ``zeta = Z``, where ``p(beta = 1) / p(beta = 0) = Z / zeta``
+    (paper eq. 19) is 1. A chain stuck at ``beta`` near 0 has ``Delta > 0`` and lowers
+    ``log zeta``; one stuck near 1 raises it.
+    """
+    delta = tempered.log_ratio + log_zeta
+    updated = log_zeta + log_zeta_step_size(iteration) * jnp.tanh(-0.5 * delta)
+    in_warmup = adapt & (iteration <= num_warmup) & jnp.isfinite(updated)
+    return jnp.where(in_warmup, updated, log_zeta)
+
+
+def _rejected(previous: HMCState, moved: HMCState) -> HMCState:
+    """The inner state after a transition to a point where ``phi`` or its gradient is not finite:
+    the previous point, with the adaptation and counters moved on and the step marked divergent."""
+    return previous._replace(
+        i=moved.i,
+        adapt_state=moved.adapt_state,
+        num_steps=moved.num_steps,
+        accept_prob=jnp.zeros_like(moved.accept_prob),
+        mean_accept_prob=moved.mean_accept_prob,
+        diverging=jnp.ones_like(moved.diverging),
+        rng_key=moved.rng_key,
+    )
+
+
+def _moved_or_rejected(state: TemperingState, moved: HMCState, evaluation: PointEvaluation):
+    """The move's point, or the previous one if ``phi`` or its gradient is not finite there."""
+    finite = evaluation.finite
+    return (
+        select(finite, evaluation, state.tempered),
+        select(finite, moved, _rejected(state.inner_state, moved)),
+    )
+
+
+def _next_state(unravel_fn, state: TemperingState, num_warmup, moved_on, rng_key):
+    """The state after one transition: ``moved_on`` is ``(tempered, replica, beta, log_zeta,
+    (swap_accept_prob, base_accept_prob), (inner_state, replica_inner_state))``."""
+    tempered, replica, beta, log_zeta, accept_probs, inner_states = moved_on
+    iteration = state.iteration + 1
+    mixing = _update_mixing(state.mixing, beta, iteration > num_warmup)
+    new_state = _tempering_state(
+        unravel_fn, tempered, replica, beta, log_zeta, accept_probs, iteration, inner_states, mixing
+    )
+    return new_state._replace(build=state.build, rng_key=rng_key)
+
+
+def _tempering_state(
+    unravel_fn,
+    tempered,
+    replica,
+    beta,
+    log_zeta,
+    accept_probs,
+    iteration,
+    inner_states,
+    mixing,
+    tag=None,
+):
+    swap_accept_prob, base_accept_prob = accept_probs
+    inner, replica_inner = inner_states
+    return TemperingState(
+        z=unravel_fn(replica.position),
+        tempered_z=unravel_fn(tempered.position),
+        beta=beta,
+        delta=tempered.log_ratio + log_zeta,
+        log_zeta=log_zeta,
+        potential_energy=replica.target_potential,
+        swap_accept_prob=swap_accept_prob,
+        base_accept_prob=base_accept_prob,
+        replica=replica,
+        tempered=tempered,
+        iteration=iteration,
+        inner_state=inner,
+        replica_inner_state=replica_inner,
+        mixing=mixing,
+        build=tag,
+        rng_key=None,
+    )
+
+
+def joint_tempering(
+    target_potential_fn,
+    base: GaussianBase,
+    unravel_fn,
+    *,
+    algo="NUTS",
+    beta_scale=1.0,
+    initial_beta_logit=-10.0,
+    adapt_log_zeta=True,
+    base_proposals=True,
+    replica_moves=True,
+    tag=None,
+):
+    """Pure ``init``/``step`` of joint continuous tempering with a target replica.
+
+    Each step is one HMC or NUTS transition on the extended space ``(x, u)`` of paper eq. 14
+    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass, ``u``
+    included), then a proposal of ``x`` from the base at the new ``beta``
+    (:func:`propose_from_base`), then :func:`swap_with_replica`, then a move of the replica on
+    the target; during warm-up ``log zeta`` is adapted so that the chain reaches both ends of
+    ``beta``.
+
+    :param target_potential_fn: ``phi`` on flat ``x``.
+    :param GaussianBase base: base density and initial ``log zeta``.
+    :param unravel_fn: flat ``x`` -> the ``z`` stored in the state.
+    :param str algo: ``"NUTS"`` or ``"HMC"``.
+    :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)``.
+    :param float initial_beta_logit: starting ``u / s``.
+    :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
+    :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base
+        (:func:`propose_from_base`).
+    :param bool replica_moves: after the swap, move the replica ``y`` with its own HMC or NUTS
+        transition (``algo``) on the target.
+    :param tag: the build tag stored in the state.
+    :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
+        and ``step_fn(state, num_warmup)``, both for one chain.
+    """
+    potential_family = _extended_potential_family(target_potential_fn, base, beta_scale)
+
+    def potential_fn_gen(log_zeta):
+        return lambda extended_position: potential_family(extended_position, log_zeta)
+
+    hmc_init, hmc_sample = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
+    evaluate = _point_evaluator(target_potential_fn, base)
+    log_zeta_0 = base.log_zeta
+    base_move = _base_move(base, evaluate, base_proposals)
+    replica_init, replica_move = _replica_mover(target_potential_fn, base, algo, replica_moves)
+
+    def init_fn(position, rng_key, num_warmup, **hmc_settings):
+        hmc_key, replica_key, rng_key = jax.random.split(rng_key, 3)
+        control = jnp.asarray(initial_beta_logit * beta_scale, position.dtype)
+        log_zeta = jnp.asarray(log_zeta_0, position.dtype)
+        inner = hmc_init(
+            jnp.append(position, control),
+            num_warmup,
+            model_args=(log_zeta,),
+            rng_key=hmc_key,
+            **hmc_settings,
+        )
+        evaluation = evaluate(position)
+        zero = jnp.zeros((), jnp.int32)
+        state = _tempering_state(
+            unravel_fn,
+            evaluation,
+            evaluation,
+            inverse_temperature(control, beta_scale),
+            log_zeta,
+            (jnp.ones((), position.dtype), jnp.zeros((), position.dtype)),
+            zero,
+            (inner, replica_init(position, num_warmup, replica_key, hmc_settings)),
+            _initial_mixing(),
+            tag,
+        )
+        return state._replace(rng_key=rng_key)
+
+    def step_fn(state: TemperingState, num_warmup):
+        rng_key, hmc_key, base_key, swap_key, replica_key = jax.random.split(state.rng_key, 5)
+        moved = hmc_sample(
+            state.inner_state._replace(rng_key=hmc_key), model_args=(state.log_zeta,)
+        )
+        tempered, inner = _moved_or_rejected(state, moved, evaluate(moved.z[:-1]))
+        control = inner.z[-1]
+        beta = inverse_temperature(control, beta_scale)
+        tempered, base_accept_prob = base_move(base_key, beta, tempered)
+        iteration = state.iteration + 1
+        log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)
+        tempered, replica, swap_accept_prob = swap_with_replica(
+            swap_key, beta, tempered, state.replica
+        )
+        replica, replica_inner = replica_move(replica_key, replica, state.replica_inner_state)
+        # The moves above may have changed x: the HMC state follows from the cached values.
+        energy, gradient = _joint_energy(tempered, control, log_zeta, beta_scale)
+        inner = inner._replace(
+            z=jnp.append(tempered.position, control),
+            potential_energy=energy,
+            z_grad=gradient,
+            energy=inner.energy + energy - inner.potential_energy,
+        )
+        accept_probs = (swap_accept_prob, base_accept_prob)
+        moved_on = (tempered, replica, beta, log_zeta, accept_probs, (inner, replica_inner))
+        return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
+
+    return init_fn, step_fn
+
+
+def gibbs_tempering(
+    target_potential_fn,
+    base: GaussianBase,
+    unravel_fn,
+    *,
+    algo="HMC",
+    adapt_log_zeta=True,
+    base_proposals=True,
+    replica_moves=True,
+    tag=None,
+):
+    """Pure ``init``/``step`` of Gibbs continuous tempering with a target replica.
+
+    Each step moves ``x`` with HMC or NUTS leaving ``exp(-beta phi - (1 - beta) psi)`` invariant
+    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass), then a
+    proposal of ``x`` from the base at the same ``beta`` (:func:`propose_from_base`), draws
+    ``beta | x`` exactly from the truncated exponential of paper eq. 17, then
+    :func:`swap_with_replica`, then a move of the replica on the target; during warm-up
+    ``log zeta`` is adapted first.
+
+    :param target_potential_fn: ``phi`` on flat ``x``.
+    :param GaussianBase base: base density and initial ``log zeta``.
+    :param unravel_fn: flat ``x`` -> the ``z`` stored in the state.
+    :param str algo: ``"HMC"`` or ``"NUTS"``.
+    :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
+    :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base
+        (:func:`propose_from_base`).
+    :param bool replica_moves: after the swap, move the replica ``y`` with its own HMC or NUTS
+        transition (``algo``) on the target.
+    :param tag: the build tag stored in the state.
+    :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
+        and ``step_fn(state, num_warmup)``, both for one chain.
+    """
+
+    tempered_fn = tempered_potential(target_potential_fn, base)
+
+    def tempered_potential_fn_gen(beta):
+        return lambda position: tempered_fn(position, beta)
+
+    hmc_init, hmc_sample = hmc(potential_fn_gen=tempered_potential_fn_gen, algo=algo)
+    evaluate = _point_evaluator(target_potential_fn, base)
+    log_zeta_0 = base.log_zeta
+    base_move = _base_move(base, evaluate, base_proposals)
+    replica_init, replica_move = _replica_mover(target_potential_fn, base, algo, replica_moves)
+
+    def retemper(inner: HMCState, evaluation: PointEvaluation, beta):
+        """The x-move's state at ``evaluation``'s point and a new beta, from cached values."""
+        potential_energy = (
+            beta * evaluation.target_potential + (1.0 - beta) * evaluation.base_potential
+        )
+        return inner._replace(
+            z=evaluation.position,
+            potential_energy=potential_energy,
+            z_grad=beta * evaluation.target_gradient + (1.0 - beta) * evaluation.base_gradient,
+            energy=inner.energy + potential_energy - inner.potential_energy,
+        )
+
+    def init_fn(position, rng_key, num_warmup, **hmc_settings):
+        hmc_key, replica_key, rng_key = jax.random.split(rng_key, 3)
+        beta = jnp.zeros((), dtype=position.dtype)
+        inner = hmc_init(position, num_warmup, model_args=(beta,), rng_key=hmc_key, **hmc_settings)
+        evaluation = evaluate(position)
+        state = _tempering_state(
+            unravel_fn,
+            evaluation,
+            evaluation,
+            beta,
+            jnp.asarray(log_zeta_0, position.dtype),
+            (jnp.ones((), position.dtype), jnp.zeros((), position.dtype)),
+            jnp.zeros((), jnp.int32),
+            (inner, replica_init(position, num_warmup, replica_key, hmc_settings)),
+            _initial_mixing(),
+            tag,
+        )
+        return state._replace(rng_key=rng_key)
+
+    def step_fn(state: TemperingState, num_warmup):
+        keys = jax.random.split(state.rng_key, 6)
+        rng_key, hmc_key, base_key, beta_key, swap_key, replica_key = keys
+        moved = hmc_sample(state.inner_state._replace(rng_key=hmc_key), model_args=(state.beta,))
+        tempered, inner = _moved_or_rejected(state, moved, evaluate(moved.z))
+        tempered, base_accept_prob = base_move(base_key, state.beta, tempered)
+        iteration = state.iteration + 1
+        log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)
+        beta = sample_inverse_temperature(beta_key, tempered.log_ratio + log_zeta)
+        tempered, replica, swap_accept_prob = swap_with_replica(
+            swap_key, beta, tempered, state.replica
+        )
+        replica, replica_inner = replica_move(replica_key, replica, state.replica_inner_state)
+        inner = retemper(inner, tempered, beta)
+        accept_probs = (swap_accept_prob, base_accept_prob)
+        moved_on = (tempered, replica, beta, log_zeta, accept_probs, (inner, replica_inner))
+        return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
+
+    return init_fn, step_fn

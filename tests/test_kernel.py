@@ -1,0 +1,47 @@
+"""The kernel shell: what is rebuilt for which model arguments, and the inner HMC/NUTS settings."""
+
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import HMC, NUTS
+from numpyro.infer.gibbs import GIBBS_SITES_KWARG
+
+from numpyro_extras.kernel import build_fingerprint, conditioning_values, hmc_settings
+
+
+def test_build_fingerprint_counts_gibbs_conditioning_values_by_shape_only():
+    data = jnp.arange(3.0)
+
+    def fingerprint(data, conditioning):
+        return build_fingerprint((data,), {"scale": 2.0, GIBBS_SITES_KWARG: conditioning})
+
+    first = fingerprint(data, {"mu": jnp.array(1.0)})
+    assert first == fingerprint(data, {"mu": jnp.array(-4.0)})
+    assert first != fingerprint(data, {"mu": jnp.zeros(2)})
+    assert first != fingerprint(data + 1.0, {"mu": jnp.array(1.0)})
+    assert first != build_fingerprint((data,), {"scale": 2.0})
+    assert conditioning_values({GIBBS_SITES_KWARG: {"mu": 1.0}}) == {"mu": 1.0}
+    assert conditioning_values(None) == {}
+
+
+def test_hmc_settings_from_a_class_or_an_instance():
+    def model():
+        numpyro.sample("x", dist.Normal())
+
+    algo, settings = hmc_settings(NUTS, target_accept_prob=0.9)
+    assert algo == "NUTS" and settings["target_accept_prob"] == 0.9
+    assert settings["max_tree_depth"] == 10
+    algo, settings = hmc_settings(HMC(model, num_steps=7, dense_mass=True))
+    assert algo == "HMC" and settings["num_steps"] == 7 and settings["dense_mass"] is True
+    algo, settings = hmc_settings(HMC)
+    assert settings["trajectory_length"] == pytest.approx(2 * 3.141592653589793)
+
+    with pytest.raises(TypeError, match="Unknown inner kernel settings"):
+        hmc_settings(NUTS, trajectory_lenght=1.0)
+    with pytest.raises(ValueError, match="to the instance itself"):
+        hmc_settings(NUTS(model), step_size=0.1)
+    with pytest.raises(ValueError, match="inner_kernel must be"):
+        hmc_settings(dist.Normal)
+    with pytest.raises(ValueError, match="target_accept_prob"):
+        hmc_settings(NUTS, target_accept_prob=1.5)
