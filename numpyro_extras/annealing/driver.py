@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 from blackjax.smc.ess import ess as effective_sample_size
 from jax.scipy.special import logsumexp
-from tqdm.auto import tqdm
 
 from numpyro_extras.evidence import Evidence
+from numpyro_extras.progress import run_chunks
 from numpyro_extras.validation import check_count
 
 __all__ = [
@@ -197,17 +197,22 @@ def anneal(
         parameters is not None,
     )
     carry = (initial_positions, jnp.zeros((num_particles,), dtype), kernel_state)
-    acceptances, traces = [], []
-    bar = tqdm(total=num_steps, desc="annealing", disable=not progress_bar, leave=False)
-    for chunk_index in range(num_chunks):
-        window = slice(chunk_index * chunk_length, (chunk_index + 1) * chunk_length)
-        carry, (acceptance, trace) = run_chunk(
-            carry, jax.tree.map(lambda a, w=window: a[w], inputs), parameters
+    chunks = [
+        (
+            jax.tree.map(lambda a, start=start: a[start : start + chunk_length], inputs),
+            min(chunk_length, num_steps - start),
         )
-        acceptances.append(acceptance)
-        traces.append(trace)
-        bar.update(min(chunk_length, num_steps - chunk_index * chunk_length))
-    bar.close()
+        for start in range(0, padded, chunk_length)
+    ]
+    carry, outputs = run_chunks(
+        lambda carry, chunk_inputs: run_chunk(carry, chunk_inputs, parameters),
+        carry,
+        chunks,
+        total=num_steps,
+        description="annealing",
+        progress_bar=progress_bar,
+    )
+    acceptances, traces = zip(*outputs, strict=True)
     positions, log_weights, kernel_state = carry
     acceptance = jnp.concatenate(acceptances)[:num_steps]
     log_weight_trace = jnp.concatenate(traces)[:num_steps] if keep_trace else None

@@ -39,12 +39,14 @@ from numpyro_extras.kernel import (
     without_conditioning,
 )
 from numpyro_extras.potential import discrete_latent_model
+from numpyro_extras.validation import check_count
 
 __all__ = ["ACS", "ACSState", "DMALA", "GRAD_MODES"]
 
 # How the proposal gets the change of U per coordinate (spec section 7):
 #   auto      gradients for Bernoulli and one-hot sites when the model can be differentiated in
-#             them (checked once by tracing), exact differences otherwise and for Categorical
+#             them (checked once by tracing) and the first-order differences match the exact
+#             ones at a few prior draws; exact differences otherwise and for Categorical
 #   gradient  gradients for Bernoulli and one-hot sites (an error if the model cannot be
 #             differentiated in them); Categorical sites still use exact differences
 #   exact     exact differences everywhere: d (K - 1) extra evaluations of the model per step
@@ -98,6 +100,7 @@ class _Target(NamedTuple):
     dimension: int
     continuous_sites: tuple = ()
     model_arguments: tuple = ((), {})  # the (model_args, model_kwargs) it was prepared for
+    conditioned: bool = False  # a block of NumPyro's Gibbs, conditioned on other sites
 
 
 class ACS(ExtrasKernel):
@@ -133,15 +136,20 @@ class ACS(ExtrasKernel):
     index with) get exact differences, ``d (K - 1)`` model evaluations per step, vectorised:
     fine for small sites, costly for large ones; write them with
     :class:`~numpyro_extras.discrete.OneHotCategorical` to get gradients. ``grad_mode`` sets the
-    rule (:data:`GRAD_MODES`); with ``"auto"`` a Bernoulli or one-hot site that the model cannot
-    be differentiated in (tracing fails, e.g. it indexes with the value) falls back to exact
-    differences. A model that uses a value through ``jnp.where`` or comparisons has a zero
-    gradient there: still exact, but pass ``grad_mode="exact"`` for useful proposals.
+    rule (:data:`GRAD_MODES`); with ``"auto"`` a Bernoulli or one-hot site gets exact
+    differences when the model cannot be differentiated in it (tracing fails, e.g. it indexes
+    with the value) or when, at a few prior draws, the first-order differences are off by more
+    than half a nat (median): a value read through ``jnp.where`` or a comparison (zero
+    gradient), or very non-linearly (a spike-and-slab scale). Energies linear in each coordinate
+    (Ising, Boltzmann machines) keep the gradient, for which it is exact.
 
     **Continuous sites.** With ``inner_kernel`` (``NUTS``/``HMC``, class or instance), each
-    transition is an ACS move of the discrete sites given the continuous ones, then one inner
-    kernel move of the continuous sites given the discrete ones (adapted during warm-up). The
-    tuner runs with the continuous sites at their initial values.
+    transition is one cycle of the schedule's ACS moves of the discrete sites given the
+    continuous ones (``discrete_steps``), then one inner kernel move of the continuous sites
+    given the discrete ones (adapted during warm-up). The tuner runs with the continuous sites
+    at their initial values. As a block of NumPyro's :class:`~numpyro.infer.gibbs.Gibbs` (the
+    continuous sites in another block) a transition is also one cycle, and the tuner runs at
+    the initial values of the other blocks' sites.
 
     :param model: a NumPyro model with Bernoulli, Categorical or one-hot categorical latents.
     :param potential_fn: alternatively, ``values -> -log density`` (NumPyro's potential
@@ -165,6 +173,10 @@ class ACS(ExtrasKernel):
     :param int num_tuning_chains: copies per chain the tuner averages over (more copies: less
         noisy acceptance estimates, at ``tuning_cost`` evaluations each).
     :param str grad_mode: see :data:`GRAD_MODES`.
+    :param int discrete_steps: ACS moves of the discrete sites per transition, at consecutive
+        positions of the schedule. ``None``: one whole cycle (``steps_per_cycle``) when the model
+        also has continuous sites (an inner kernel, or a block of NumPyro's ``Gibbs``), so that
+        every move of the continuous sites is matched by large and small discrete moves; else 1.
     :param inner_kwargs: settings of an inner kernel class (``step_size``, ``dense_mass``, ...).
 
     **Example:**
@@ -196,6 +208,7 @@ class ACS(ExtrasKernel):
         tuning_settings=None,
         num_tuning_chains=8,
         grad_mode="auto",
+        discrete_steps=None,
         **inner_kwargs,
     ):
         super().__init__(model, potential_fn)
@@ -228,6 +241,9 @@ class ACS(ExtrasKernel):
         if int(num_tuning_chains) < 1:
             raise ValueError(f"num_tuning_chains must be >= 1, got {num_tuning_chains}.")
         self._num_tuning_chains = int(num_tuning_chains)
+        self._discrete_steps = (
+            None if discrete_steps is None else check_count("discrete_steps", discrete_steps)
+        )
         self._target: _Target | None = None
 
     @property
@@ -324,6 +340,7 @@ class ACS(ExtrasKernel):
         layouts = {layout.name: layout for layout in latent.layouts}
         variables = {}
         x_prototype = jnp.zeros(split.dimension)
+        check_points = None
         for name, layout in layouts.items():
             use_gradient = layout.kind != "categorical" and self._grad_mode != "exact"
             if use_gradient and not self._differentiable(latent, layouts, name, x_prototype):
@@ -334,6 +351,10 @@ class ACS(ExtrasKernel):
                         "grad_mode='auto' or 'exact'."
                     )
                 use_gradient = False
+            if use_gradient and self._grad_mode == "auto":
+                if check_points is None:
+                    check_points = split.sample_prior_fn(jax.random.PRNGKey(0), NUM_CHECK_POINTS)
+                use_gradient = _first_order_is_faithful(latent, layout, check_points)
             dtype = None if use_gradient else layout.dtype
             variables[name] = DiscreteVariable(
                 layout.shape, layout.num_values, layout.kind, use_gradient, dtype
@@ -371,6 +392,7 @@ class ACS(ExtrasKernel):
             split.dimension,
             continuous,
             (model_args, without_conditioning(model_kwargs)),
+            bool(conditioning_values(model_kwargs)),
         )
 
     @staticmethod
@@ -404,6 +426,14 @@ class ACS(ExtrasKernel):
         settings = self._settings
         num_copies = 1 if schedule is not None else self._num_tuning_chains
         inner = self._inner
+        discrete_steps = self._discrete_steps
+        if discrete_steps is None:
+            # Beside continuous sites (moved by the inner kernel, or by another block of a
+            # Gibbs kernel) a transition makes one whole cycle of discrete moves, from the
+            # large exploring steps to the small refining ones; alone, one step per draw.
+            mixed = inner is not None or target.conditioned
+            cycle = settings.steps_per_cycle if schedule is None else len(schedule.step_sizes)
+            discrete_steps = cycle if mixed else 1
 
         def evaluate_at(x, log_density_fn):
             return local_differences_fn(lambda values: log_density_fn(x, values), variables)
@@ -486,16 +516,28 @@ class ACS(ExtrasKernel):
 
         def step_one(state: ACSState, model_args, model_kwargs):
             rng_key, step_key, inner_key = jax.random.split(state.rng_key, 3)
-            steps = state.tuning.schedule.step_sizes
-            k = state.iteration % steps.shape[0]
-            alpha, beta = steps[k], state.tuning.schedule.balancing[k]
+            schedule = state.tuning.schedule
             x = continuous_position(state)
             evaluate = evaluate_at(x, target.log_density_for(model_args, model_kwargs))
             chain = state.chain
             if inner is not None:
                 # The continuous sites moved since the cached U was computed.
                 chain = init_chain(evaluate, chain.indices)
-            chain, accept_prob = acs_step(step_key, chain, alpha, beta, evaluate, variables)
+
+            def discrete_move(chain, inputs):
+                key, position = inputs
+                k = position % schedule.step_sizes.shape[0]
+                alpha, beta = schedule.step_sizes[k], schedule.balancing[k]
+                chain, accept_prob = acs_step(key, chain, alpha, beta, evaluate, variables)
+                return chain, (alpha, beta, accept_prob)
+
+            # Consecutive positions of the cyclical schedule (eq. 7-8), ``discrete_steps`` per
+            # transition.
+            positions = state.iteration * discrete_steps + jnp.arange(discrete_steps)
+            chain, (alphas, betas, accept_probs) = jax.lax.scan(
+                discrete_move, chain, (jax.random.split(step_key, discrete_steps), positions)
+            )
+            alpha, beta, accept_prob = alphas[-1], betas[-1], jnp.mean(accept_probs)
             inner_state = None
             if inner is not None:
                 values = model_values(chain.indices)
@@ -572,6 +614,45 @@ class ACS(ExtrasKernel):
                 f"The log density is not finite at the starting point of chain {int(bad[0])} "
                 "(after tuning). Check the model's support and data, or give init_params."
             )
+
+
+# Prior draws at which grad_mode="auto" compares first-order and exact differences, and the
+# median error (in nats) of the first-order ones above which a site gets exact differences.
+NUM_CHECK_POINTS = 4
+FIRST_ORDER_TOLERANCE = 0.5
+
+
+def _first_order_is_faithful(latent, layout, check_points) -> bool:
+    """Whether the gradient's first-order differences of ``U`` for one discrete site (spec
+    eq. 4) are close to the exact ones at a few prior draws.
+
+    They are exact for a log density linear in each coordinate (Ising and Boltzmann energies),
+    and useless where the model reads the value through a comparison (``jnp.where(z == 1, ...)``
+    has a zero gradient) or very non-linearly (a spike-and-slab scale ``spike + z (slab -
+    spike)``): there the proposal would almost never suggest the moves the target favours.
+    """
+    name = layout.name
+    first_order = DiscreteVariable(layout.shape, layout.num_values, layout.kind, True, None)
+    exact = DiscreteVariable(layout.shape, layout.num_values, layout.kind, False, layout.dtype)
+
+    def errors_at(x, discrete):
+        def log_density(values):
+            return latent.log_density_fn(x, {**discrete, **values})
+
+        index = decode({name: exact}, discrete)
+        approximate = local_differences_fn(log_density, {name: first_order})(index)[1][name]
+        exact_differences = local_differences_fn(log_density, {name: exact})(index)[1][name]
+        moves = jnp.isfinite(exact_differences) & (exact_differences != 0.0)
+        return jnp.where(moves, jnp.abs(approximate - exact_differences), jnp.nan)
+
+    errors = jax.jit(jax.vmap(errors_at))(*check_points)
+    if not not_jax_tracer(errors):
+        # Conditioning values traced by pmap (a Gibbs block under chain_method="parallel"):
+        # nothing to compare, keep the gradient.
+        return True
+    errors = np.asarray(errors)
+    errors = errors[np.isfinite(errors)]
+    return errors.size == 0 or float(np.median(errors)) <= FIRST_ORDER_TOLERANCE
 
 
 def _as_dict(values, name="x"):

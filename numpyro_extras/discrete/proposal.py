@@ -322,6 +322,8 @@ def acs_transition(
     distance of the proposal (:func:`squared_jump`): its mean over chains is the Rao-Blackwellised
     expected squared jump distance that the tuner's ``alpha_max_rule="jump"`` maximises.
 
+    :param mh: apply the Metropolis-Hastings test (a Python bool, or a traced boolean); without
+        it every proposal with a finite density is accepted (the tuner's free burn-in moves).
     :return: ``(new_state, acceptance_probability, expected_squared_jump)``.
     """
     proposal_key, accept_key = jax.random.split(rng_key)
@@ -333,10 +335,15 @@ def acs_transition(
         for name, key in zip(names, keys, strict=True)
     }
     proposed_state = ChainState(proposed, *evaluate_fn(proposed))
-    if mh:
-        log_ratio = log_acceptance_ratio(variables, state, proposed_state, alpha, beta)
+    free_move = jnp.where(jnp.isfinite(proposed_state.log_density), 0.0, -jnp.inf)
+    if isinstance(mh, bool):
+        log_ratio = (
+            log_acceptance_ratio(variables, state, proposed_state, alpha, beta) if mh else free_move
+        )
     else:
-        log_ratio = jnp.where(jnp.isfinite(proposed_state.log_density), 0.0, -jnp.inf)
+        # A traced flag (the tuner's burn-in runs free and MH moves in one compiled loop).
+        mh_ratio = log_acceptance_ratio(variables, state, proposed_state, alpha, beta)
+        log_ratio = jnp.where(mh, mh_ratio, free_move)
     accept, accept_prob = metropolis_accept(accept_key, log_ratio)
     new_state = select(accept, proposed_state, state)
     jump = accept_prob * squared_jump(variables, state.indices, proposed)

@@ -310,60 +310,73 @@ def tune_schedule(
         return jax.lax.map(lambda c: run_steps(c[0], batch, c[1], c[2]), (keys, alphas, betas))
 
     # --- Alg. 3: InitBurnin ---------------------------------------------------------------------
-    burnin_key, min_key, max_key, beta_key = jax.random.split(rng_key, 4)
-    first_key, cycle_key = jax.random.split(burnin_key)
+    burnin_key, alpha_key, beta_key = jax.random.split(rng_key, 3)
 
-    def free_step(batch, key):
-        return batch_step(key, batch, settings.alpha_ceil, settings.beta_max, mh=False)[0], None
-
-    states, _ = jax.lax.scan(free_step, states, jax.random.split(first_key, settings.num_burnin))
     naive_alphas = cyclical_step_sizes(settings.alpha_ceil, settings.alpha_floor, s)
     naive_betas = cosine_balancing(settings.beta_max, settings.beta_min, s)
+    num_free = int(settings.num_burnin)
     num_cycle_steps = s * (int(settings.num_burnin_mh) // s)
+    # The free moves at (alpha_ceil, beta_max) and the MH cycles of the naive schedule run in one
+    # compiled loop: one copy of the ACS step to compile instead of two.
+    cycle_positions = jnp.arange(num_cycle_steps) % s
+    burnin_alphas = jnp.concatenate(
+        [jnp.full((num_free,), settings.alpha_ceil, dtype), naive_alphas[cycle_positions]]
+    )
+    burnin_betas = jnp.concatenate(
+        [jnp.full((num_free,), settings.beta_max, dtype), naive_betas[cycle_positions]]
+    )
+    burnin_mh = jnp.arange(num_free + num_cycle_steps) >= num_free
 
-    def naive_step(batch, inputs):
-        key, k = inputs
-        return batch_step(key, batch, naive_alphas[k % s], naive_betas[k % s])[0], None
+    def burnin_step(batch, inputs):
+        key, alpha, beta, mh = inputs
+        return batch_step(key, batch, alpha, beta, mh)[0], None
 
     states, _ = jax.lax.scan(
-        naive_step,
+        burnin_step,
         states,
-        (jax.random.split(cycle_key, num_cycle_steps), jnp.arange(num_cycle_steps)),
+        (
+            jax.random.split(burnin_key, num_free + num_cycle_steps),
+            burnin_alphas,
+            burnin_betas,
+            burnin_mh,
+        ),
     )
 
     # --- Alg. 4: EstimateAlpha ------------------------------------------------------------------
     t = int(settings.num_alpha_candidates)
     fractions = jnp.linspace(0.0, 1.0, t)
 
-    def estimate_alpha(key, batch, bound, beta, search_maximum):
-        """Alg. 4 from ``bound``; returns ``(states, alpha, acceptance at alpha)``. With the
-        jump rule and ``search_maximum``, ``alpha`` is the tried candidate with the largest
-        expected squared jump instead of the search's end point."""
+    def estimate_alpha(batch, inputs):
+        """Alg. 4 from ``bound``; returns ``(states, (alpha, acceptance at alpha, steps))``. With
+        the jump rule and ``search_maximum``, ``alpha`` is the tried candidate with the largest
+        expected squared jump instead of the search's end point. ``search_maximum`` is traced:
+        both searches run in one compiled loop, one copy of the ACS step to compile."""
+        key, bound, beta, search_maximum = inputs
         # Which candidate the jump rule keeps: (alpha, acceptance, expected squared jump).
         no_best = (jnp.asarray(bound, dtype), jnp.zeros((), dtype), jnp.full((), -1.0, dtype))
 
         def one_round(carry, round_key):
             batch, bound, rho, done, best_jump = carry
             shift = settings.zeta * jnp.abs(target - rho)
-            if search_maximum:
-                proposal = bound * (1.0 - shift)
-                candidates = proposal + (bound - proposal) * fractions
-            else:
-                proposal = bound * (1.0 + shift)
-                candidates = bound + (proposal - bound) * fractions
+            # Down from alpha_ceil for alpha_max, up from alpha_floor for alpha_min.
+            proposal = jnp.where(search_maximum, bound * (1.0 - shift), bound * (1.0 + shift))
+            candidates = jnp.where(
+                search_maximum,
+                proposal + (bound - proposal) * fractions,
+                bound + (proposal - bound) * fractions,
+            )
 
             def search(batch, best_jump):
                 finals, rhos, jumps = try_candidates(
                     round_key, batch, candidates, jnp.full((t,), beta, dtype)
                 )
                 distance = jnp.abs(rhos - target)
-                if search_maximum:
-                    best = jnp.argmin(distance)
-                else:
-                    # Ties (e.g. every candidate accepts with probability 1 because none moves)
-                    # go to the candidate farthest along the search, or it never leaves
-                    # alpha_floor.
-                    best = t - 1 - jnp.argmin(distance[::-1])
+                # Upward, ties (e.g. every candidate accepts with probability 1 because none
+                # moves) go to the candidate farthest along the search, or it never leaves
+                # alpha_floor.
+                best = jnp.where(
+                    search_maximum, jnp.argmin(distance), t - 1 - jnp.argmin(distance[::-1])
+                )
                 farthest = jnp.argmax(jumps)
                 best_jump = jax.tree.map(
                     lambda new, old: jnp.where(jumps[farthest] > best_jump[2], new, old),
@@ -379,23 +392,31 @@ def tune_schedule(
             # The search only moves one way (down for alpha_max, up for alpha_min), so once the
             # acceptance has reached rho* it stops: noise would otherwise push it past the target
             # with no way back (the reference code's early stop, spec P6).
-            reached = rho >= target if search_maximum else rho <= target
+            reached = jnp.where(search_maximum, rho >= target, rho <= target)
             steps = jnp.where(done, 0, t * int(settings.test_steps))
             return (batch, bound, rho, done | reached, best_jump), steps
 
         keys = jax.random.split(key, settings.rounds_per_search)
         start = (batch, no_best[0], no_best[1], jnp.zeros((), bool), no_best)
         (batch, bound, rho, _, best_jump), steps = jax.lax.scan(one_round, start, keys)
-        if search_maximum and jump_rule:
-            return batch, best_jump[0], best_jump[1], jnp.sum(steps)
-        return batch, bound, rho, jnp.sum(steps)
+        by_jump = search_maximum & jump_rule
+        alpha = jnp.where(by_jump, best_jump[0], bound)
+        rho = jnp.where(by_jump, best_jump[1], rho)
+        return batch, (alpha, rho, jnp.sum(steps))
 
-    states, alpha_min, accept_at_min, min_steps = estimate_alpha(
-        min_key, states, settings.alpha_floor, settings.beta_min, False
+    states, (alphas, accepts, search_steps) = jax.lax.scan(
+        estimate_alpha,
+        states,
+        (
+            jax.random.split(alpha_key, 2),
+            jnp.asarray([settings.alpha_floor, settings.alpha_ceil], dtype),
+            jnp.asarray([settings.beta_min, settings.beta_max], dtype),
+            jnp.asarray([False, True]),
+        ),
     )
-    states, alpha_max, accept_at_max, max_steps = estimate_alpha(
-        max_key, states, settings.alpha_ceil, settings.beta_max, True
-    )
+    alpha_min, alpha_max = alphas[0], alphas[1]
+    accept_at_min, accept_at_max = accepts[0], accepts[1]
+    min_steps, max_steps = search_steps[0], search_steps[1]
     # Where rho* is reached only at tiny steps (a near-deterministic conditional: no move is
     # likely), the downward search can end below alpha_min; the cycle is then constant.
     alpha_max = jnp.maximum(alpha_max, alpha_min)

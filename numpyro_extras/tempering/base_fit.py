@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
-import tqdm
 from blackjax.smc.ess import ess as effective_sample_size
 from jax.flatten_util import ravel_pytree
 from numpyro.infer import HMC, SVI, Predictive, Trace_ELBO
@@ -35,6 +34,7 @@ from numpyro_extras.bases import (
 )
 from numpyro_extras.kernel import hmc_settings
 from numpyro_extras.potential import flatten_model
+from numpyro_extras.progress import run_chunks
 from numpyro_extras.tempering.chains import gibbs_tempering
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 
@@ -105,19 +105,16 @@ def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class
         states = jax.vmap(state_from)(
             jnp.asarray(guide_starts, dtype), jax.random.split(init_key, num_fits)
         )
-        all_losses = []
         num_chunks = max(1, steps // chunk_length)
-        with tqdm.trange(
-            num_chunks * chunk_length,
-            desc=f"fit_base: {num_fits} Gaussian VI fit{'s' if num_fits > 1 else ''}",
-            disable=not settings["progress_bar"],
-            leave=False,
-        ) as progress:
-            for _ in range(num_chunks):
-                states, losses = run_chunk(states)
-                all_losses.append(losses)
-                progress.update(chunk_length)
-                progress.set_postfix(loss=f"{float(jnp.min(losses[-1])):.3g}")
+        states, all_losses = run_chunks(
+            lambda states, _: run_chunk(states),
+            states,
+            [(None, chunk_length)] * num_chunks,
+            total=num_chunks * chunk_length,
+            description=f"fit_base: {num_fits} Gaussian VI fit{'s' if num_fits > 1 else ''}",
+            progress_bar=settings["progress_bar"],
+            postfix=lambda losses: {"loss": f"{float(jnp.min(losses[-1])):.3g}"},
+        )
         losses = jnp.concatenate(all_losses)
         params = jax.vmap(svi.get_params)(states)
         final_losses = np.asarray(losses[-10:], dtype=np.float64)

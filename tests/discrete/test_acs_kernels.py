@@ -390,3 +390,37 @@ def test_bad_input():
     kernel = nx.ACS(indexing_model, schedule=([1.0], [0.5]))
     _run(kernel, num_samples=5, num_chains=1)
     assert kernel.variables["x"].gradient is False  # "auto" fell back to exact differences
+    with pytest.raises(ValueError, match="discrete_steps"):
+        nx.ACS(_tiny_model, discrete_steps=0)
+
+
+def test_auto_gradient_mode_keeps_gradients_only_where_they_are_faithful():
+    """First-order differences are exact for an energy linear in each coordinate, blind for a
+    value read through a comparison, and far off for a spike-and-slab scale: "auto" keeps the
+    gradient for the first only."""
+
+    def model():
+        with numpyro.plate("units", 4):
+            linear = numpyro.sample("linear", dist.Bernoulli(0.5))
+            compared = numpyro.sample("compared", dist.Bernoulli(0.5))
+            scaled = numpyro.sample("scaled", dist.Bernoulli(0.5))
+        numpyro.factor("energy", 0.7 * jnp.sum(linear[:-1] * linear[1:]))
+        numpyro.factor("comparison", jnp.sum(jnp.where(compared == 1, 2.0, -1.0)))
+        numpyro.sample("beta", dist.Normal(0.0, 0.05 + scaled * 1.95), obs=jnp.full(4, 0.3))
+
+    kernel = nx.ACS(model, schedule=CYCLE)
+    _run(kernel, num_samples=2, num_chains=1)
+    gradient = {name: variable.gradient for name, variable in kernel.variables.items()}
+    assert gradient == {"linear": True, "compared": False, "scaled": False}
+
+
+def test_discrete_steps_per_transition():
+    """With continuous sites a transition makes one whole schedule cycle of discrete moves by
+    default; discrete_steps sets another number."""
+    y = np.array([1.5, -0.7, 2.2])
+    model = _mixture_model(y, 2.0)
+    for discrete_steps, last_position in [(None, 4), (3, 2), (1, 0)]:
+        kernel = nx.ACS(model, inner_kernel=NUTS, schedule=CYCLE, discrete_steps=discrete_steps)
+        state = kernel.init(jax.random.PRNGKey(0), 10, None, (), {})
+        state = kernel.sample(state, (), {})
+        assert float(state.alpha) == pytest.approx(float(CYCLE[0][last_position]))

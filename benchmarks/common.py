@@ -1,0 +1,84 @@
+"""What every benchmark script shares: progress lines, the environment block of a report, the
+repository commit, and formatting.
+
+The scripts print a Markdown report; its environment block says what ran where, so a table in
+docs/benchmarks.md can be traced to the command and commit that made it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import arviz
+import jax
+import numpy as np
+import numpyro
+
+import numpyro_extras as nx
+
+_STARTED = time.perf_counter()
+
+
+def log(message):
+    """A progress line on stderr, with the seconds since the script started."""
+    print(f"[{time.perf_counter() - _STARTED:7.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+def _git(*arguments):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = ["git", "-C", root, *arguments]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def package_commit():
+    """The repository's commit (with ``+changes`` when the tree is dirty), or ``"unknown"``."""
+    try:
+        commit = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+changes" if dirty else "")
+
+
+def environment_lines(script, arguments, elapsed, settings=None):
+    """The environment block of a report, as Markdown list lines.
+
+    :param str script: the script's file name.
+    :param arguments: the command-line arguments it ran with.
+    :param float elapsed: seconds the run took.
+    :param settings: anything else worth recording (printed as is).
+    """
+    versions = ", ".join(
+        f"{module.__name__} {module.__version__}" for module in (jax, numpyro, nx, np, arviz)
+    )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    lines = [
+        f"- Command: `{' '.join(['python', f'benchmarks/{script}', *arguments])}`",
+        f"- Date: {datetime.datetime.now().isoformat(timespec='minutes')}",
+        f"- Machine: {platform.machine()}, {os.cpu_count()} CPU cores, {platform.platform()}, "
+        f"Python {platform.python_version()}; load average at the end {load:.1f}",
+        f"- Versions: {versions} (repository commit {package_commit()})",
+        f"- Total wall time: {elapsed / 60:.1f} min",
+    ]
+    if settings is not None:
+        lines.append(f"- Settings: {settings}")
+    return lines
+
+
+def fmt(value, digits=3):
+    """A number for a table: ``-`` for NaN, else ``digits`` significant digits."""
+    if value is None or not np.isfinite(value):
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def markdown_table(header, rows):
+    """A Markdown table from a header and rows of already formatted cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
