@@ -19,10 +19,11 @@ Targets:
   0.44) observed with noise, with an unknown positive signal scale: many coupled discrete sites,
   where a joint move of all sites (ACS) should beat one site at a time.
 
-Reported per kernel: the first call's wall time (tracing and compilation included, what a user
-waits for) and an identical second call's (the run alone), the ArviZ ESS of the statistics below
-over 2 chains x 5000 draws, ESS per second of each, and for the spike-and-slab the largest error
-of an inclusion probability against the exact value, in Monte Carlo standard errors.
+Reported per kernel, each in a new Python process: the first call's wall time (tracing and
+compilation included, what a user waits for in a new session) and an identical second call's
+(the run alone), the ArviZ ESS of the statistics below over 2 chains x 5000 draws, ESS per
+second of each, and for the spike-and-slab the largest error of an inclusion probability
+against the exact value, in Monte Carlo standard errors.
 
 Usage::
 
@@ -47,7 +48,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import numpyro.distributions as dist  # noqa: E402
-from common import environment_lines, fmt, log, markdown_table  # noqa: E402
+from common import (  # noqa: E402
+    environment_lines,
+    fmt,
+    in_fresh_process,
+    log,
+    markdown_table,
+)
 from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs, Gibbs  # noqa: E402
 from numpyro.infer.gibbs import discrete_latent_sites  # noqa: E402
 
@@ -198,6 +205,19 @@ def ising_row(name, mcmc, seconds):
     ]
 
 
+def measure(target, kernel_name, num_samples):
+    """One kernel on one target, in a process of its own: the table row."""
+    make = kernels()[kernel_name]
+    if target == "spike_and_slab":
+        features, labels = spike_and_slab_data()
+        mcmc, seconds = timed_runs(
+            make(spike_and_slab_model), (features, labels), num_samples, seed=1
+        )
+        return spike_and_slab_row(kernel_name, mcmc, seconds, exact_inclusion(features, labels))
+    mcmc, seconds = timed_runs(make(ising_latent_model), ising_latent_data(), num_samples, seed=1)
+    return ising_row(kernel_name, mcmc, seconds)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1000 draws per chain")
@@ -206,23 +226,14 @@ def main(argv=None):
     num_samples = 1000 if args.quick else 5000
     started = time.perf_counter()
 
-    features, labels = spike_and_slab_data()
-    exact = exact_inclusion(features, labels)
-    log(f"spike-and-slab exact inclusion {np.round(exact, 3)}")
-    slab_rows = []
-    for name, make in kernels().items():
-        mcmc, seconds = timed_runs(
-            make(spike_and_slab_model), (features, labels), num_samples, seed=1
-        )
-        slab_rows.append(spike_and_slab_row(name, mcmc, seconds, exact))
-        log(f"spike-and-slab {name}: {slab_rows[-1][1:]}")
-
-    observations = ising_latent_data()
-    ising_rows = []
-    for name, make in kernels().items():
-        mcmc, seconds = timed_runs(make(ising_latent_model), observations, num_samples, seed=1)
-        ising_rows.append(ising_row(name, mcmc, seconds))
-        log(f"Ising latent layer {name}: {ising_rows[-1][1:]}")
+    log(f"spike-and-slab exact inclusion {np.round(exact_inclusion(*spike_and_slab_data()), 3)}")
+    rows = {}
+    for target in ("spike_and_slab", "ising"):
+        rows[target] = []
+        for name in kernels():
+            rows[target].append(in_fresh_process(measure, target, name, num_samples))
+            log(f"{target} {name}: {rows[target][-1][1:]}")
+    slab_rows, ising_rows = rows["spike_and_slab"], rows["ising"]
 
     report = [
         "### Environment",

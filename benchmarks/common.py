@@ -8,6 +8,7 @@ docs/benchmarks.md can be traced to the command and commit that made it.
 from __future__ import annotations
 
 import datetime
+import multiprocessing
 import os
 import platform
 import subprocess
@@ -82,3 +83,15 @@ def markdown_table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def in_fresh_process(function, *arguments):
+    """``function(*arguments)`` in a new Python process, its result returned here.
+
+    A first call's wall time is what a user waits for in a new session: run in this process
+    after another kernel, it would find the model's operations already compiled. ``function``
+    must be defined at the top level of an importable module (or the script) and its result
+    must pickle.
+    """
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(function, arguments)

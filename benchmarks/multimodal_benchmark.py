@@ -3,7 +3,7 @@
 Runs, exactly as a user would, ``MCMC(nx.JointContinuousTempering(model), num_warmup=1000,
 num_samples=2000, num_chains=4, chain_method=...)`` (the base fitted by the kernel with
 ``nx.fit_base``'s defaults), the same with ``nx.GibbsContinuousTempering``, and plain NUTS as the
-anchor, on the three families of :mod:`numpyro_extras.multimodal_targets`:
+anchor, on the three families of :mod:`numpyro_extras.targets.multimodal`:
 
 * ``mixture``: separated two-component Gaussian mixture posteriors, ``D`` from 6 to 20, minor
   weight 0.25-0.35, minor mode twice as narrow;
@@ -56,13 +56,13 @@ from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
 import numpyro_extras.tempering.kernels as kernels_module  # noqa: E402
-from numpyro_extras.multimodal_targets import (  # noqa: E402
+from numpyro_extras.potential import arguments_fingerprint  # noqa: E402
+from numpyro_extras.targets import (  # noqa: E402
     boltzmann_target,
     gaussian_mixture_target,
     mode_weight_error,
     sign_product_target,
 )
-from numpyro_extras.potential import arguments_fingerprint  # noqa: E402
 
 FAMILIES = ("mixture", "signs", "boltzmann")
 METHODS = ("joint", "gibbs", "nuts")

@@ -91,7 +91,12 @@ def discrete_latent_sites(model, model_args=(), model_kwargs=None) -> list[str]:
 
         discrete_latent_sites(model)  # ["k"]
     """
-    model_trace = _model_trace(model, model_args, model_kwargs or {})
+    return _discrete_latent_names(_model_trace(model, model_args, model_kwargs or {}))
+
+
+def _discrete_latent_names(model_trace) -> list[str]:
+    # Wider than NumPyro's gibbs.discrete_latent_sites (enumerable supports only): a Poisson
+    # site must be found too, so that the kernels can refuse it by name.
     return [
         name
         for name, site in model_trace.items()
@@ -378,13 +383,15 @@ def _check_marginalizable(model_trace, marginalize):
         enumerated_support(site)
 
 
-def split_model(rng_key, model, model_args=(), model_kwargs=None, *, marginalize=()) -> SplitModel:
+def split_model(
+    rng_key, model, model_args=(), model_kwargs=None, *, marginalize=(), model_trace=None
+) -> SplitModel:
     """Split a NumPyro model's log density into prior and likelihood, with discrete sites.
 
     The annealing paths of :func:`numpyro_extras.ais` are built from this view: the prior path
-    ``log p(x, z) + beta log p(y | x, z)`` (continuous tempering spec 2.9, mAIS paper eq. 5 with
-    the prior as ``P_0``) and, with ``marginalize``, its marginal over the summed-out sites with
-    the likelihood scaled inside the sum (mAIS paper eq. 19-21, spec section 5). Summing out uses
+    ``log p(x, z) + beta log p(y | x, z)`` (Graham & Storkey's AIS baseline, eq. 10; mAIS paper
+    eq. 5 with the prior as ``P_0``) and, with ``marginalize``, its marginal over the summed-out
+    sites with the likelihood scaled inside the sum (mAIS paper eq. 19-21). Summing out uses
     NumPyro's own enumeration engine (``numpyro.contrib.funsor``, which applies each site's
     scale before the contraction). Every density is evaluated with NumPyro's
     :func:`~numpyro.infer.util.potential_energy`, so constraints, Jacobians and plates are
@@ -395,6 +402,8 @@ def split_model(rng_key, model, model_args=(), model_kwargs=None, *, marginalize
     :param tuple model_args: positional arguments of the model.
     :param dict model_kwargs: keyword arguments of the model.
     :param marginalize: names of discrete latent sites to sum out exactly.
+    :param model_trace: a trace of the model with these arguments to read its structure from
+        (e.g. NumPyro's ``prototype_trace``), when the caller has one; ``None`` traces it here.
     :return: a :class:`SplitModel`.
     :raises ValueError: for a site in ``marginalize`` that is unknown, observed, continuous or
         not enumerable, or a discrete latent site whose support cannot be enumerated.
@@ -409,7 +418,8 @@ def split_model(rng_key, model, model_args=(), model_kwargs=None, *, marginalize
     """
     model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
     marginalize = tuple(marginalize)
-    model_trace = trace(seed(model, rng_key)).get_trace(*model_args, **model_kwargs)
+    if model_trace is None:
+        model_trace = trace(seed(model, rng_key)).get_trace(*model_args, **model_kwargs)
     _check_marginalizable(model_trace, marginalize)
     latent = {
         name: site
@@ -636,8 +646,11 @@ def discrete_site_layouts(model, model_args=(), model_kwargs=None, *, kernel_nam
 
         discrete_site_layouts(model)  # (DiscreteSiteLayout("z", "binary", (5,), 2, int32),)
     """
-    model_trace = _model_trace(model, model_args, model_kwargs or {})
-    names = discrete_latent_sites(model, model_args, model_kwargs)
+    return _site_layouts(_model_trace(model, model_args, model_kwargs or {}), kernel_name)
+
+
+def _site_layouts(model_trace, kernel_name):
+    names = _discrete_latent_names(model_trace)
     if not names:
         raise ValueError(
             f"{kernel_name} samples discrete latent sites, but the model has none (its latent "
@@ -692,8 +705,10 @@ def discrete_latent_model(
     from numpyro.infer.util import constrain_fn as numpyro_constrain_fn
 
     model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-    layouts = discrete_site_layouts(model, model_args, model_kwargs, kernel_name=kernel_name)
-    split = split_model(rng_key, model, model_args, model_kwargs)
+    # One eager trace (the model run op by op, slow to dispatch) reads the structure for both.
+    model_trace = prototype_trace(model, rng_key, model_args, model_kwargs)
+    layouts = _site_layouts(model_trace, kernel_name)
+    split = split_model(rng_key, model, model_args, model_kwargs, model_trace=model_trace)
 
     def log_density_for(args, kwargs):
         def log_density_fn(x, discrete):

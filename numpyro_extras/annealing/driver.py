@@ -29,6 +29,7 @@ from numpyro_extras.validation import check_count
 __all__ = [
     "AnnealingResult",
     "anneal",
+    "compiled_annealing_chunk",
     "evidence_from_log_weights",
     "inverse_temperature_schedule",
 ]
@@ -188,7 +189,7 @@ def anneal(
     step_keys = jax.random.split(rng_key, padded)
     inputs = (beta_previous, beta_next, step_keys, transitions, active)
 
-    run_chunk = _compiled_chunk(
+    run_chunk = compiled_annealing_chunk(
         log_density_fn,
         log_weight_increment_fn,
         transition_fn,
@@ -220,14 +221,35 @@ def anneal(
 
 
 @lru_cache(maxsize=32)
-def _compiled_chunk(
+def compiled_annealing_chunk(
     log_density_fn, log_weight_increment_fn, transition_fn, keep_trace, dtype, with_parameters
 ):
     """The compiled scan over a chunk of annealing steps, built once per set of functions.
 
     Callers that pass the same functions again (:func:`~numpyro_extras.ais` caches them per model
-    and arguments) reuse the compiled scan instead of tracing and compiling it anew. With
-    ``with_parameters`` the functions take the path parameters as their last argument.
+    and arguments) reuse the compiled scan instead of tracing and compiling it anew; the cache
+    holds the 32 latest (``functools.lru_cache``: ``compiled_annealing_chunk.cache_info()``
+    shows its hits and misses).
+
+    :param log_density_fn: ``(position, beta, *parameters) -> log density`` on the path.
+    :param log_weight_increment_fn: ``(position, beta_previous, beta, *parameters) ->``
+        increment of the log weight, or ``None`` for the difference of ``log_density_fn``.
+    :param transition_fn: ``(key, positions, beta, kernel_state, *parameters) -> (positions,
+        kernel_state, acceptance)``, a move of every particle leaving the path at ``beta``
+        invariant.
+    :param bool keep_trace: also return every step's log weights.
+    :param dtype: the float dtype of the weights.
+    :param bool with_parameters: the functions take the path parameters as their last argument.
+    :return: ``(carry, chunk_inputs, parameters) -> (carry, (acceptance, log_weight_trace))``,
+        jitted.
+
+    **Example:**
+
+    .. code-block:: python
+
+        before = compiled_annealing_chunk.cache_info().misses
+        anneal(key, ...)  # with the same functions as an earlier run: no new compilation
+        assert compiled_annealing_chunk.cache_info().misses == before
     """
     if log_weight_increment_fn is None:
 

@@ -47,7 +47,15 @@ from numpyro_extras.potential import SplitModel, arguments_fingerprint, split_mo
 from numpyro_extras.tempering.base_fit import fit_base
 from numpyro_extras.validation import check_count, check_real, is_flag
 
-__all__ = ["HMCAdaptation", "ais", "annealing_path", "gibbs_sweep"]
+__all__ = [
+    "BaseParameters",
+    "HMCAdaptation",
+    "ais",
+    "annealing_path",
+    "base_parameters",
+    "base_parameters_potential",
+    "gibbs_sweep",
+]
 
 
 class HMCAdaptation(NamedTuple):
@@ -88,7 +96,7 @@ def annealing_path(split: SplitModel, base="prior"):
             raise ValueError(f"base must be 'prior' or a GaussianBase, got {base!r}.")
         kind, parameters = "prior", ()
     else:
-        kind, parameters = "gaussian", _base_parameters(validate_base(base, split.dimension))
+        kind, parameters = "gaussian", base_parameters(validate_base(base, split.dimension))
     log_density_fn, increment_fn = _path_functions(split, kind)
 
     def bound_log_density_fn(position, beta):
@@ -103,7 +111,7 @@ def annealing_path(split: SplitModel, base="prior"):
     return bound_log_density_fn, bound_increment_fn
 
 
-class _BaseParameters(NamedTuple):
+class BaseParameters(NamedTuple):
     """A Gaussian or Gaussian-mixture base as data for the compiled scan:
     ``psi(x) = -log sum_k exp(-(x - loc_k)^T P_k (x - loc_k) / 2 - c_k)``, one component for a
     :class:`GaussianBase`.
@@ -117,8 +125,20 @@ class _BaseParameters(NamedTuple):
     log_normalizers: jax.Array
 
 
-def _base_parameters(base: GaussianBase | MixtureBase) -> _BaseParameters:
-    """The precisions of ``base`` factorised once, with NumPy, outside any trace."""
+def base_parameters(base: GaussianBase | MixtureBase) -> BaseParameters:
+    """``base`` as :class:`BaseParameters`: its precisions factorised once, with NumPy, outside
+    any trace, so that one compiled annealing run serves every base of the same shape.
+
+    :param base: a :class:`~numpyro_extras.GaussianBase` or :class:`~numpyro_extras.MixtureBase`.
+    :return: :class:`BaseParameters`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        parameters = base_parameters(nx.GaussianBase(jnp.zeros(2), jnp.eye(2), 0.0))
+        base_parameters_potential(parameters, jnp.ones(2))  # the base's potential at (1, 1)
+    """
     if isinstance(base, MixtureBase):
         locs = base.component_locs
         scale_trils = np.asarray(base.component_scale_trils, dtype=np.float64)
@@ -143,14 +163,20 @@ def _base_parameters(base: GaussianBase | MixtureBase) -> _BaseParameters:
             ]
         )
         precisions = np.swapaxes(inverse_scale_trils, -1, -2) @ inverse_scale_trils
-    return _BaseParameters(
+    return BaseParameters(
         jnp.asarray(locs),
         jnp.asarray(precisions, dtype),
         jnp.asarray(log_normalizers, dtype),
     )
 
 
-def _base_potential(parameters: _BaseParameters, x):
+def base_parameters_potential(parameters: BaseParameters, x):
+    """The base's potential ``psi(x)`` (minus its normalised log density) from its parameters.
+
+    :param BaseParameters parameters: from :func:`base_parameters`.
+    :param x: a point, shape ``(D,)``.
+    :return: the scalar ``psi(x)``, equal to the base's own ``potential(x)``.
+    """
     centred = x - parameters.locs
     if parameters.precisions.ndim == 2:
         scaled = parameters.precisions * centred
@@ -163,7 +189,7 @@ def _path_functions(split: SplitModel, kind: str):
     """The path of :func:`annealing_path` with the base as an argument, not a constant.
 
     ``log_density_fn(position, beta, parameters)`` and ``increment_fn(position, beta_previous,
-    beta, parameters)`` take the base (:class:`_BaseParameters`, or ``()`` for the prior) as data,
+    beta, parameters)`` take the base (:class:`BaseParameters`, or ``()`` for the prior) as data,
     so one compiled scan serves every base of the same shape: a base fitted afresh for another
     seed does not compile the run again.
     """
@@ -183,12 +209,14 @@ def _path_functions(split: SplitModel, kind: str):
 
         def log_density_fn(position, beta, parameters):
             x, discrete = position
-            return -(1.0 - beta) * _base_potential(parameters, x) + scaled(x, discrete, beta, beta)
+            return -(1.0 - beta) * base_parameters_potential(parameters, x) + scaled(
+                x, discrete, beta, beta
+            )
 
         def increment_fn(position, beta_previous, beta, parameters):
             x, discrete = position
             return (beta - beta_previous) * (
-                scaled(x, discrete, 1.0, 1.0) + _base_potential(parameters, x)
+                scaled(x, discrete, 1.0, 1.0) + base_parameters_potential(parameters, x)
             )
 
     return log_density_fn, (None if summed_out else increment_fn)
@@ -338,10 +366,12 @@ def _linear_terms_fn(split: SplitModel, kind: str):
     else:
 
         def a_fn(x, parameters):
-            return -_base_potential(parameters, x)
+            return -base_parameters_potential(parameters, x)
 
         def b_fn(x, parameters):
-            return split.scaled_log_density_fn(x, {}, 1.0, 1.0) + _base_potential(parameters, x)
+            return split.scaled_log_density_fn(x, {}, 1.0, 1.0) + base_parameters_potential(
+                parameters, x
+            )
 
     def terms_fn(x, parameters):
         a, grad_a = jax.value_and_grad(a_fn)(x, parameters)
@@ -946,7 +976,7 @@ def ais(
         num_mcmc_steps=checked["num_mcmc_steps"],
     )
     kind = "prior" if path_base is None else "gaussian"
-    parameters = () if path_base is None else _base_parameters(path_base)
+    parameters = () if path_base is None else base_parameters(path_base)
     log_density_fn, increment_fn, transition_fn, initialize_fn = _annealing_functions(
         split, model_key, kind, transition, settings
     )

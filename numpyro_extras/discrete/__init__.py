@@ -1,7 +1,7 @@
 """Gradient-based sampling of discrete latents: the Automatic Cyclical Sampler (ACS).
 
-Pynadath et al., "Gradient-based discrete sampling with automatic cyclical scheduling"; the
-method spec is ``shared/specs/acs.md``. The functional core (:mod:`.proposal`,
+Pynadath et al., "Gradient-based discrete sampling with automatic cyclical scheduling" (2024).
+The functional core (:mod:`.proposal`,
 :mod:`.schedule`, :mod:`.tuning`) is pure JAX; :mod:`.kernels` wraps it as NumPyro kernels.
 """
 

@@ -1,6 +1,6 @@
 """A one-hot categorical distribution, which NumPyro lacks, whose log density is linear in the
 one-hot value, so a model written on one-hot vectors is differentiable in its discrete latents
-(the gradient ACS needs for categorical sites, spec section 7)."""
+(the gradient ACS needs for categorical sites)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class OneHotCategorical(dist.Distribution):
 
     ``log p(x) = sum_k x_k log softmax(logits)_k``: linear in ``x``, so ``jax.grad`` of a model
     that consumes ``x`` arithmetically (``x @ means``) gives the one-hot gradient ``G_{i,k}`` of
-    spec eq. 5.
+    the ACS paper's eq. 5.
 
     :param probs: class probabilities, shape ``(..., K)`` (give this or ``logits``).
     :param logits: unnormalised log probabilities, shape ``(..., K)``.

@@ -1,7 +1,7 @@
 """NumPyro kernels for discrete latents: the Automatic Cyclical Sampler and DMALA.
 
 :class:`ACS` moves every discrete latent site of a model jointly with the locally balanced
-proposal of the ACS paper (spec eq. 5) and the exact MH test (eq. 6), at the ``(alpha, beta)``
+proposal of the ACS paper (eq. 5) and the exact MH test (eq. 6), at the ``(alpha, beta)``
 of a cyclical schedule (eq. 7-8) that it tunes itself before warm-up (Alg. 2-5). With an
 ``inner_kernel`` (HMC or NUTS) it alternates with it on the continuous sites, Gibbs style.
 :class:`DMALA` is the fixed-step special case (``beta = 0.5``).
@@ -43,7 +43,7 @@ from numpyro_extras.validation import check_count
 
 __all__ = ["ACS", "ACSState", "DMALA", "GRAD_MODES"]
 
-# How the proposal gets the change of U per coordinate (spec section 7):
+# How the proposal gets the change of U per coordinate:
 #   auto      gradients for Bernoulli and one-hot sites when the model can be differentiated in
 #             them (checked once by tracing) and the first-order differences match the exact
 #             ones at a few prior draws; exact differences otherwise and for Categorical
@@ -104,16 +104,17 @@ class _Target(NamedTuple):
 
 
 class ACS(ExtrasKernel):
-    """The Automatic Cyclical Sampler for discrete latents (Pynadath et al., spec ``acs.md``).
+    """The Automatic Cyclical Sampler for discrete latents (Pynadath et al. 2024).
 
     Every transition proposes new values for ALL discrete coordinates at once from the
-    coordinate-wise locally balanced proposal of spec eq. 5,
+    coordinate-wise locally balanced proposal of the paper's eq. 5,
     ``Q^i(v | theta) ∝ exp(beta Delta_i(v) - D(v, theta_i) / (2 alpha))``, where ``Delta_i(v)``
     approximates ``U(theta with theta_i <- v) - U(theta)`` (``U`` = the model's log density,
-    spec P1), and accepts them with the exact MH probability of eq. 6, so every transition
-    leaves the posterior invariant. ``(alpha, beta)`` follow a cyclical schedule of ``s`` steps:
-    a large step with ``beta`` near 1 opens each cycle (jumps between modes), then the step
-    shrinks along the cosine of eq. 7 to ``alpha_min`` with ``beta = 0.5`` (local moves).
+    the negative of NumPyro's potential energy), and accepts them with the exact MH probability
+    of eq. 6, so every transition leaves the posterior invariant. ``(alpha, beta)`` follow a
+    cyclical schedule of ``s`` steps: a large step with ``beta`` near 1 opens each cycle (jumps
+    between modes), then the step shrinks along the cosine of eq. 7 to ``alpha_min`` with
+    ``beta = 0.5`` (local moves).
 
     **Tuning.** Unless ``schedule`` is given, ``init`` runs the paper's tuner (Alg. 2-5;
     :func:`~numpyro_extras.discrete.tune_schedule`) on ``num_tuning_chains`` copies per chain
@@ -122,12 +123,12 @@ class ACS(ExtrasKernel):
     from above (for ordinal variables the step with the largest expected squared jump instead,
     with ``beta_max = 0.5``: :func:`~numpyro_extras.discrete.resolve_settings`), then ``beta``
     per step of the cycle (eq. 8). The schedule is then frozen: warm-up and kept draws run with it
-    (spec P9). The tuner costs ``num_tuning_chains x tuning.num_steps`` evaluations per chain,
-    at most ``num_tuning_chains x tuning_cost(settings)`` (8 x about 770 by default; its
-    searches stop once they reach the target, so it is often half that; spec C11 asks for an
-    overhead that is small against the run). ``mcmc.last_state.tuning`` holds the schedule,
-    ``alpha_max``, ``alpha_min``, the tuner's acceptance at both ends and ``num_steps``, per
-    chain.
+    (a frozen schedule keeps every transition invariant; an adapting one would not). The tuner
+    costs ``num_tuning_chains x tuning.num_steps`` evaluations per chain, at most
+    ``num_tuning_chains x tuning_cost(settings)`` (8 x about 770 by default; its searches stop
+    once they reach the target, so it is often half that: small against a run).
+    ``mcmc.last_state.tuning`` holds the schedule, ``alpha_max``, ``alpha_min``, the tuner's
+    acceptance at both ends and ``num_steps``, per chain.
 
     **Gradients.** Bernoulli values are passed to the model as floats ``{0., 1.}`` and one-hot
     values as float vectors, so a model that uses them arithmetically (``z * a + (1 - z) * b``,
@@ -340,21 +341,16 @@ class ACS(ExtrasKernel):
         layouts = {layout.name: layout for layout in latent.layouts}
         variables = {}
         x_prototype = jnp.zeros(split.dimension)
-        check_points = None
         for name, layout in layouts.items():
             use_gradient = layout.kind != "categorical" and self._grad_mode != "exact"
-            if use_gradient and not self._differentiable(latent, layouts, name, x_prototype):
-                if self._grad_mode == "gradient":
-                    raise ValueError(
-                        f"grad_mode='gradient', but the model cannot be differentiated in the "
-                        f"discrete site {name!r} (it probably indexes with its value); use "
-                        "grad_mode='auto' or 'exact'."
-                    )
-                use_gradient = False
             if use_gradient and self._grad_mode == "auto":
-                if check_points is None:
-                    check_points = split.sample_prior_fn(jax.random.PRNGKey(0), NUM_CHECK_POINTS)
-                use_gradient = _first_order_is_faithful(latent, layout, check_points)
+                use_gradient = _first_order_is_faithful(latent, layout)
+            elif use_gradient and not self._differentiable(latent, layouts, name, x_prototype):
+                raise ValueError(
+                    f"grad_mode='gradient', but the model cannot be differentiated in the "
+                    f"discrete site {name!r} (it probably indexes with its value); use "
+                    "grad_mode='auto' or 'exact'."
+                )
             dtype = None if use_gradient else layout.dtype
             variables[name] = DiscreteVariable(
                 layout.shape, layout.num_values, layout.kind, use_gradient, dtype
@@ -622,15 +618,18 @@ NUM_CHECK_POINTS = 4
 FIRST_ORDER_TOLERANCE = 0.5
 
 
-def _first_order_is_faithful(latent, layout, check_points) -> bool:
-    """Whether the gradient's first-order differences of ``U`` for one discrete site (spec
-    eq. 4) are close to the exact ones at a few prior draws.
+def _first_order_is_faithful(latent, layout) -> bool:
+    """Whether the model can be differentiated in one binary or one-hot discrete site and the
+    gradient's first-order differences of ``U`` (ACS paper eq. 4) are close to the exact ones at a
+    few prior draws.
 
     They are exact for a log density linear in each coordinate (Ising and Boltzmann energies),
     and useless where the model reads the value through a comparison (``jnp.where(z == 1, ...)``
     has a zero gradient) or very non-linearly (a spike-and-slab scale ``spike + z (slab -
     spike)``): there the proposal would almost never suggest the moves the target favours.
     """
+    if layout.kind not in ("binary", "one_hot"):
+        return False
     name = layout.name
     first_order = DiscreteVariable(layout.shape, layout.num_values, layout.kind, True, None)
     exact = DiscreteVariable(layout.shape, layout.num_values, layout.kind, False, layout.dtype)
@@ -645,7 +644,15 @@ def _first_order_is_faithful(latent, layout, check_points) -> bool:
         moves = jnp.isfinite(exact_differences) & (exact_differences != 0.0)
         return jnp.where(moves, jnp.abs(approximate - exact_differences), jnp.nan)
 
-    errors = jax.jit(jax.vmap(errors_at))(*check_points)
+    def errors_from(key):
+        return jax.vmap(errors_at)(*latent.split.sample_prior_fn(key, NUM_CHECK_POINTS))
+
+    # Drawing the points and comparing in one compiled call: run op by op, the prior draws alone
+    # would compile every sampling operation of the model separately.
+    try:
+        errors = jax.jit(errors_from)(jax.random.PRNGKey(0))
+    except Exception:  # noqa: BLE001 - any tracing failure means "not differentiable"
+        return False
     if not not_jax_tracer(errors):
         # Conditioning values traced by pmap (a Gibbs block under chain_method="parallel"):
         # nothing to compare, keep the gradient.
@@ -662,10 +669,10 @@ def _as_dict(values, name="x"):
 class DMALA(ACS):
     """Discrete Metropolis-adjusted Langevin (Zhang et al. 2022): ACS at one fixed step size.
 
-    The proposal of spec eq. 5 with ``beta = 0.5`` and a constant ``alpha``, MH-corrected, no
-    tuning; the baseline ACS is compared with. Same arguments and state as :class:`ACS`.
-    Categorical and one-hot sites use the Hamming distance (spec P11): their ``alpha`` is twice
-    the DMALA paper's for the same proposal.
+    The proposal of ACS paper eq. 5 with ``beta = 0.5`` and a constant ``alpha``, MH-corrected,
+    no tuning; the baseline ACS is compared with. Same arguments and state as :class:`ACS`.
+    Categorical and one-hot sites use the Hamming distance (the ACS reference code's
+    convention): their ``alpha`` is twice the DMALA paper's for the same proposal.
 
     :param model: a NumPyro model with discrete latents (or use ``potential_fn``).
     :param float step_size: ``alpha`` (DMALA paper RBM setting: 0.2).

@@ -1,13 +1,13 @@
 """The locally balanced proposal of the ACS paper and its exact Metropolis-Hastings correction.
 
 Everything here is pure and works on ONE chain; ``jax.vmap`` batches it over chains. The target
-is ``pi(theta) ∝ exp(U(theta))`` with ``U`` a LOG density (spec P1): NumPyro's potential energy
+is ``pi(theta) ∝ exp(U(theta))`` with ``U`` a LOG density: NumPyro's potential energy
 is ``-U``.
 
 A discrete state is a dict of integer *index* arrays, one per :class:`DiscreteVariable`: entry
 ``theta_i`` of a variable with ``K`` values is in ``{0, ..., K - 1}``. Each coordinate is
-proposed from its own categorical distribution (spec eq. 5), all coordinates at once (one block
-move, spec P18), and the move is accepted with the MH probability of eq. 6.
+proposed from its own categorical distribution (ACS paper eq. 5), all coordinates at once (one block
+move with one MH test, not a sweep), and the move is accepted with the MH probability of eq. 6.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ __all__ = [
 ]
 
 # How a variable's values enter the log density and how far apart two values are:
-#   binary      {0, 1} as floats; a flip costs distance 1 (spec eq. 5, binary case)
-#   ordinal     {0, ..., K-1} as floats; distance (v - theta_i)^2 (spec eq. 5, ordinal case)
+#   binary      {0, 1} as floats; a flip costs distance 1 (ACS paper eq. 5, binary case)
+#   ordinal     {0, ..., K-1} as floats; distance (v - theta_i)^2 (ACS paper eq. 5, ordinal case)
 #   categorical {0, ..., K-1} as integers (e.g. a NumPyro Categorical site); Hamming distance
-#   one_hot     one-hot float vectors (..., K); Hamming distance (spec P11: the reference
+#   one_hot     one-hot float vectors (..., K); Hamming distance (the ACS reference
 #               code's convention, so alpha means the same for a flip and a class change)
 KINDS = ("binary", "ordinal", "categorical", "one_hot")
 
@@ -56,7 +56,7 @@ class DiscreteVariable(NamedTuple):
     :param int num_values: ``K``, the number of values of every coordinate (2 for ``binary``).
     :param str kind: one of ``"binary"``, ``"ordinal"``, ``"categorical"``, ``"one_hot"``.
     :param bool gradient: ``True``: the first-order differences ``grad U . (v - theta)`` of
-        spec eq. 5 (one gradient evaluation); ``False``: exact differences
+        ACS paper eq. 5 (one gradient evaluation); ``False``: exact differences
         ``U(theta with theta_i <- v) - U(theta)`` (``d (K - 1)`` extra evaluations of ``U``;
         needed when ``U`` is not differentiable in the variable, e.g. it indexes with it).
         ``categorical`` variables are integers and always use exact differences.
@@ -83,7 +83,7 @@ class ChainState(NamedTuple):
     :param log_density: ``U`` at ``indices``.
     :param differences: dict name -> array ``shape + (K,)``: the (first-order or exact) change
         of ``U`` when one coordinate moves to each value; 0 at the current value, ``-inf``
-        where it is not finite. Caching it makes a step cost one evaluation (spec eq. 6).
+        where it is not finite. Caching it makes a step cost one evaluation (ACS paper eq. 6).
     """
 
     indices: dict
@@ -146,9 +146,9 @@ def _distances(variable: DiscreteVariable, index):
 
 
 def squared_jump(variables: dict, indices: dict, other: dict) -> jax.Array:
-    """The proposal's distance between two states, summed over coordinates (spec eq. 5):
+    """The proposal's distance between two states, summed over coordinates (ACS paper eq. 5):
     squared differences for binary and ordinal coordinates, the number of changed coordinates
-    for categorical and one-hot ones (spec P11).
+    for categorical and one-hot ones (the reference code's convention).
 
     :param dict variables: name -> :class:`DiscreteVariable`.
     :param dict indices: name -> integer array, one state.
@@ -176,12 +176,12 @@ def local_differences_fn(log_density_fn: Callable, variables: dict) -> Callable:
     """Build ``indices -> (U, differences)``: one ``value_and_grad`` plus exact differences.
 
     For a variable with ``gradient=True`` the change of ``U`` when coordinate ``i`` moves to
-    ``v`` is approximated to first order (spec eq. 4-5): ``dU/dtheta_i (v - theta_i)`` for
+    ``v`` is approximated to first order (ACS paper eq. 4-5): ``dU/dtheta_i (v - theta_i)`` for
     binary and ordinal values, ``G_{i,v} - G_{i,theta_i}`` with ``G = dU/d onehot`` for one-hot
     values. With ``gradient=False`` it is computed exactly by evaluating ``U`` at all
     ``d (K - 1)`` single-coordinate changes (``vmap``; memory and time ``d K`` evaluations).
 
-    :param log_density_fn: ``values dict -> U`` (a log density, spec P1).
+    :param log_density_fn: ``values dict -> U`` (a log density, not a potential energy).
     :param dict variables: name -> :class:`DiscreteVariable`.
     :return: a function ``indices -> (log_density, differences)``.
     """
@@ -247,12 +247,12 @@ def _exact_differences(log_density_fn, variable, name, values, index):
 
 
 def proposal_logits(variables: dict, indices: dict, differences: dict, alpha, beta) -> dict:
-    """Per-coordinate logits of spec eq. 5: ``beta Delta_i(v) - D(v, theta_i) / (2 alpha)``.
+    """Per-coordinate logits of ACS paper eq. 5: ``beta Delta_i(v) - D(v, theta_i) / (2 alpha)``.
 
     :param dict variables: name -> :class:`DiscreteVariable`.
     :param dict indices: the current state.
     :param dict differences: its cached differences (:class:`ChainState`).
-    :param alpha: step size, ``> 0``; ``inf`` drops the distance term (spec P13).
+    :param alpha: step size, ``> 0``; ``inf`` drops the distance term (``1 / (2 alpha) = 0``).
     :param beta: balancing exponent (``g(t) = t^beta``).
     :return: dict name -> logits ``shape + (K,)``; the current value's logit is 0.
     """
@@ -284,7 +284,7 @@ def acs_step(
 ) -> tuple[ChainState, jax.Array]:
     """One ACS/DMALA transition at fixed ``(alpha, beta)``: propose all coordinates, MH-correct.
 
-    ``A = min(1, exp(U(theta') - U(theta)) Q(theta | theta') / Q(theta' | theta))`` (spec eq. 6);
+    ``A = min(1, exp(U(theta') - U(theta)) Q(theta | theta') / Q(theta' | theta))`` (ACS eq. 6);
     the reverse proposal uses the differences at ``theta'``, which are cached for the next step,
     so a step costs one evaluation of ``evaluate_fn``. A proposal whose ``U`` is not finite, or
     whose acceptance ratio is NaN, is rejected (acceptance probability 0).
@@ -295,7 +295,7 @@ def acs_step(
     :param beta: balancing exponent.
     :param evaluate_fn: ``indices -> (U, differences)`` from :func:`local_differences_fn`.
     :param dict variables: name -> :class:`DiscreteVariable`.
-    :param bool mh: ``False`` skips the MH test (biased; only for the tuner's burn-in, spec P10);
+    :param bool mh: ``False`` skips the MH test (biased; only for the tuner's burn-in);
         non-finite proposals are still rejected.
     :return: ``(new_state, acceptance_probability)``.
 
@@ -353,8 +353,8 @@ def acs_transition(
 def acceptance_probability(
     variables: dict, state: ChainState, proposed: ChainState, alpha, beta
 ) -> jax.Array:
-    """``A(theta' | theta)`` of spec eq. 6 for the proposal of eq. 5 at ``(alpha, beta)``: 0 when
-    ``U(theta')`` is not finite or the ratio is NaN (a numerical failure is a rejection).
+    """``A(theta' | theta)`` of ACS paper eq. 6 for the proposal of eq. 5 at ``(alpha, beta)``:
+    0 when ``U(theta')`` is not finite or the ratio is NaN (a numerical failure is a rejection).
 
     :return: scalar in [0, 1].
     """
@@ -364,7 +364,7 @@ def acceptance_probability(
 def log_acceptance_ratio(
     variables: dict, state: ChainState, proposed: ChainState, alpha, beta
 ) -> jax.Array:
-    """The log Metropolis-Hastings ratio of spec eq. 6 for the proposal of eq. 5 at
+    """The log Metropolis-Hastings ratio of the ACS paper's eq. 6 for the proposal of eq. 5 at
     ``(alpha, beta)``: ``U(theta') - U(theta) + log Q(theta | theta') - log Q(theta' | theta)``,
     ``-inf`` when ``U(theta')`` is not finite (a numerical failure is a rejection).
 

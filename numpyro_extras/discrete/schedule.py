@@ -1,4 +1,4 @@
-"""Cyclical step-size and balancing schedules of the ACS paper (spec eq. 7-8)."""
+"""Cyclical step-size and balancing schedules of the ACS paper (ACS paper eq. 7-8)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ __all__ = ["CyclicalSchedule", "cyclical_step_sizes", "cosine_balancing", "check
 
 
 class CyclicalSchedule(NamedTuple):
-    """The ``(alpha_k, beta_k)`` used at step ``k mod s`` of every cycle (spec Alg. 1).
+    """The ``(alpha_k, beta_k)`` used at step ``k mod s`` of every cycle (the paper's Alg. 1).
 
     :param step_sizes: ``alpha_0..alpha_{s-1}``, each ``> 0`` (``inf`` allowed).
-    :param balancing: ``beta_0..beta_{s-1}``, each in ``[0.5, 1]`` (spec P20).
+    :param balancing: ``beta_0..beta_{s-1}``, each in ``[0.5, 1]`` (the paper's ``[0.5, 1)``,
+        and ``1`` as its reference code allows).
     """
 
     step_sizes: jax.Array
@@ -29,8 +30,8 @@ class CyclicalSchedule(NamedTuple):
 def cyclical_step_sizes(alpha_max, alpha_min, steps_per_cycle):
     """Cosine step sizes ``alpha_k = max((alpha_max / 2)(cos(pi k / s) + 1), alpha_min)``.
 
-    The corrected spec eq. 7 (pitfall P2): ``alpha_0 = alpha_max``, non-increasing within a
-    cycle, never below ``alpha_min``.
+    The ACS paper's eq. 7 as intended (the printed form misplaces the 1/2 and the +1):
+    ``alpha_0 = alpha_max``, non-increasing within a cycle, never below ``alpha_min``.
 
     :param alpha_max: largest step size (first step of a cycle).
     :param alpha_min: smallest step size.
@@ -50,7 +51,7 @@ def cyclical_step_sizes(alpha_max, alpha_min, steps_per_cycle):
 
 def cosine_balancing(beta_max, beta_min, steps_per_cycle):
     """``beta_k = beta_min + (beta_max - beta_min)(1 + cos(pi k / s)) / 2``, the naive schedule
-    of the tuner's burn-in (spec Alg. 3), array ``(s,)``."""
+    of the tuner's burn-in (the paper's Alg. 3), array ``(s,)``."""
     steps = jnp.arange(int(steps_per_cycle))
     return beta_min + (beta_max - beta_min) * 0.5 * (
         1.0 + jnp.cos(jnp.pi * steps / steps_per_cycle)

@@ -1,8 +1,9 @@
-"""Automatic tuning of the cyclical schedule (ACS paper Algorithms 2-5, with the spec's fixes).
+"""Automatic tuning of the cyclical schedule (ACS paper Algorithms 2-5).
 
 The tuner runs a batch of chains (acceptance is averaged over them, as in the paper) and
 returns a frozen :class:`~numpyro_extras.discrete.schedule.CyclicalSchedule` together with the
-batch's final states. Its draws are warm-up draws and are never kept (spec P9).
+batch's final states. Its draws are warm-up draws and are never kept (an adapting schedule
+would not leave the target invariant).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from numpyro_extras.discrete.proposal import ChainState, acs_transition
 from numpyro_extras.discrete.schedule import (
@@ -43,7 +45,7 @@ ALPHA_MAX_RULES = ("acceptance", "jump")
 
 
 class TuningSettings(NamedTuple):
-    """Every constant of the tuner; defaults are the ACS paper's (spec section 3 table), except
+    """Every constant of the tuner; defaults are the ACS paper's (App. A.1 and its code), except
     that ``alpha_ceil``, ``beta_max`` and ``alpha_max_rule`` default to choices by the variables
     (``None``; :func:`resolve_settings`).
 
@@ -52,18 +54,19 @@ class TuningSettings(NamedTuple):
     :param float beta_max: balancing exponent at ``alpha_max`` (paper 0.95 for RBMs);
         ``None``: :func:`default_beta_max` of the variables.
     :param float beta_min: balancing exponent at ``alpha_min`` (always 0.5).
-    :param float alpha_ceil: where the search for ``alpha_max`` starts (paper 5, spec P5);
+    :param float alpha_ceil: where the search for ``alpha_max`` starts (paper 5, App. A.1 and
+        its code; the Alg. 2 box says 60);
         ``None``: :func:`default_alpha_ceil` of the variables (5, or more for ordinal ones).
     :param float alpha_floor: where the search for ``alpha_min`` starts (paper 0.05).
     :param float zeta: the search's relative step ``zeta`` (paper 0.5, "insensitive").
     :param int budget: MH steps for the two step-size searches together (paper 200; 500 for
-        runs of 5000 steps or more, spec Sec. 4.4, the default here).
-    :param int num_burnin: InitBurnin steps without MH (paper 50, spec P10).
+        runs of 5000 steps or more, the paper's setting for long runs, the default here).
+    :param int num_burnin: InitBurnin steps without MH (paper 50).
     :param int num_burnin_mh: InitBurnin steps with MH, rounded down to whole cycles (paper 50).
     :param int num_alpha_candidates: ``t`` of Alg. 4 (paper 5).
     :param int num_beta_candidates: ``t`` of Alg. 5 (paper 10).
     :param int test_steps: MH steps per candidate; acceptance is averaged over them and the
-        chains (spec P8).
+        chains (probabilities, not 0/1 accepts: less noise).
     :param str alpha_max_rule: one of :data:`ALPHA_MAX_RULES`; ``None``:
         :func:`default_alpha_max_rule` of the variables.
     """
@@ -94,7 +97,8 @@ class TuningSettings(NamedTuple):
         beta_max = 1.0 if self.beta_max is None else self.beta_max
         if not 0.5 <= self.beta_min <= beta_max <= 1.0:
             raise ValueError(
-                "Need 0.5 <= beta_min <= beta_max <= 1 (spec P20), got "
+                "Need 0.5 <= beta_min <= beta_max <= 1 (t^beta is a balancing function there), "
+                "got "
                 f"beta_min={self.beta_min}, beta_max={self.beta_max}."
             )
         if self.alpha_max_rule is not None and self.alpha_max_rule not in ALPHA_MAX_RULES:
@@ -161,7 +165,7 @@ def tuning_cost(settings: TuningSettings) -> int:
 def default_alpha_ceil(variables: dict) -> float:
     """Where the ``alpha_max`` search starts when ``alpha_ceil`` is not given.
 
-    5 (the paper's, spec P5) for binary, categorical and one-hot coordinates, where a step of
+    5 (the paper's App. A.1) for binary, categorical and one-hot coordinates, where a step of
     5 already proposes moves nearly by ``exp(beta Delta)`` alone. An ordinal coordinate with
     ``K`` values can move ``K - 1``; ``(K - 1)^2 / 4`` makes a jump across half its range cost
     half a nat in the proposal (the paper's hand-set 1575 on 450 values is of this kind), so
@@ -231,8 +235,80 @@ def resolve_settings(settings: TuningSettings | None, variables: dict) -> Tuning
     return settings.validate()
 
 
-def _take(tree, index):
-    return jax.tree.map(lambda leaf: leaf[index], tree)
+# The tuner's phases, in the order its single loop of MH steps runs them.
+_FREE_BURNIN, _NAIVE_CYCLES, _SEARCH_ALPHA_MIN, _SEARCH_ALPHA_MAX, _BALANCING = range(5)
+
+
+class _StepPlan(NamedTuple):
+    """What each step of the tuner's loop does, fixed by the settings (one entry per step)."""
+
+    phase: np.ndarray  # one of the phases above
+    candidate: np.ndarray  # which candidate of its round the step tries
+    first: np.ndarray  # the candidate's first test step: it starts from the round's states
+    last: np.ndarray  # the candidate's last test step: its acceptance is complete
+    round_first: np.ndarray
+    round_last: np.ndarray  # the round picks its best candidate
+    phase_last: np.ndarray
+    entry: np.ndarray  # the schedule entry a balancing round tunes, minus one
+
+
+def _step_plan(settings: TuningSettings, num_burnin_steps: int) -> _StepPlan:
+    steps = int(settings.test_steps)
+    rows = [(_FREE_BURNIN, 0, 0, 0, 0)] * int(settings.num_burnin)
+    rows += [(_NAIVE_CYCLES, 0, 0, 0, 0)] * (num_burnin_steps - int(settings.num_burnin))
+    for phase, num_rounds, num_candidates in (
+        (_SEARCH_ALPHA_MIN, settings.rounds_per_search, int(settings.num_alpha_candidates)),
+        (_SEARCH_ALPHA_MAX, settings.rounds_per_search, int(settings.num_alpha_candidates)),
+        (_BALANCING, int(settings.steps_per_cycle) - 2, int(settings.num_beta_candidates)),
+    ):
+        rows += [
+            (phase, round_index, candidate, step, num_candidates)
+            for round_index in range(num_rounds)
+            for candidate in range(num_candidates)
+            for step in range(steps)
+        ]
+    table = np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+    phase, round_index, candidate, step, num_candidates = table.T
+    searching = phase >= _SEARCH_ALPHA_MIN
+    first = searching & (step == 0)
+    last = searching & (step == steps - 1)
+    next_phase = np.append(phase[1:], -1)
+    return _StepPlan(
+        phase=phase,
+        candidate=candidate,
+        first=first,
+        last=last,
+        round_first=first & (candidate == 0),
+        round_last=last & (candidate == num_candidates - 1),
+        phase_last=next_phase != phase,
+        entry=np.where(phase == _BALANCING, round_index, 0),
+    )
+
+
+class _TunerState(NamedTuple):
+    batch: ChainState  # the chains after the latest step
+    round_start: ChainState  # the chains every candidate of the round starts from
+    best_batch: ChainState  # the round's best candidate's final chains so far
+    accept_total: jax.Array  # the current candidate's summed mean acceptance
+    jump_total: jax.Array
+    best_score: jax.Array  # the round's best candidate: score, value tried, acceptance
+    best_value: jax.Array
+    best_accept: jax.Array
+    bound: jax.Array  # Alg. 4: where the search stands, with its acceptance
+    accept: jax.Array
+    done: jax.Array
+    jump_best: tuple  # the searched alpha with the largest expected squared jump
+    alpha_min: jax.Array
+    accept_at_min: jax.Array
+    alpha_max: jax.Array
+    accept_at_max: jax.Array
+    beta_ceiling: jax.Array
+    balancing: jax.Array  # the tuned beta of schedule entries 1..s-2
+    num_steps: jax.Array
+
+
+def _where(flag, new, old):
+    return jax.tree.map(lambda a, b: jnp.where(flag, a, b), new, old)
 
 
 def tune_schedule(
@@ -242,21 +318,21 @@ def tune_schedule(
     variables: dict,
     settings: TuningSettings | None = None,
 ) -> tuple[TuningResult, ChainState]:
-    """Tune the cyclical schedule on a batch of chains (spec Alg. 2: Alg. 3, 4 twice, 5).
+    """Tune the cyclical schedule on a batch of chains (the paper's Alg. 2: Alg. 3, 4 twice, 5).
 
     1. InitBurnin (Alg. 3): ``num_burnin`` proposals at ``(alpha_ceil, beta_max)`` accepted
        without MH, then whole cycles of the naive cosine schedule with MH.
-    2. EstimateAlpha (Alg. 4, multiplicative form, spec P6) for ``alpha_min`` from
+    2. EstimateAlpha (Alg. 4, multiplicative form, as in its pseudo-code) for ``alpha_min`` from
        ``alpha_floor`` upward at ``beta_min``, then for ``alpha_max`` from ``alpha_ceil``
        downward at ``beta_max`` (acceptance is non-monotone in alpha, so the search starts from
        above). Each round tries ``t`` candidates from the same states, each for ``test_steps``
        MH steps, and keeps the one whose mean acceptance probability is closest to ``rho*``
-       (spec P8: probabilities, not 0/1 accepts). With ``alpha_max_rule="jump"`` (the default
+       (probabilities, not 0/1 accepts). With ``alpha_max_rule="jump"`` (the default
        for ordinal variables, :func:`default_alpha_max_rule`) the downward search runs the same
        way, but ``alpha_max`` is the candidate it tried with the largest expected squared jump
        ``E[A D]`` (:func:`~numpyro_extras.discrete.acs_transition`), not the last one.
     3. The step sizes of the corrected eq. 7.
-    4. EstimateBalSched (Alg. 5 with spec P7): ``beta_0 = beta_max``; for ``k = 1..s-2`` the
+    4. EstimateBalSched (Alg. 5): ``beta_0 = beta_max``; for ``k = 1..s-2`` the
        ``beta`` in ``linspace(beta_min, beta_{k-1}, t)`` with the highest mean acceptance at
        ``alpha_k`` (so the schedule is non-increasing, eq. 8); entries clipped to ``alpha_min``
        and the last one get ``beta_min``.
@@ -283,193 +359,215 @@ def tune_schedule(
     dtype = jnp.result_type(float)
     s = int(settings.steps_per_cycle)
     target = settings.target_accept_prob
+    alpha_fractions = jnp.linspace(0.0, 1.0, int(settings.num_alpha_candidates), dtype=dtype)
+    beta_fractions = jnp.linspace(0.0, 1.0, int(settings.num_beta_candidates), dtype=dtype)
 
-    def batch_step(key, batch, alpha, beta, mh=True):
-        keys = jax.random.split(key, jax.tree.leaves(batch.log_density)[0].shape[0])
-        return jax.vmap(
-            lambda k, state: acs_transition(k, state, alpha, beta, evaluate_fn, variables, mh)
-        )(keys, batch)
-
-    def run_steps(key, batch, alpha, beta):
-        """``test_steps`` MH steps; the mean acceptance probability and expected squared jump
-        over steps and chains."""
-
-        def one(carry, step_key):
-            batch, accept_total, jump_total = carry
-            batch, accept_prob, jump = batch_step(step_key, batch, alpha, beta)
-            return (batch, accept_total + jnp.mean(accept_prob), jump_total + jnp.mean(jump)), None
-
-        keys = jax.random.split(key, settings.test_steps)
-        zero = jnp.zeros((), dtype)
-        (batch, accept_total, jump_total), _ = jax.lax.scan(one, (batch, zero, zero), keys)
-        return batch, accept_total / settings.test_steps, jump_total / settings.test_steps
-
-    def try_candidates(key, batch, alphas, betas):
-        """Every candidate from the same states (sequentially, to bound memory)."""
-        keys = jax.random.split(key, alphas.shape[0])
-        return jax.lax.map(lambda c: run_steps(c[0], batch, c[1], c[2]), (keys, alphas, betas))
-
-    # --- Alg. 3: InitBurnin ---------------------------------------------------------------------
-    burnin_key, alpha_key, beta_key = jax.random.split(rng_key, 3)
-
-    naive_alphas = cyclical_step_sizes(settings.alpha_ceil, settings.alpha_floor, s)
-    naive_betas = cosine_balancing(settings.beta_max, settings.beta_min, s)
+    # Alg. 3's burn-in: free moves at (alpha_ceil, beta_max), then whole MH cycles of the naive
+    # schedule.
     num_free = int(settings.num_burnin)
     num_cycle_steps = s * (int(settings.num_burnin_mh) // s)
-    # The free moves at (alpha_ceil, beta_max) and the MH cycles of the naive schedule run in one
-    # compiled loop: one copy of the ACS step to compile instead of two.
     cycle_positions = jnp.arange(num_cycle_steps) % s
     burnin_alphas = jnp.concatenate(
-        [jnp.full((num_free,), settings.alpha_ceil, dtype), naive_alphas[cycle_positions]]
+        [
+            jnp.full((num_free,), settings.alpha_ceil, dtype),
+            cyclical_step_sizes(settings.alpha_ceil, settings.alpha_floor, s)[cycle_positions],
+        ]
     )
     burnin_betas = jnp.concatenate(
-        [jnp.full((num_free,), settings.beta_max, dtype), naive_betas[cycle_positions]]
+        [
+            jnp.full((num_free,), settings.beta_max, dtype),
+            cosine_balancing(settings.beta_max, settings.beta_min, s)[cycle_positions],
+        ]
     )
-    burnin_mh = jnp.arange(num_free + num_cycle_steps) >= num_free
+    plan = _step_plan(settings, num_free + num_cycle_steps)
+    num_plan_steps = plan.phase.shape[0]
+    pad = num_plan_steps - (num_free + num_cycle_steps)
+    burnin_alphas = jnp.concatenate([burnin_alphas, jnp.zeros((pad,), dtype)])
+    burnin_betas = jnp.concatenate([burnin_betas, jnp.zeros((pad,), dtype)])
 
-    def burnin_step(batch, inputs):
-        key, alpha, beta, mh = inputs
-        return batch_step(key, batch, alpha, beta, mh)[0], None
+    def batch_step(key, batch, alpha, beta, mh):
+        keys = jax.random.split(key, jax.tree.leaves(batch.log_density)[0].shape[0])
+        new_batch, accept_prob, jump = jax.vmap(
+            lambda k, state: acs_transition(k, state, alpha, beta, evaluate_fn, variables, mh)
+        )(keys, batch)
+        return new_batch, jnp.mean(accept_prob), jnp.mean(jump)
 
-    states, _ = jax.lax.scan(
-        burnin_step,
-        states,
+    def hold(key, batch, alpha, beta, mh):
+        return batch, jnp.zeros((), dtype), jnp.zeros((), dtype)
+
+    # Every phase runs in this one loop of single MH steps, with one copy of the ACS step to
+    # compile (three separate loops took about three times as long to compile).
+    def one_step(state, inputs):
+        key, step, burnin_alpha, burnin_beta = inputs
+        phase = step.phase
+        searching = (phase == _SEARCH_ALPHA_MIN) | (phase == _SEARCH_ALPHA_MAX)
+        search_maximum = phase == _SEARCH_ALPHA_MAX
+        balancing = phase == _BALANCING
+
+        # Alg. 4, multiplicative form: down from alpha_ceil for alpha_max, up from alpha_floor
+        # for alpha_min, by zeta |rho* - rho|, trying t candidates between bound and proposal.
+        shift = settings.zeta * jnp.abs(target - state.accept)
+        proposal = jnp.where(
+            search_maximum, state.bound * (1.0 - shift), state.bound * (1.0 + shift)
+        )
+        fraction = alpha_fractions[jnp.minimum(step.candidate, alpha_fractions.shape[0] - 1)]
+        search_alpha = jnp.where(
+            search_maximum,
+            proposal + (state.bound - proposal) * fraction,
+            state.bound + (proposal - state.bound) * fraction,
+        )
+        # Alg. 5: entry k of the corrected eq. 7 cycle, beta from beta_min to the previous
+        # entry's beta (so the schedule is non-increasing, eq. 8).
+        entry_alpha = cyclical_step_sizes(state.alpha_max, state.alpha_min, s)[step.entry + 1]
+        entry_beta = (
+            settings.beta_min
+            + (state.beta_ceiling - settings.beta_min)
+            * (beta_fractions[jnp.minimum(step.candidate, beta_fractions.shape[0] - 1)])
+        )
+        alpha = jnp.where(searching, search_alpha, jnp.where(balancing, entry_alpha, burnin_alpha))
+        beta = jnp.where(
+            searching,
+            jnp.where(search_maximum, settings.beta_max, settings.beta_min),
+            jnp.where(balancing, entry_beta, burnin_beta),
+        )
+        # A search stops once it reaches rho*; entries clipped to alpha_min are the exploitation
+        # phase and keep beta_min.
+        active = jnp.where(
+            searching, ~state.done, jnp.where(balancing, entry_alpha > state.alpha_min, True)
+        )
+
+        round_start = _where(step.round_first, state.batch, state.round_start)
+        source = _where(step.first, round_start, state.batch)
+        batch, accept_prob, jump = jax.lax.cond(
+            active, batch_step, hold, key, source, alpha, beta, phase != _FREE_BURNIN
+        )
+        accept_total = jnp.where(step.first, 0.0, state.accept_total) + accept_prob
+        jump_total = jnp.where(step.first, 0.0, state.jump_total) + jump
+
+        # A candidate is complete: keep it if it is the round's best so far. Searches keep the
+        # acceptance closest to rho* (probabilities, not 0/1 accepts), upward ties
+        # going to the candidate farthest along (where no candidate moves, every one accepts
+        # with probability 1, and the search must still leave alpha_floor); balancing keeps the
+        # highest acceptance.
+        candidate_accept = accept_total / settings.test_steps
+        candidate_jump = jump_total / settings.test_steps
+        value = jnp.where(balancing, entry_beta, search_alpha)
+        score = jnp.where(balancing, -candidate_accept, jnp.abs(candidate_accept - target))
+        better = jnp.where(
+            phase == _SEARCH_ALPHA_MIN, score <= state.best_score, score < state.best_score
+        )
+        take = step.last & ((step.candidate == 0) | better)
+        best_batch = _where(take, batch, state.best_batch)
+        best_score = jnp.where(take, score, state.best_score)
+        best_value = jnp.where(take, value, state.best_value)
+        best_accept = jnp.where(take, candidate_accept, state.best_accept)
+        # The jump rule's alpha_max: the tried candidate with the largest expected squared jump.
+        jump_best = _where(
+            step.last & search_maximum & active & (candidate_jump > state.jump_best[2]),
+            (search_alpha, candidate_accept, candidate_jump),
+            state.jump_best,
+        )
+
+        # The round is complete: move the chains to its best candidate's states.
+        round_moves = step.round_last & active
+        batch = _where(round_moves, best_batch, batch)
+        search_moves = round_moves & searching
+        bound = jnp.where(search_moves, best_value, state.bound)
+        accept = jnp.where(search_moves, best_accept, state.accept)
+        # The search only moves one way, so once the acceptance has reached rho* it stops:
+        # noise would otherwise push it past the target with no way back (the reference
+        # code's early stop).
+        reached = jnp.where(search_maximum, accept >= target, accept <= target)
+        done = state.done | (search_moves & reached)
+        entry_done = step.round_last & balancing
+        entry_beta_tuned = jnp.where(active, best_value, settings.beta_min)
+        balancing_betas = jnp.where(
+            entry_done, state.balancing.at[step.entry].set(entry_beta_tuned), state.balancing
+        )
+        beta_ceiling = jnp.where(entry_done, entry_beta_tuned, state.beta_ceiling)
+
+        # A search is complete.
+        min_found = step.phase_last & (phase == _SEARCH_ALPHA_MIN)
+        alpha_min = jnp.where(min_found, bound, state.alpha_min)
+        accept_at_min = jnp.where(min_found, accept, state.accept_at_min)
+        max_found = step.phase_last & search_maximum
+        found, found_accept = (jump_best[0], jump_best[1]) if jump_rule else (bound, accept)
+        # Where rho* is reached only at tiny steps (a near-deterministic conditional: no move
+        # is likely), the downward search can end below alpha_min; the cycle is then constant.
+        alpha_max = jnp.where(max_found, jnp.maximum(found, alpha_min), state.alpha_max)
+        accept_at_max = jnp.where(max_found, found_accept, state.accept_at_max)
+        # The alpha_max search starts where the alpha_min search ended.
+        bound = jnp.where(min_found, settings.alpha_ceil, bound)
+        accept = jnp.where(min_found, 0.0, accept)
+        done = jnp.where(min_found, False, done)
+
+        return _TunerState(
+            batch,
+            round_start,
+            best_batch,
+            accept_total,
+            jump_total,
+            best_score,
+            best_value,
+            best_accept,
+            bound,
+            accept,
+            done,
+            jump_best,
+            alpha_min,
+            accept_at_min,
+            alpha_max,
+            accept_at_max,
+            beta_ceiling,
+            balancing_betas,
+            state.num_steps + active.astype(jnp.int32),
+        ), None
+
+    zero = jnp.zeros((), dtype)
+    initial = _TunerState(
+        batch=states,
+        round_start=states,
+        best_batch=states,
+        accept_total=zero,
+        jump_total=zero,
+        best_score=zero,
+        best_value=zero,
+        best_accept=zero,
+        bound=jnp.asarray(settings.alpha_floor, dtype),
+        accept=zero,
+        done=jnp.zeros((), bool),
+        jump_best=(jnp.asarray(settings.alpha_ceil, dtype), zero, jnp.full((), -1.0, dtype)),
+        alpha_min=jnp.asarray(settings.alpha_floor, dtype),
+        accept_at_min=zero,
+        alpha_max=jnp.asarray(settings.alpha_ceil, dtype),
+        accept_at_max=zero,
+        beta_ceiling=jnp.asarray(settings.beta_max, dtype),
+        balancing=jnp.zeros((max(s - 2, 0),), dtype),
+        num_steps=jnp.zeros((), jnp.int32),
+    )
+    final, _ = jax.lax.scan(
+        one_step,
+        initial,
         (
-            jax.random.split(burnin_key, num_free + num_cycle_steps),
+            jax.random.split(rng_key, num_plan_steps),
+            jax.tree.map(jnp.asarray, plan),
             burnin_alphas,
             burnin_betas,
-            burnin_mh,
         ),
-    )
-
-    # --- Alg. 4: EstimateAlpha ------------------------------------------------------------------
-    t = int(settings.num_alpha_candidates)
-    fractions = jnp.linspace(0.0, 1.0, t)
-
-    def estimate_alpha(batch, inputs):
-        """Alg. 4 from ``bound``; returns ``(states, (alpha, acceptance at alpha, steps))``. With
-        the jump rule and ``search_maximum``, ``alpha`` is the tried candidate with the largest
-        expected squared jump instead of the search's end point. ``search_maximum`` is traced:
-        both searches run in one compiled loop, one copy of the ACS step to compile."""
-        key, bound, beta, search_maximum = inputs
-        # Which candidate the jump rule keeps: (alpha, acceptance, expected squared jump).
-        no_best = (jnp.asarray(bound, dtype), jnp.zeros((), dtype), jnp.full((), -1.0, dtype))
-
-        def one_round(carry, round_key):
-            batch, bound, rho, done, best_jump = carry
-            shift = settings.zeta * jnp.abs(target - rho)
-            # Down from alpha_ceil for alpha_max, up from alpha_floor for alpha_min.
-            proposal = jnp.where(search_maximum, bound * (1.0 - shift), bound * (1.0 + shift))
-            candidates = jnp.where(
-                search_maximum,
-                proposal + (bound - proposal) * fractions,
-                bound + (proposal - bound) * fractions,
-            )
-
-            def search(batch, best_jump):
-                finals, rhos, jumps = try_candidates(
-                    round_key, batch, candidates, jnp.full((t,), beta, dtype)
-                )
-                distance = jnp.abs(rhos - target)
-                # Upward, ties (e.g. every candidate accepts with probability 1 because none
-                # moves) go to the candidate farthest along the search, or it never leaves
-                # alpha_floor.
-                best = jnp.where(
-                    search_maximum, jnp.argmin(distance), t - 1 - jnp.argmin(distance[::-1])
-                )
-                farthest = jnp.argmax(jumps)
-                best_jump = jax.tree.map(
-                    lambda new, old: jnp.where(jumps[farthest] > best_jump[2], new, old),
-                    (candidates[farthest], rhos[farthest], jumps[farthest]),
-                    best_jump,
-                )
-                return _take(finals, best), candidates[best], rhos[best], best_jump
-
-            def stay(batch, best_jump):
-                return batch, bound, rho, best_jump
-
-            batch, bound, rho, best_jump = jax.lax.cond(done, stay, search, batch, best_jump)
-            # The search only moves one way (down for alpha_max, up for alpha_min), so once the
-            # acceptance has reached rho* it stops: noise would otherwise push it past the target
-            # with no way back (the reference code's early stop, spec P6).
-            reached = jnp.where(search_maximum, rho >= target, rho <= target)
-            steps = jnp.where(done, 0, t * int(settings.test_steps))
-            return (batch, bound, rho, done | reached, best_jump), steps
-
-        keys = jax.random.split(key, settings.rounds_per_search)
-        start = (batch, no_best[0], no_best[1], jnp.zeros((), bool), no_best)
-        (batch, bound, rho, _, best_jump), steps = jax.lax.scan(one_round, start, keys)
-        by_jump = search_maximum & jump_rule
-        alpha = jnp.where(by_jump, best_jump[0], bound)
-        rho = jnp.where(by_jump, best_jump[1], rho)
-        return batch, (alpha, rho, jnp.sum(steps))
-
-    states, (alphas, accepts, search_steps) = jax.lax.scan(
-        estimate_alpha,
-        states,
-        (
-            jax.random.split(alpha_key, 2),
-            jnp.asarray([settings.alpha_floor, settings.alpha_ceil], dtype),
-            jnp.asarray([settings.beta_min, settings.beta_max], dtype),
-            jnp.asarray([False, True]),
-        ),
-    )
-    alpha_min, alpha_max = alphas[0], alphas[1]
-    accept_at_min, accept_at_max = accepts[0], accepts[1]
-    min_steps, max_steps = search_steps[0], search_steps[1]
-    # Where rho* is reached only at tiny steps (a near-deterministic conditional: no move is
-    # likely), the downward search can end below alpha_min; the cycle is then constant.
-    alpha_max = jnp.maximum(alpha_max, alpha_min)
-    step_sizes = cyclical_step_sizes(alpha_max, alpha_min, s)
-
-    # --- Alg. 5: EstimateBalSched ---------------------------------------------------------------
-    u = int(settings.num_beta_candidates)
-    beta_fractions = jnp.linspace(0.0, 1.0, u)
-
-    def balancing_entry(carry, inputs):
-        batch, beta_ceiling = carry
-        key, alpha = inputs
-
-        def search(batch):
-            candidates = settings.beta_min + (beta_ceiling - settings.beta_min) * beta_fractions
-            finals, rhos, _ = try_candidates(key, batch, jnp.full((u,), alpha, dtype), candidates)
-            best = jnp.argmax(rhos)
-            return _take(finals, best), candidates[best]
-
-        def clipped(batch):
-            return batch, jnp.asarray(settings.beta_min, dtype)
-
-        # Entries clipped to alpha_min are the exploitation phase: beta_min (spec P7).
-        batch, beta = jax.lax.cond(alpha > alpha_min, search, clipped, batch)
-        steps = jnp.where(alpha > alpha_min, u * int(settings.test_steps), 0)
-        return (batch, beta), (beta, steps)
-
-    middle = step_sizes[1 : s - 1]
-    (states, _), (middle_betas, balancing_steps) = jax.lax.scan(
-        balancing_entry,
-        (states, jnp.asarray(settings.beta_max, dtype)),
-        (jax.random.split(beta_key, middle.shape[0]), middle),
     )
     balancing = jnp.concatenate(
         [
             jnp.full((1,), settings.beta_max, dtype),
-            middle_betas,
+            final.balancing,
             jnp.full((1,), settings.beta_min, dtype),
         ]
     )
-    num_steps = (
-        int(settings.num_burnin)
-        + num_cycle_steps
-        + min_steps
-        + max_steps
-        + jnp.sum(balancing_steps)
-    )
     result = TuningResult(
-        CyclicalSchedule(step_sizes, balancing),
-        alpha_max,
-        alpha_min,
-        accept_at_max,
-        accept_at_min,
-        num_steps,
+        CyclicalSchedule(cyclical_step_sizes(final.alpha_max, final.alpha_min, s), balancing),
+        final.alpha_max,
+        final.alpha_min,
+        final.accept_at_max,
+        final.accept_at_min,
+        final.num_steps,
     )
-    return result, states
+    return result, final.batch

@@ -1,8 +1,9 @@
 """The exact conditional of the inverse temperature and the Rao-Blackwellised weights.
 
-With ``Delta(x) = phi(x) + log zeta - psi(x)`` (spec 2.1), the inverse temperature given ``x`` is an
-exponential with rate ``Delta`` truncated to [0, 1] (paper eq. 17), and every draw, whatever its
-temperature, carries the weights ``w1 = p(beta=1 | x)`` and ``w0 = p(beta=0 | x)`` of eqs. 20-22.
+With ``Delta(x) = phi(x) + log zeta - psi(x)`` (Graham & Storkey, target ``exp(-phi) / Z``,
+normalised base ``exp(-psi)``), the inverse temperature given ``x`` is an exponential with rate
+``Delta`` truncated to [0, 1] (paper eq. 17), and every draw, whatever its temperature, carries
+the weights ``w1 = p(beta=1 | x)`` and ``w0 = p(beta=0 | x)`` of eqs. 20-22.
 Everything here works in log space, so it stays finite for ``|Delta|`` in the thousands.
 """
 
@@ -79,7 +80,7 @@ def inverse_temperature_log_density(beta, delta):
 def sample_inverse_temperature(rng_key, delta):
     """Draw ``beta | x`` exactly from the exponential with rate ``Delta`` truncated to [0, 1].
 
-    Inverse-CDF draw (spec 2.4): for ``a = |Delta|``, ``t = -log1p(U expm1(-a)) / a`` has the
+    Inverse-CDF draw of eq. 17: for ``a = |Delta|``, ``t = -log1p(U expm1(-a)) / a`` has the
     truncated exponential law of rate ``a``; ``beta = t`` for ``Delta > 0`` and ``1 - t`` otherwise.
     Stable for ``|Delta|`` from 0 to well beyond 1e4.
 

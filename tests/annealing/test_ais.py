@@ -19,7 +19,7 @@ from scipy.stats import multivariate_normal, norm
 import numpyro_extras as nx
 from numpyro_extras.annealing import ais, model_annealing
 from numpyro_extras.annealing.boltzmann import ising_lattice, ising_model
-from numpyro_extras.annealing.driver import _compiled_chunk
+from numpyro_extras.annealing.driver import compiled_annealing_chunk
 from numpyro_extras.annealing.model_annealing import annealing_path
 from numpyro_extras.potential import split_model
 from numpyro_extras.targets import (
@@ -138,10 +138,10 @@ def test_mixture_base_density_matches_the_tempering_base():
     )
     gaussian = nx.GaussianBase(jnp.array([0.5, -1.0]), jnp.array([[0.7, 0.0], [0.2, 1.4]]), 0.0)
     for base in (mixture, gaussian):
-        parameters = model_annealing._base_parameters(base)
+        parameters = model_annealing.base_parameters(base)
         for point in jax.random.normal(jax.random.PRNGKey(0), (4, 2)) * 2:
             np.testing.assert_allclose(
-                model_annealing._base_potential(parameters, point),
+                model_annealing.base_parameters_potential(parameters, point),
                 base.potential(point),
                 rtol=1e-10,
             )
@@ -204,9 +204,9 @@ def test_repeated_calls_reuse_the_compiled_run_and_new_data_rebuild_it():
     other_y = jnp.array([4.0, 2.5])
     settings = dict(RUN, num_particles=300, num_temperatures=50, base="prior")
     first = ais(jax.random.PRNGKey(3), conjugate_gaussian_model, (y,), **settings)
-    compiled_before = _compiled_chunk.cache_info()
+    compiled_before = compiled_annealing_chunk.cache_info()
     again = ais(jax.random.PRNGKey(3), conjugate_gaussian_model, (y,), **settings)
-    compiled_after = _compiled_chunk.cache_info()
+    compiled_after = compiled_annealing_chunk.cache_info()
     # The same functions come back from the cache, so the driver's compiled scan is reused ...
     assert compiled_after.hits == compiled_before.hits + 1
     assert compiled_after.misses == compiled_before.misses
@@ -399,16 +399,18 @@ def test_default_base_is_a_cached_gaussian_fit(monkeypatch):
     assert_within_error(evidence, truth, 0.02)
     assert evidence.ess > 0.9 * settings["num_particles"]
 
-    compiled = _compiled_chunk.cache_info()
+    compiled = compiled_annealing_chunk.cache_info()
     again = ais(key, linear_regression_model, (features, targets), **settings)
     assert len(spy.calls) == 1  # the identical call reuses the fitted base ...
-    assert _compiled_chunk.cache_info().misses == compiled.misses  # ... and the compiled run
+    assert (
+        compiled_annealing_chunk.cache_info().misses == compiled.misses
+    )  # ... and the compiled run
     np.testing.assert_array_equal(np.asarray(again.log_weights), np.asarray(evidence.log_weights))
 
     # Another seed fits its own base (its seed comes from the key) on the same compiled run.
     other = ais(jax.random.PRNGKey(13), linear_regression_model, (features, targets), **settings)
     assert len(spy.calls) == 2
-    assert _compiled_chunk.cache_info().misses == compiled.misses
+    assert compiled_annealing_chunk.cache_info().misses == compiled.misses
     assert_within_error(other, truth, 0.02)
 
     # A reverse run with the forward run's key anneals back to the same fitted base.

@@ -1,4 +1,4 @@
-"""ACS functional core: exact transition matrices, proposal formulas, schedules (spec C1-C5)."""
+"""ACS functional core: exact transition matrices, proposal formulas, schedules."""
 
 import functools
 import itertools
@@ -61,7 +61,8 @@ def _categorical_exact_target():
 
 
 def _ordinal_target():
-    """Two ordinal coordinates in {0..5} with three smooth modes (spec E1's form, smoothed)."""
+    """Two ordinal coordinates in {0..5} with three smooth modes (the ACS paper's synthetic
+    target's form, smoothed)."""
     modes = jnp.array([[1.0, 1.0], [4.0, 2.0], [2.0, 5.0]])
 
     def log_density(values):
@@ -266,7 +267,7 @@ def test_linear_target_identities():
                 delta + np.logaddexp(0, c - beta * delta) - np.logaddexp(0, c + beta * delta)
             )
             np.testing.assert_allclose(acceptance, min(1.0, np.exp(log_ratio)), rtol=1e-10)
-    # Far from 1 where the spec says the ratio is not 1: some flip is rejected with probability.
+    # Far from 1 where the ratio is not 1: some flip is rejected with probability.
     for alpha, beta in [(np.inf, 0.5), (1e-3, 1.0)]:
         assert min(float(_flip_acceptance(alpha, beta, x, i)) for i in range(10)) < 0.9
     for i in range(10):
@@ -341,7 +342,8 @@ def test_states_with_a_non_finite_gradient_stay_reachable():
 
 def test_squared_jump_is_the_proposal_distance():
     """Squared offsets for binary and ordinal coordinates, changed coordinates for categorical
-    ones (spec eq. 5 and P11); a transition's expected jump is A times the distance moved."""
+    ones (ACS paper eq. 5, with the reference code's Hamming distance); a transition's expected
+    jump is A times the distance moved."""
     variables = {
         "b": DiscreteVariable((3,), 2, "binary"),
         "o": DiscreteVariable((2,), 10, "ordinal"),
@@ -425,7 +427,7 @@ def test_jump_rule_keeps_the_step_that_crosses_between_modes():
 
 def test_tuner_counts_the_evaluations_it_makes():
     """TuningResult.num_steps is the number of model evaluations per copy, counted here by a
-    callback inside the log density; it stays within tuning_cost (spec C11), below it when the
+    callback inside the log density; it stays within tuning_cost, below it when the
     searches stop early."""
     variables, rbm_log_density = _rbm_target()
     calls = [0]

@@ -54,7 +54,7 @@ def _enumerate_binary(num_units):
 
 def test_rbm_marginals_and_tuner_claims():
     """Joint RBM (8 visible + 4 hidden Bernoulli sites in plates) against exact enumeration of
-    its 4096 states; the tuner's claims of spec C7 in a small size."""
+    its 4096 states; the tuner's acceptance at both ends of the cycle near its target."""
     machine = nx.random_rbm(jax.random.PRNGKey(1), 8, 4, inverse_temperature=4.0, units="binary")
     # alpha_ceil above the paper's 5: on 12 units even alpha = 5 accepts more than rho* = 0.5.
     kernel = nx.ACS(nx.rbm_model, alpha_ceil=50.0, tuning_settings={"alpha_max_rule": "acceptance"})
@@ -91,7 +91,7 @@ def test_rbm_marginals_and_tuner_claims():
     accept = np.asarray(fields["accept_prob"])
     assert np.all((accept >= 0) & (accept <= 1))
     # Acceptance while sampling at both ends of the cycle: the tuner's estimates come from its
-    # own short runs, so this is looser than spec C7's 0.15 on the tuner's numbers.
+    # own short runs, so this is looser than the tuner's own 0.15.
     print("alpha_max", tuning.alpha_max, "alpha_min", tuning.alpha_min)
     print("tuner acceptance", tuning.accept_at_max, tuning.accept_at_min)
     print("sampling acceptance", accept[:, index == 0].mean(), accept[:, index == s - 1].mean())

@@ -16,7 +16,7 @@ from numpyro.infer import MCMC
 import numpyro_extras as nx
 from numpyro_extras import targets
 from numpyro_extras.bases import validate_base
-from numpyro_extras.multimodal_targets import sign_product_target
+from numpyro_extras.targets import sign_product_target
 from numpyro_extras.tempering.base_fit import _batched_potential, _importance_masses
 
 BIMODAL_LOG_Z = 2.0

@@ -1,4 +1,4 @@
-"""Statistical tests of the joint and Gibbs continuous tempering kernels (spec T5, T7, T8), with
+"""Statistical tests of the joint and Gibbs continuous tempering kernels with
 targets whose log Z is known in closed form or by enumeration. Tolerances are Monte Carlo errors:
 |estimate - truth| < 4 stderr, with the stderr itself asserted small."""
 
@@ -64,7 +64,7 @@ def test_gaussian_target_log_z_and_moments(kernel_class):
     _assert_log_z(nx.log_marginal_likelihood(mcmc), GAUSSIAN_LOG_Z, max_stderr=0.08)
     check = nx.base_moment_check(mcmc)
     assert check.passed and check.mean_error < 0.2, check
-    # one bootstrap round (spec 2.8) moves the base onto the target
+    # one bootstrap round (refit the base to the weighted draws) moves the base onto the target
     refitted = nx.refit_base(mcmc)
     np.testing.assert_allclose(refitted.loc, GAUSSIAN_LOC, atol=0.15)
     np.testing.assert_allclose(refitted.covariance, GAUSSIAN_COVARIANCE, atol=0.3)
@@ -169,7 +169,8 @@ def test_linear_regression_evidence_with_fitted_base():
 
 
 def test_boltzmann_relaxation_exact_log_z():
-    """A 2^8-component Gaussian mixture with log Z by enumeration (spec 3.2, at CPU-test size)."""
+    """A 2^8-component Gaussian mixture with log Z by enumeration (the paper's Boltzmann machine
+    relaxation, at CPU-test size)."""
     relaxation = targets.make_boltzmann_relaxation(seed=1, num_units=8)
     model = targets.boltzmann_relaxation_model
     base = nx.fit_base(jax.random.PRNGKey(0), model, (relaxation,), num_steps=1000)

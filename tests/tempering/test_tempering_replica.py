@@ -16,7 +16,7 @@ from numpyro.infer import MCMC, NUTS
 
 import numpyro_extras as nx
 from numpyro_extras import targets
-from numpyro_extras.multimodal_targets import sign_product_target
+from numpyro_extras.targets import sign_product_target
 from numpyro_extras.tempering.chains import (
     PointEvaluation,
     propose_from_base,

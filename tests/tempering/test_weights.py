@@ -40,7 +40,7 @@ def test_weight_identities():
     log_w0 = np.asarray(log_base_weight(DELTAS))
     assert log_target_weight(0.0) == 0.0 and log_base_weight(0.0) == 0.0
     np.testing.assert_allclose(log_w0, np.asarray(log_target_weight(-DELTAS)), rtol=0, atol=0)
-    # w1 = w0 exp(-Delta), and both are bounded like a defensive mixture (spec 2.5)
+    # w1 = w0 exp(-Delta), both bounded like a defensive mixture (Graham & Storkey eq. 20-22)
     np.testing.assert_allclose(log_w1, log_w0 - DELTAS, rtol=1e-12, atol=1e-12)
     assert np.all(np.exp(log_w1) <= 1 + np.maximum(0, -DELTAS) + 1e-12)
     assert np.all(np.exp(log_w0) <= 1 + np.maximum(0, DELTAS) + 1e-12)

@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.special
+import scipy.stats
 from numpyro.infer.util import potential_energy
 
-from numpyro_extras.multimodal_targets import (
+from numpyro_extras.targets.multimodal import (
     boltzmann_orthant_weights,
     boltzmann_target,
     gaussian_mixture_target,

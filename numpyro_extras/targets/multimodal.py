@@ -10,12 +10,12 @@ Three families, each returned as a :class:`MultimodalTarget` (model, its argumen
   (so the likelihood cannot tell ``theta_i`` from ``-theta_i``) with a prior that slightly favours
   one sign: ``2^d`` modes with unequal weights.
 * :func:`boltzmann_target` -- the Gaussian-mixture relaxation of a Boltzmann machine
-  (:func:`~numpyro_extras.targets.make_boltzmann_relaxation`), with modes read on the signs of its
-  leading principal components.
+  (:func:`~numpyro_extras.targets.boltzmann_relaxation.make_boltzmann_relaxation`), with modes read
+  on the signs of its leading principal components.
 
 ``log Z`` is, as in :mod:`numpyro_extras.targets`, the log integral of ``exp(-phi)`` over the
 unconstrained space, ``phi`` being NumPyro's potential energy of the model: here the log marginal
-likelihood. ``tests/test_multimodal_targets.py`` checks every exact quantity against quadrature,
+likelihood. ``tests/targets/test_multimodal.py`` checks every exact quantity against quadrature,
 enumeration or independent sampling.
 """
 
@@ -36,9 +36,10 @@ import scipy.special
 import scipy.stats
 from jax.scipy.special import logsumexp
 
-from numpyro_extras.targets import (
+from numpyro_extras.targets.boltzmann_relaxation import (
     BoltzmannRelaxation,
     boltzmann_relaxation_model,
+    boltzmann_states,
     make_boltzmann_relaxation,
 )
 
@@ -432,11 +433,6 @@ def sign_product_target(
 # ------------------------------------------------------------------------------------------------
 
 
-def _boltzmann_states(num_units):
-    index = np.arange(2**num_units, dtype=np.int64)
-    return 2.0 * ((index[:, None] >> np.arange(num_units)) & 1) - 1.0
-
-
 def boltzmann_orthant_weights(relaxation: BoltzmannRelaxation, directions) -> np.ndarray:
     """Exact probability of each sign pattern of ``directions^T x`` under the relaxation.
 
@@ -449,7 +445,7 @@ def boltzmann_orthant_weights(relaxation: BoltzmannRelaxation, directions) -> np
     :return: float64 array ``[2^m]``; entry ``sum_j [v_j^T x > 0] 2^j``.
     """
     directions = np.asarray(directions, dtype=np.float64)
-    states = _boltzmann_states(len(relaxation.biases))
+    states = boltzmann_states(len(relaxation.biases))
     log_weights = (
         0.5 * np.sum((states @ relaxation.weights) * states, axis=1) + states @ relaxation.biases
     )
@@ -467,8 +463,9 @@ def boltzmann_orthant_weights(relaxation: BoltzmannRelaxation, directions) -> np
 
 
 def boltzmann_target(seed, num_units=16, num_directions=2) -> MultimodalTarget:
-    """A Boltzmann machine relaxation (:func:`~numpyro_extras.targets.make_boltzmann_relaxation`)
-    with its exact ``log Z`` and modes read on its leading principal components.
+    """A Boltzmann machine relaxation
+    (:func:`~numpyro_extras.targets.boltzmann_relaxation.make_boltzmann_relaxation`) with its exact
+    ``log Z`` and modes read on its leading principal components.
 
     The relaxation is a mixture of ``2^D_B`` unit Gaussians at ``Q^T s``; its mass sits on a few
     Boltzmann states far apart along the leading eigenvectors of its covariance (at ``D_B = 16``
