@@ -1,23 +1,22 @@
 """Continuous tempering (Graham & Storkey): joint and Gibbs kernels, base fit, log Z estimators."""
 
 from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase
+from numpyro_extras.tempering.base_check import BaseMomentCheck, base_moment_check, refit_base
 from numpyro_extras.tempering.base_fit import fit_base
 from numpyro_extras.tempering.chains import TemperingState, extended_potential, tempered_potential
-from numpyro_extras.tempering.estimators import (
-    BaseMomentCheck,
+from numpyro_extras.tempering.diagnostics import (
     TemperingDiagnostics,
-    base_moment_check,
     log_marginal_likelihood,
-    plot_tempering,
-    posterior_samples,
-    refit_base,
-    target_log_weights,
-    tempered_samples,
     tempering_diagnostics,
-    tempering_log_normalizer,
+)
+from numpyro_extras.tempering.evidence import target_log_weights, tempering_log_normalizer
+from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
+from numpyro_extras.tempering.plots import plot_tempering
+from numpyro_extras.tempering.posterior import (
+    posterior_samples,
+    tempered_samples,
     to_inference_data,
 )
-from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
 from numpyro_extras.tempering.weights import (
     log_base_weight,
     log_target_weight,

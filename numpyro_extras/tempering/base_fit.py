@@ -38,7 +38,7 @@ from numpyro_extras.progress import run_chunks
 from numpyro_extras.tempering.chains import gibbs_tempering
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 
-__all__ = ["fit_base"]
+__all__ = ["MixtureEstimate", "fit_base", "importance_masses", "vectorized_potential"]
 
 
 class _LocalFit(NamedTuple):
@@ -189,11 +189,14 @@ _BARRIER = 1.0
 _SEGMENT_POINTS = 9
 
 
-def _batched_potential(potential_fn):
+def vectorized_potential(potential_fn):
     """``phi`` of every row of a NumPy array, in float64, from one compiled, vmapped function.
 
     Rows are padded to a power of two, so that the rounds of the fit, whose numbers of
     importance draws and segment points vary, reuse a few compilations instead of one each.
+
+    :param potential_fn: ``x -> phi(x)`` for one flat point.
+    :return: ``positions (N, D) numpy -> phi (N,) numpy float64``.
     """
     compiled = jax.jit(jax.vmap(potential_fn))
 
@@ -298,7 +301,18 @@ def _component_log_densities(positions, locs, scale_trils):
 _UNRELIABLE_PARETO_K = 0.7
 
 
-class _MixtureEstimate(NamedTuple):
+class MixtureEstimate(NamedTuple):
+    """What :func:`importance_masses` finds.
+
+    :param log_zeta: the importance-sampling estimate of ``log Z``.
+    :param masses: each fit's share of the target's mass.
+    :param effective_sample_size: of the (smoothed) importance weights.
+    :param pareto_k: the tail index of the weights (above 0.7: the estimate is unreliable).
+    :param positions: the importance draws, ``(N, D)``.
+    :param log_weights: their smoothed log weights.
+    :param log_uncovered: per draw, the log of the defensive component's share of the proposal.
+    """
+
     log_zeta: float
     masses: np.ndarray
     effective_sample_size: float
@@ -308,7 +322,7 @@ class _MixtureEstimate(NamedTuple):
     log_uncovered: np.ndarray
 
 
-def _importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, num_draws):
+def importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, num_draws):
     """``log Z`` and each fit's share of the target's mass by importance sampling.
 
     The proposal is the equal mixture of all components (the fits, then the defensive one),
@@ -321,6 +335,14 @@ def _importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, 
     many orders of magnitude; raw weights would then hand it the whole mass, and a later round
     would drop every other fit as massless. Smoothing the tail bounds such a draw's share, and
     the tail's Pareto ``k`` (above 0.7: unreliable) says when the estimate cannot be trusted.
+
+    :param rng_key: PRNG key for the draws.
+    :param batched_potential: ``positions -> phi`` (:func:`vectorized_potential`).
+    :param locs: component means ``(K, D)``, the fits first, the defensive component last.
+    :param scale_trils: their Cholesky factors ``(K, D, D)``.
+    :param int num_fits: how many of the components are fits.
+    :param int num_draws: importance draws.
+    :return: :class:`MixtureEstimate`.
     """
     num_components, dimension = locs.shape
     noise = np.asarray(jax.random.normal(rng_key, (num_draws, dimension)), dtype=np.float64)
@@ -342,7 +364,7 @@ def _importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, 
         fit_log_components - logsumexp(fit_log_components, axis=1, keepdims=True)
     )
     log_uncovered = log_components[:, -1] - logsumexp(log_components, axis=1)
-    return _MixtureEstimate(
+    return MixtureEstimate(
         log_zeta=float(log_total - math.log(len(positions))),
         masses=weights @ responsibilities,
         effective_sample_size=float(effective_sample_size(jnp.asarray(log_weights))),
@@ -359,14 +381,14 @@ def _mixture_base(rng_key, batched_potential, fits, prior_positions, settings, d
     masses, plus the defensive component with weight ``defensive_weight``; ``log zeta`` by
     importance sampling.
 
-    :return: ``(MixtureBase, _MixtureEstimate)``.
+    :return: ``(MixtureBase, MixtureEstimate)``.
     """
     locs = np.stack([fit.loc for fit in fits])
     covariances = np.stack([fit.covariance for fit in fits])
     defensive_loc, defensive_covariance = _defensive_component(locs, covariances, prior_positions)
     all_locs = np.concatenate([locs, defensive_loc[None]])
     scale_trils = np.stack([_cholesky(c) for c in [*covariances, defensive_covariance]])
-    estimate = _importance_masses(
+    estimate = importance_masses(
         rng_key, batched_potential, all_locs, scale_trils, len(fits), settings["importance_draws"]
     )
     if not np.isfinite(estimate.log_zeta):
@@ -571,7 +593,7 @@ def fit_base(
             bootstrap_num_chains,
         )
     rng = np.random.default_rng(np.asarray(jax.random.key_data(bootstrap_key)).ravel().tolist())
-    batched_potential = _batched_potential(flat_model.potential_fn)
+    batched_potential = vectorized_potential(flat_model.potential_fn)
     round_keys = jax.random.split(bootstrap_key, bootstrap_rounds + 1)
     fits = _drop_duplicates(fits, duplicate_tolerance, batched_potential)
     base, estimate = _mixture_base(

@@ -5,7 +5,7 @@ Thin :class:`~numpyro_extras.kernel.ExtrasKernel` classes over the functional co
 :mod:`numpyro_extras.tempering.chains`: they read the model, fit the base
 (:func:`~numpyro_extras.fit_base`) and start the chains. ``mcmc.get_samples()`` are the target
 replica's exact posterior draws; the tempered chain is in the extra fields, from which
-:mod:`numpyro_extras.tempering.estimators` computes ``log Z``.
+:mod:`numpyro_extras.tempering.evidence` computes ``log Z``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,24 @@
+"""log Z from a tempering run: the standard error is calibrated."""
+
+import numpy as np
+
+import numpyro_extras as nx
+
+
+def test_stderr_is_calibrated(bimodal_run, bimodal_log_z):
+    """20 independent 4-chain estimates: about 95% within 2 stderr of the truth, and the spread
+    of the estimates matches the reported stderr."""
+    fields = bimodal_run.get_extra_fields(group_by_chain=True)
+    deltas, log_zetas = np.asarray(fields["delta"]), np.asarray(fields["log_zeta"])[:, 0]
+    estimates = [
+        nx.tempering_log_normalizer(deltas[group : group + 4], log_zetas[group : group + 4])
+        for group in range(0, 80, 4)
+    ]
+    log_z = np.array([estimate.log_z for estimate in estimates])
+    stderr = np.array([estimate.stderr for estimate in estimates])
+    covered = np.abs(log_z - bimodal_log_z) < 2 * stderr
+    assert covered.sum() >= 16, (log_z, stderr)
+    spread_ratio = np.std(log_z, ddof=1) / np.sqrt(np.mean(stderr**2))
+    assert 0.6 < spread_ratio < 1.6, spread_ratio
+    pooled = nx.log_marginal_likelihood(bimodal_run)
+    assert pooled.stderr < 0.03 and abs(pooled.log_z - bimodal_log_z) < 4 * pooled.stderr

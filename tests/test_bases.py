@@ -1,0 +1,35 @@
+"""The base densities shared by tempering and AIS."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+import pytest
+
+import numpyro_extras as nx
+from numpyro_extras.bases import validate_base
+
+
+def test_mixture_base_density_and_gradient():
+    """psi and its gradient against NumPyro's mixture log density and jax.grad."""
+    base = nx.MixtureBase(
+        jnp.array([[-2.0, 0.5], [1.5, 1.0]]),
+        jnp.array([[[1.0, 0.0], [0.4, 0.7]], [[0.5, 0.0], [-0.2, 1.3]]]),
+        jnp.log(jnp.array([0.3, 0.7])),
+        jnp.asarray(0.0),
+    )
+    mixture = dist.MixtureSameFamily(
+        dist.Categorical(probs=jnp.array([0.3, 0.7])),
+        dist.MultivariateNormal(base.component_locs, scale_tril=base.component_scale_trils),
+    )
+    potential_and_gradient = base.potential_and_gradient()
+    for point in jax.random.normal(jax.random.PRNGKey(1), (5, 2)) * 2:
+        value, gradient = potential_and_gradient(point)
+        np.testing.assert_allclose(value, -mixture.log_prob(point), rtol=1e-10)
+        expected = jax.grad(lambda x: -mixture.log_prob(x))(point)
+        np.testing.assert_allclose(gradient, expected, rtol=1e-8, atol=1e-12)
+    draws = base.sample(jax.random.PRNGKey(2), (20000,))
+    np.testing.assert_allclose(draws.mean(0), base.loc, atol=0.05)
+    assert validate_base(base, 2) is not None
+    with pytest.raises(ValueError, match="sum to 1"):
+        validate_base(base._replace(component_log_weights=jnp.zeros(2)))
