@@ -10,7 +10,7 @@ with units in ``{-1, +1}`` (``units="spin"``, the paper's) or ``{0, 1}`` (``unit
 periodic ``L x L`` Ising lattice split as a checkerboard is the same object with a sparse ``W``
 (white sites are the visible layer, black sites the hidden one; mAIS paper Fig. 2).
 
-The annealing path is the paper's (spec 2.1, 2.5): ``E_k = beta_k E`` from the uniform
+The annealing path is the mAIS paper's (Sec. III C): ``E_k = beta_k E`` from the uniform
 distribution ``P_0`` (``beta_0 = 0``) to the model (``beta_K = 1``). Summing one layer out
 analytically gives the marginal energy of eq. 39; marginalized AIS (mAIS) runs AIS on that
 marginal with the collapsed block-Gibbs kernel of eq. 41, and joint AIS uses the kernel of eq. 42,
@@ -50,15 +50,20 @@ __all__ = [
     "ais_boltzmann",
     "ais_log_weights",
     "checkerboard_sites",
+    "collapsed_gibbs_transition",
     "ising_lattice",
     "ising_model",
+    "joint_log_weight_increment",
+    "joint_transition",
     "mais_log_weights",
     "mais_vs_ais",
+    "marginal_log_weight_increment",
     "marginalized_ais_boltzmann",
     "paired_log_weights",
     "random_rbm",
     "rbm",
     "rbm_model",
+    "resolve_side",
 ]
 
 UNITS = ("spin", "binary")
@@ -179,8 +184,8 @@ class BipartiteBoltzmann:
         """``-E_V(v, beta) = log sum_h exp(-beta E(v, h))``, the marginal of the tempered joint
         (eq. 39; for spins ``a b . v + sum_j ln 2cosh(a (c_j + sum_i w_ij v_i))``, ``a = beta/T``).
 
-        It is the marginal of the tempered joint, not the tempered marginal (spec 2.3), and its
-        sum over ``v`` is ``Z_beta``, the joint's normaliser.
+        It is the marginal of the tempered joint, not the tempered marginal, and its sum over
+        ``v`` is ``Z_beta``, the joint's normaliser.
 
         :param v: visible states, shape ``(..., |V|)``.
         :param beta: inverse temperature of the annealing path.
@@ -225,7 +230,7 @@ class BipartiteBoltzmann:
         """``log Z_0`` of the uniform start ``P_0`` (``n ln 2``).
 
         It is derived from the same unnormalised marginal density the annealing uses, at
-        ``beta = 0`` (spec 5, "Z_0 bookkeeping"): ``|V| ln 2 + (-E_V(v, 0))`` for any ``v``, so
+        ``beta = 0``: ``|V| ln 2 + (-E_V(v, 0))`` for any ``v``, so
         the hidden layer's ``|H| ln 2`` can never be dropped on one side only.
         """
         v = jnp.full((self.num_visible,), _low_state(self.units))
@@ -344,7 +349,7 @@ def rbm(weights, visible_bias=None, hidden_bias=None, *, temperature=1.0, units=
 
 
 def random_rbm(rng_key, num_visible, num_hidden, inverse_temperature=1.0, *, units="spin"):
-    """A random RBM of the mAIS paper's experiments (Sec. IV, spec 3.1).
+    """A random RBM of the mAIS paper's experiments (Sec. IV).
 
     ``b_i, c_j ~ U[-0.001, 0.001]``, ``w_ij ~ N(0, 1 / n)`` with ``n = |V| + |H|``, model
     temperature ``T = 1 / inverse_temperature``.
@@ -537,23 +542,34 @@ def ising_model(size, coupling=1.0, field=0.0, temperature=1.0):
 # ------------------------------------------------------------------------------------------------
 
 
-def _resolve_side(machine, side):
-    """The layer the mAIS chain runs on: ``"V"`` (mAIS-V, sums ``h`` out) or ``"H"``."""
+def resolve_side(machine, side):
+    """The layer the mAIS chain runs on: ``"V"`` (mAIS-V, sums ``h`` out) or ``"H"``.
+
+    :param BipartiteBoltzmann machine: the machine.
+    :param str side: ``"V"``, ``"H"`` or ``"auto"`` (the smaller layer).
+    :return: ``"V"`` or ``"H"``.
+    :raises ValueError: for another ``side``.
+    """
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, got {side!r}.")
     if side == "auto":
-        # Marginalise the larger layer (spec 3.2 / claim 11): the chain runs on the smaller one.
+        # Marginalise the larger layer (the mAIS paper's Sec. IV finds it the better side): the
+        # chain runs on the smaller one.
         return "V" if machine.num_hidden >= machine.num_visible else "H"
     return side
 
 
 def _chain_machine(machine, side):
     """The machine oriented so that the mAIS chain runs on its visible layer."""
-    return machine if _resolve_side(machine, side) == "V" else machine.swap_layers()
+    return machine if resolve_side(machine, side) == "V" else machine.swap_layers()
 
 
-def _marginal_log_weight_increment(machine):
-    """``ln lambda_k(v) = -E_V(v, beta_k) + E_V(v, beta_{k-1})`` (eq. 26), one matmul per call."""
+def marginal_log_weight_increment(machine):
+    """``ln lambda_k(v) = -E_V(v, beta_k) + E_V(v, beta_{k-1})`` (eq. 26), one matmul per call.
+
+    :param BipartiteBoltzmann machine: the machine, oriented so the chain runs on ``v``.
+    :return: ``(v, beta_previous, beta) -> ln lambda_k(v)``, the mAIS weight increment.
+    """
 
     def increment(v, beta_previous, beta):
         hidden_fields = machine.hidden_fields(v, 1.0)
@@ -566,8 +582,12 @@ def _marginal_log_weight_increment(machine):
     return increment
 
 
-def _joint_log_weight_increment(machine):
-    """``ln w_k(v, h) = -(beta_k - beta_{k-1}) E(v, h)`` (eq. 12 with a uniform ``P_0``)."""
+def joint_log_weight_increment(machine):
+    """``ln w_k(v, h) = -(beta_k - beta_{k-1}) E(v, h)`` (eq. 12 with a uniform ``P_0``).
+
+    :param BipartiteBoltzmann machine: the machine.
+    :return: ``((v, h), beta_previous, beta) -> ln w_k``, the joint AIS weight increment.
+    """
 
     def increment(state, beta_previous, beta):
         v, h = state
@@ -583,8 +603,12 @@ def _collapsed_gibbs_step(machine, rng_key, v, beta):
     return machine.sample_visible(visible_key, hidden, beta)
 
 
-def _collapsed_gibbs_transition(machine):
-    """The mAIS kernel of eq. 41 in the driver's transition signature."""
+def collapsed_gibbs_transition(machine):
+    """The mAIS kernel of eq. 41 in the annealing driver's transition signature.
+
+    :param BipartiteBoltzmann machine: the machine, oriented so the chain runs on ``v``.
+    :return: ``(rng_key, v, beta, kernel_state) -> (v', kernel_state, 1.0)``.
+    """
 
     def transition(rng_key, v, beta, kernel_state):
         return _collapsed_gibbs_step(machine, rng_key, v, beta), kernel_state, 1.0
@@ -592,13 +616,17 @@ def _collapsed_gibbs_transition(machine):
     return transition
 
 
-def _joint_transition(machine, kernel):
+def joint_transition(machine, kernel):
     """The joint AIS kernels on ``(v, h)``.
 
     ``"paired"`` is eq. 42, ``P_k(h' | v') tau_k(v' | v)``: three half-sweeps, the old ``h``
     discarded, so condition (36) holds and Theorems 1-2 apply. ``"gibbs"`` is the plain
     two-half-sweep block Gibbs ``v' ~ P_k(v | h)``, ``h' ~ P_k(h | v')``, which reads the old
     ``h`` and is not covered by the theorems.
+
+    :param BipartiteBoltzmann machine: the machine.
+    :param str kernel: one of ``AIS_KERNELS``.
+    :return: ``(rng_key, (v, h), beta, kernel_state) -> ((v', h'), kernel_state, 1.0)``.
     """
 
     def transition(rng_key, state, beta, kernel_state):
@@ -653,9 +681,9 @@ def mais_log_weights(rng_key, machine, inverse_temperatures, num_particles, *, s
         annealing_key,
         machine.visible_log_density,
         initial_v,
-        _collapsed_gibbs_transition(machine),
+        collapsed_gibbs_transition(machine),
         inverse_temperatures,
-        log_weight_increment_fn=_marginal_log_weight_increment(machine),
+        log_weight_increment_fn=marginal_log_weight_increment(machine),
         progress_bar=False,
     )
     return result.log_weights
@@ -687,9 +715,9 @@ def ais_log_weights(rng_key, machine, inverse_temperatures, num_particles, *, ke
         annealing_key,
         lambda state, beta: machine.log_density(*state, beta),
         initial,
-        _joint_transition(machine, kernel),
+        joint_transition(machine, kernel),
         inverse_temperatures,
-        log_weight_increment_fn=_joint_log_weight_increment(machine),
+        log_weight_increment_fn=joint_log_weight_increment(machine),
         progress_bar=False,
     )
     return result.log_weights
@@ -707,7 +735,7 @@ class PairedLogWeights(NamedTuple):
 
 
 def paired_log_weights(rng_key, machine, inverse_temperatures, num_particles, *, side="auto"):
-    """AIS and mAIS log weights computed on the same chain trajectories (spec 2.4, 5.1).
+    """AIS and mAIS log weights on the same chain trajectories (mAIS paper Sec. III B, App. A).
 
     Under condition (36) the joint AIS process is exactly the mAIS chain plus, at every ``k``,
     an independent ``h^(k) ~ P_{k-1}(h | v^(k))`` (App. A, eq. A2-A3). So one run gives both:
@@ -725,14 +753,14 @@ def paired_log_weights(rng_key, machine, inverse_temperatures, num_particles, *,
     :return: :class:`PairedLogWeights`.
     """
     machine = _chain_machine(machine, side)
-    joint_increment = _joint_log_weight_increment(machine)
+    joint_increment = joint_log_weight_increment(machine)
     visible_key, hidden_key, annealing_key = jax.random.split(rng_key, 3)
     # h^(1) ~ P_0(h | v^(1)) is uniform.
     initial = (
         machine.sample_uniform(visible_key, (num_particles, machine.num_visible)),
         machine.sample_uniform(hidden_key, (num_particles, machine.num_hidden)),
     )
-    marginal_increment = _marginal_log_weight_increment(machine)
+    marginal_increment = marginal_log_weight_increment(machine)
 
     def transition(rng_key, state, beta, kernel_state):
         # The driver accumulates the mAIS weight (a function of v alone); the AIS weight needs
@@ -803,7 +831,7 @@ def marginalized_ais_boltzmann(
     """
     _check_machine(machine)
     num_particles = _check_particles(num_particles)
-    _resolve_side(machine, side)
+    resolve_side(machine, side)
     betas = _schedule(schedule, num_temperatures)
     log_weights = mais_log_weights(rng_key, machine, betas, num_particles, side=side)
     return evidence_from_log_weights(log_weights, float(machine.base_log_partition()))
@@ -880,7 +908,7 @@ def mais_vs_ais(
 
     One chain per particle moves with the collapsed block-Gibbs kernel (eq. 41) and carries
     both weights: mAIS's ``Lambda`` and joint AIS's ``W`` with the eq. 42 kernel, whose ``h``
-    at each step is a fresh exact draw (spec 2.4 and 5.1, see :func:`paired_log_weights`).
+    at each step is a fresh exact draw (App. A, see :func:`paired_log_weights`).
     Particle by particle, ``Lambda = E[W | v-trajectory]``, so Theorems 1-2 (smaller variance
     of ``Z``-hat, smaller free-energy bias for mAIS) can be checked with little noise.
 
@@ -904,7 +932,7 @@ def mais_vs_ais(
     """
     _check_machine(machine)
     num_particles = _check_particles(num_particles)
-    resolved_side = _resolve_side(machine, side)
+    resolved_side = resolve_side(machine, side)
     betas = _schedule(schedule, num_temperatures)
     weights = paired_log_weights(rng_key, machine, betas, num_particles, side=resolved_side)
     log_z0 = float(machine.base_log_partition())

@@ -187,8 +187,8 @@ def test_rao_blackwell_identity():
     machine = nx.random_rbm(jax.random.PRNGKey(4), 4, 8, inverse_temperature=3.0)
     v = all_states(4)
     h = all_states(8)
-    marginal_increment = boltzmann._marginal_log_weight_increment(machine)
-    joint_increment = boltzmann._joint_log_weight_increment(machine)
+    marginal_increment = boltzmann.marginal_log_weight_increment(machine)
+    joint_increment = boltzmann.joint_log_weight_increment(machine)
     for beta_previous, beta in ((0.0, 0.2), (0.4, 0.7), (0.9, 1.0)):
         joint_previous = machine.log_density(v[:, None, :], h[None, :, :], beta_previous)
         log_conditional = joint_previous - logsumexp(joint_previous, axis=1, keepdims=True)
@@ -209,11 +209,11 @@ def test_one_step_is_exact_importance_sampling_from_uniform():
     v = all_states(5)
     h = all_states(6)
     log_z = machine.log_partition()
-    log_lambda = boltzmann._marginal_log_weight_increment(machine)(v, 0.0, 1.0)
+    log_lambda = boltzmann.marginal_log_weight_increment(machine)(v, 0.0, 1.0)
     mais = machine.base_log_partition() + logsumexp(log_lambda) - 5 * LOG2
     np.testing.assert_allclose(mais, log_z, atol=1e-10)
     pairs = (jnp.broadcast_to(v[:, None, :], (32, 64, 5)), jnp.broadcast_to(h, (32, 64, 6)))
-    log_w = boltzmann._joint_log_weight_increment(machine)(pairs, 0.0, 1.0)
+    log_w = boltzmann.joint_log_weight_increment(machine)(pairs, 0.0, 1.0)
     log_z0 = 11 * LOG2  # the mean over the 2^11 joint states is the sum minus 11 ln 2
     np.testing.assert_allclose(log_z0 + logsumexp(log_w) - 11 * LOG2, log_z, atol=1e-10)
 
@@ -253,7 +253,7 @@ def test_block_gibbs_kernels_leave_the_tempered_model_invariant(units):
     # The code's samplers reproduce every row of those matrices.
     copies = 4000
     key = jax.random.PRNGKey(7)
-    transition = boltzmann._collapsed_gibbs_transition(machine)
+    transition = boltzmann.collapsed_gibbs_transition(machine)
     start = jnp.repeat(v, copies, axis=0)
     moved, _, _ = transition(key, start, beta, None)
     counts = np.zeros((8, 8))
@@ -261,7 +261,7 @@ def test_block_gibbs_kernels_leave_the_tempered_model_invariant(units):
     tolerance = 5 * np.sqrt(collapsed * (1 - collapsed) / copies) + 1e-9
     assert np.all(np.abs(counts / copies - collapsed) < tolerance)
 
-    joint_transition = boltzmann._joint_transition(machine, "paired")
+    joint_transition = boltzmann.joint_transition(machine, "paired")
     copies = 1500
     start = (
         jnp.repeat(jnp.repeat(v, 4, axis=0), copies, axis=0),
@@ -458,8 +458,8 @@ def test_alpha_trend_and_side_rule():
     _, mais_h, _ = paper_errors(key, machines, side="H")
     assert np.median(np.log(np.abs(mais_v)) - np.log(np.abs(mais_h))) > 0.3
     machine = nx.random_rbm(jax.random.PRNGKey(0), 10, 2)
-    assert boltzmann._resolve_side(machine, "auto") == "H"
-    assert boltzmann._resolve_side(machine.swap_layers(), "auto") == "V"
+    assert boltzmann.resolve_side(machine, "auto") == "H"
+    assert boltzmann.resolve_side(machine.swap_layers(), "auto") == "V"
 
 
 def test_ising_checkerboard_theorems():
