@@ -63,13 +63,20 @@ import numpyro
 
 # Exact enumeration and the MH ratios of the ordinal target are compared in double precision.
 numpyro.enable_x64()
-# Progress, compile-time accounting and the environment lines of the tempering benchmark.
+# Progress, compile-time accounting and the report's environment lines (benchmarks/common.py).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import arviz  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import tempering_benchmark as tb  # noqa: E402
+from common import (  # noqa: E402
+    compile_clock,
+    compile_table,
+    elapsed_seconds,
+    environment_lines,
+    log,
+    verdict,
+)
 from numpyro.infer import HMC, MCMC, NUTS, DiscreteGibbs, DiscreteHMCGibbs, MixedHMC  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
@@ -178,7 +185,7 @@ def run_mcmc(label, kernel, key, model_args, num_chains, num_warmup, num_samples
         chain_method="vectorized" if isinstance(kernel, nx.ACS) else jax.vmap,
         progress_bar=False,
     )
-    with tb.compile_clock(label):
+    with compile_clock(label):
         mcmc.run(key, *model_args, **run_kwargs)
         jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
     return mcmc
@@ -192,7 +199,7 @@ def seconds_per_step(label, kernel, state, model_args, num_steps):
     if not isinstance(kernel, nx.ACS):
         step = jax.vmap(step)
     loop = jax.jit(lambda batch: jax.lax.fori_loop(0, num_steps, lambda _, b: step(b), batch))
-    with tb.compile_clock(label):
+    with compile_clock(label):
         jax.block_until_ready(loop(state))
     start = time.perf_counter()
     jax.block_until_ready(loop(state))
@@ -299,7 +306,7 @@ def boltzmann_runs(target, settings, seed):
     chains, warmup, draws = settings.num_chains, settings.num_warmup, settings.num_samples
     runs = []
     for stream, sampler in enumerate(boltzmann_samplers(target.machine.num_units, settings)):
-        tb.log(f"{target.title}: {sampler.name}")
+        log(f"{target.title}: {sampler.name}")
         kernel = sampler.make_kernel()
         key = jax.random.fold_in(jax.random.PRNGKey(seed), stream)
         label = sampler.name.split(" (")[0]
@@ -518,12 +525,12 @@ def boltzmann_row(target, run, exact):
 
 def benchmark_boltzmann(name, settings, seed):
     target = make_boltzmann_target(name, settings)
-    tb.log(f"{target.title}: exact moments")
+    log(f"{target.title}: exact moments")
     exact = exact_moments(target)
     runs = boltzmann_runs(target, settings, seed)
     rows = [boltzmann_row(target, run, exact) for run in runs]
     for row in rows:
-        tb.log(
+        log(
             f"{target.title}: {row.run.name}: ESS U {row.ess_u:.0f} q {row.ess_q:.0f} units min "
             f"{row.ess_units_min:.0f}, evals/chain {row.run.evaluations:.3g}, "
             f"{row.run.seconds:.1f} s, max z {row.max_z:.1f} ({row.worst})"
@@ -678,7 +685,7 @@ def run_grid_tuned(target, settings, key, tuning_settings):
         return jax.lax.scan(one, start, inputs)[1]
 
     tune_keys, run_keys = jnp.split(jax.random.split(key, 2 * chains), 2)
-    with tb.compile_clock(f"grid ACS tuned ({rule})"):
+    with compile_clock(f"grid ACS tuned ({rule})"):
         results = jax.jit(jax.vmap(tune))(tune_keys, starts)
         draws, accept = jax.jit(jax.vmap(run))(run_keys, starts, results.schedule)
         draws = np.asarray(draws)
@@ -855,11 +862,11 @@ def benchmark_grid(name, settings, seed):
     }
     rows = []
     for method, run in methods.items():
-        tb.log(f"{target.title}: {method}")
+        log(f"{target.title}: {method}")
         draws, evaluations, accept, note = run()
         rows.append(grid_row(target, method, draws, evaluations, accept, note, seed))
     for row in rows:
-        tb.log(
+        log(
             f"{target.title}: {row.name}: modes {row.modes_any}/{len(grid.modes)}, per chain "
             f"{row.modes_per_chain_mean:.1f} (min {row.modes_per_chain_min}), KL {row.kl:.3f} "
             f"(i.i.d. {row.kl_iid:.3f}), "
@@ -965,7 +972,7 @@ def targets_table(boltzmann_results, grid_results):
                 f"{row.name}: {row.modes_any}/{modes} (per chain {row.modes_per_chain_mean:.1f})"
                 for row in acs
             )
-            + f" | {tb.verdict(default.modes_any == modes)} |"
+            + f" | {verdict(default.modes_any == modes)} |"
         )
         # A chain "stays" when it visits fewer than 1.5 modes on average: with 128 chains a few
         # that reach a neighbouring mode do not make a sampler explore.
@@ -985,7 +992,7 @@ def targets_table(boltzmann_results, grid_results):
         lines.append(
             f"| ACS KL(empirical ‖ exact) below DMALA's (spec C8; {target.title}) | "
             + "; ".join(f"{row.name.split(' (')[0]}: {row.kl:.3f}" for row in acs)
-            + f" vs DMALA {dmala.kl:.3f} | {tb.verdict(min(row.kl for row in acs) < dmala.kl)} |"
+            + f" vs DMALA {dmala.kl:.3f} | {verdict(min(row.kl for row in acs) < dmala.kl)} |"
         )
     for target, _, rows in boltzmann_results:
         if not target.name.startswith("rbm"):
@@ -998,14 +1005,14 @@ def targets_table(boltzmann_results, grid_results):
             f"{fmt(acs.per_thousand(acs.ess_min, True))} vs "
             f"{fmt(dmala.per_thousand(dmala.ess_min, True))}; ESS U: "
             f"{fmt(acs.per_thousand(acs.ess_u))} vs {fmt(dmala.per_thousand(dmala.ess_u))}) | "
-            f"{tb.verdict(acs.per_thousand(acs.ess_min) >= dmala.per_thousand(dmala.ess_min))} |"
+            f"{verdict(acs.per_thousand(acs.ess_min) >= dmala.per_thousand(dmala.ess_min))} |"
         )
         acs_symmetric = acs.per_thousand(acs.ess_symmetric)
         dmala_symmetric = dmala.per_thousand(dmala.ess_symmetric)
         lines.append(
             f"| ... of the mirror-symmetric statistics, min(ESS U, ESS q^2) ({target.title}) | "
             f"{fmt(acs_symmetric)} vs {fmt(dmala_symmetric)} per 1k evals | "
-            f"{tb.verdict(acs_symmetric >= dmala_symmetric)} |"
+            f"{verdict(acs_symmetric >= dmala_symmetric)} |"
         )
     for target, _, rows in boltzmann_results:
         if target.name.endswith("cold"):
@@ -1025,7 +1032,7 @@ def targets_table(boltzmann_results, grid_results):
         lines.append(
             f"| Every sampler agrees with exact enumeration (max z <= {MAX_Z:g}) | worst: "
             f"{worst.run.name} z = {worst.max_z:.1f} ({worst.worst}, R-hat q "
-            f"{worst.rhat_q:.2f}) | {tb.verdict(worst.max_z <= MAX_Z)} |"
+            f"{worst.rhat_q:.2f}) | {verdict(worst.max_z <= MAX_Z)} |"
         )
     return "\n".join(lines)
 
@@ -1086,7 +1093,9 @@ def counting_notes(settings):
 
 def report(boltzmann_results, grid_results, arguments, settings, elapsed):
     sections = ["## Environment", ""]
-    sections += tb.environment_lines(arguments, settings, elapsed, script="acs_benchmark.py")
+    sections += environment_lines(
+        "acs_benchmark.py", arguments, elapsed, settings, compile_time=True
+    )
     if boltzmann_results:
         sections += ["", "## ESS per energy evaluation and per second (Boltzmann targets)", ""]
         sections += [ess_table(boltzmann_results), ""]
@@ -1104,7 +1113,7 @@ def report(boltzmann_results, grid_results, arguments, settings, elapsed):
         for target, rows in grid_results:
             sections += [grid_table(target, rows), ""]
     sections += ["## Issue targets", "", targets_table(boltzmann_results, grid_results), ""]
-    sections += ["## JAX tracing and compilation time", "", tb.compile_table(), ""]
+    sections += ["## JAX tracing and compilation time", "", compile_table(), ""]
     sections += ["## Notes", ""] + [f"- {note}" for note in counting_notes(settings)]
     return "\n".join(sections) + "\n"
 
@@ -1142,13 +1151,13 @@ def main(argv=None):
     grid_results = [
         benchmark_grid(name, settings, options.seed) for name in GRID_TARGETS if name in selected
     ]
-    elapsed = time.perf_counter() - tb._START
+    elapsed = elapsed_seconds()
     text = report(boltzmann_results, grid_results, arguments, settings, elapsed)
     print(text)
     if options.output:
         with open(options.output, "w") as output:
             output.write(text)
-    tb.log("done")
+    log("done")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ numpyro.enable_x64()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
 import tempering_benchmark as tb  # noqa: E402
+from common import elapsed_seconds, log  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
@@ -176,7 +177,7 @@ def run_ais_defaults(model, model_args, model_kwargs, seeds):
         # base fit is a set-up cost, not counted.
         gradients = ais_gradient_evaluations(README_PARTICLES, README_TEMPERATURES)
         estimates[seed] = tb.Estimate(evidence.log_z, evidence.stderr, gradients)
-        tb.log(f"defaults seed {seed}: log Z {evidence.log_z:.3f} +- {evidence.stderr:.3f}")
+        log(f"defaults seed {seed}: log Z {evidence.log_z:.3f} +- {evidence.stderr:.3f}")
     return estimates, warned
 
 
@@ -206,7 +207,7 @@ def timed(function, *args, **kwargs):
 
 def add_defaults_row(rows, seeds, ais_target):
     """The defaults row of ``rows`` (``ais_target`` as in :func:`run_methods`)."""
-    tb.log(f"{rows.title} seeds {seeds}: AIS at its defaults")
+    log(f"{rows.title} seeds {seeds}: AIS at its defaults")
     (estimates, warned), seconds = timed(run_ais_defaults, *ais_target, seeds)
     rows.add(DEFAULTS_LABEL, estimates, seconds)
     rows.warned += warned
@@ -230,18 +231,18 @@ def run_methods(rows, problem, seeds, sizes, budget, num_particles, warmup, ais_
     settings = sizes.tempering
     model, model_args, model_kwargs = ais_target
     add_defaults_row(rows, seeds, ais_target)
-    tb.log(f"{problem.title} seeds {seeds}: AIS")
+    log(f"{problem.title} seeds {seeds}: AIS")
     for label, base in (("AIS from the prior", "prior"), ("AIS from the base", problem.base)):
         estimates, seconds = timed(
             run_ais, model, model_args, model_kwargs, seeds, base, budget, num_particles
         )
         rows.add(label, estimates, seconds)
-    tb.log(f"{problem.title} seeds {seeds}: joint and Gibbs tempering")
+    log(f"{problem.title} seeds {seeds}: joint and Gibbs tempering")
     joint, seconds = timed(tb.run_joint, problem, seeds, settings, warmup, budget=budget)
     rows.add("joint CT", joint.estimates, seconds)
     gibbs, seconds = timed(tb.run_gibbs, problem, seeds, settings, warmup, budget=budget)
     rows.add("Gibbs CT", gibbs.estimates, seconds)
-    tb.log(f"{problem.title} seeds {seeds}: BlackJAX SMC")
+    log(f"{problem.title} seeds {seeds}: BlackJAX SMC")
     runner = tb.SMCRunner(problem.smc_potential, settings)
     smc, seconds = timed(tb.run_smc, runner, problem, seeds, {seed: budget for seed in seeds})
     rows.add("SMC", smc.estimates, seconds)
@@ -357,7 +358,7 @@ def benchmark_radon(seeds, sizes):
     reference, reference_stderr, reference_note = tb.radon_tempering_reference(problem, settings)
     rows = TargetRows(title, reference, "reference (long CT runs)")
     rows.notes += [f"{title}: {base_note}", reference_note]
-    tb.log(f"{title}: bidirectional AIS sandwich")
+    log(f"{title}: bidirectional AIS sandwich")
     lower, upper = radon_sandwich(problem, data, sizes)
     rows.notes.append(
         f"{title}: bidirectional AIS from the same base, {sizes.radon_reference_particles} "
@@ -453,7 +454,7 @@ def throughput(sizes):
                 f"| {title} | {num_particles} | {sizes.throughput_temperatures} | "
                 f"{seconds:.2f} | {rate:.3g} | {rate / smallest:.2f} |"
             )
-            tb.log(f"throughput {title}, {num_particles} particles: {rate:.3g} / s")
+            log(f"throughput {title}, {num_particles} particles: {rate:.3g} / s")
     return "\n".join(lines)
 
 
@@ -520,7 +521,7 @@ def main(argv=None):
     sections = []
     if not (options.no_throughput or options.defaults_only):
         sections += ["## AIS throughput (compile excluded)", "", throughput(sizes), ""]
-    elapsed = time.perf_counter() - tb._START
+    elapsed = elapsed_seconds()
     environment = tb.environment_lines(arguments, sizes, elapsed, script="ais_benchmark.py")
     heading = "log Z at one gradient budget"
     if options.defaults_only:
@@ -536,7 +537,7 @@ def main(argv=None):
     if options.output:
         with open(options.output, "w") as output:
             output.write(text + "\n")
-    tb.log("done")
+    log("done")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,60 @@ _STARTED = time.perf_counter()
 
 
 def log(message):
-    """A progress line on stderr, with the seconds since the script started."""
-    print(f"[{time.perf_counter() - _STARTED:7.1f} s] {message}", file=sys.stderr, flush=True)
+    """A progress line on stderr (stdout holds only the Markdown report), with the seconds since
+    the script started."""
+    print(f"[{elapsed_seconds():7.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+def elapsed_seconds():
+    """Seconds since the script started (since this module was imported)."""
+    return time.perf_counter() - _STARTED
+
+
+_COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+#: JAX tracing and compilation seconds per label of :class:`compile_clock`.
+COMPILE_SECONDS: dict[str, float] = {}
+_compile_label = ["other (base fits, estimators, set-up)"]
+
+
+def _record_compile_time(event, duration, **_):
+    if event in _COMPILE_EVENTS:
+        label = _compile_label[-1]
+        COMPILE_SECONDS[label] = COMPILE_SECONDS.get(label, 0.0) + duration
+
+
+jax.monitoring.register_event_duration_secs_listener(_record_compile_time)
+
+
+class compile_clock:
+    """Attribute the JAX tracing and compilation time spent inside the block to ``label``
+    (summed in :data:`COMPILE_SECONDS`)."""
+
+    def __init__(self, label):
+        self.label = label
+
+    def __enter__(self):
+        _compile_label.append(self.label)
+
+    def __exit__(self, *exc_info):
+        _compile_label.pop()
+
+
+def compile_table():
+    """:data:`COMPILE_SECONDS` as a Markdown table, largest first."""
+    lines = ["| Runs | Tracing + compilation (s) |", "|---|---|"]
+    for label, seconds in sorted(COMPILE_SECONDS.items(), key=lambda item: -item[1]):
+        lines.append(f"| {label} | {seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def verdict(met):
+    """A target's verdict cell: ``met`` or a bold ``not met``."""
+    return "met" if met else "**not met**"
 
 
 def _git(*arguments):
@@ -46,13 +98,15 @@ def package_commit():
     return commit + ("+changes" if dirty else "")
 
 
-def environment_lines(script, arguments, elapsed, settings=None):
+def environment_lines(script, arguments, elapsed, settings=None, *, compile_time=False):
     """The environment block of a report, as Markdown list lines.
 
     :param str script: the script's file name.
     :param arguments: the command-line arguments it ran with.
     :param float elapsed: seconds the run took.
     :param settings: anything else worth recording (printed as is).
+    :param bool compile_time: also say how much of the wall time was JAX tracing and compilation
+        (:data:`COMPILE_SECONDS`).
     """
     versions = ", ".join(
         f"{module.__name__} {module.__version__}" for module in (jax, numpyro, nx, np, arviz)
@@ -64,7 +118,12 @@ def environment_lines(script, arguments, elapsed, settings=None):
         f"- Machine: {platform.machine()}, {os.cpu_count()} CPU cores, {platform.platform()}, "
         f"Python {platform.python_version()}; load average at the end {load:.1f}",
         f"- Versions: {versions} (repository commit {package_commit()})",
-        f"- Total wall time: {elapsed / 60:.1f} min",
+        f"- Total wall time: {elapsed / 60:.1f} min"
+        + (
+            f", of which {sum(COMPILE_SECONDS.values()) / 60:.1f} min JAX tracing and compilation"
+            if compile_time
+            else ""
+        ),
     ]
     if settings is not None:
         lines.append(f"- Settings: {settings}")

@@ -33,7 +33,6 @@ import datetime
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 import warnings
@@ -52,17 +51,12 @@ import scipy.stats  # noqa: E402
 import numpyro_extras as nx  # noqa: E402
 from numpyro_extras.targets import load_german_credit, logistic_regression_model  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import elapsed_seconds, log, package_commit  # noqa: E402
+
 TARGET_ERROR = 0.05  # nats
 TARGET_SECONDS = 30.0
 STUDENT_DOF = 5.0
-_START = time.perf_counter()
-
-
-def log(message):
-    """Progress on stderr, so that stdout holds only the markdown report."""
-    print(f"[{time.perf_counter() - _START:7.1f} s] {message}", file=sys.stderr, flush=True)
-
-
 # ------------------------------------------------------------------------------------------------
 # Reference: Laplace fit and Student-t importance sampling, NumPy and SciPy only
 # ------------------------------------------------------------------------------------------------
@@ -185,19 +179,6 @@ def run_rows(title, features, labels, reference, seeds, runs):
 # ------------------------------------------------------------------------------------------------
 # Report
 # ------------------------------------------------------------------------------------------------
-
-
-def package_commit():
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=os.path.dirname(os.path.abspath(__file__)),
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def report(arguments, references, rows, settings_by_label, load_before, load_after, elapsed):
@@ -345,7 +326,7 @@ def main(argv=None):
         settings_by_label,
         load_before,
         os.getloadavg()[0],
-        time.perf_counter() - _START,
+        elapsed_seconds(),
     )
     print(text)
     if args.output:

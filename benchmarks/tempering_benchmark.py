@@ -31,7 +31,6 @@ import datetime
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 import types
@@ -49,6 +48,15 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from blackjax.smc import resampling  # noqa: E402
+from common import (  # noqa: E402
+    COMPILE_SECONDS,
+    compile_clock,
+    compile_table,
+    elapsed_seconds,
+    log,
+    package_commit,
+    verdict,
+)
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 from scipy.special import logsumexp  # noqa: E402
 
@@ -133,14 +141,6 @@ QUICK = Settings(
     timing_repeats=2,
     nuts_timing_warmup=150,
 )
-
-_START = time.perf_counter()
-
-
-def log(message):
-    """Progress on stderr, so that stdout holds only the markdown report."""
-    print(f"[{time.perf_counter() - _START:7.1f} s] {message}", file=sys.stderr, flush=True)
-
 
 # ------------------------------------------------------------------------------------------------
 # Problems
@@ -746,41 +746,6 @@ def timing_comparison(problem, settings, runs_by_method):
 
 
 # ------------------------------------------------------------------------------------------------
-# Compilation time
-# ------------------------------------------------------------------------------------------------
-
-_COMPILE_EVENTS = (
-    "/jax/core/compile/jaxpr_trace_duration",
-    "/jax/core/compile/jaxpr_to_mlir_module_duration",
-    "/jax/core/compile/backend_compile_duration",
-)
-COMPILE_SECONDS: dict[str, float] = {}
-_compile_label = ["other (base fits, estimators, set-up)"]
-
-
-def _record_compile_time(event, duration, **_):
-    if event in _COMPILE_EVENTS:
-        label = _compile_label[-1]
-        COMPILE_SECONDS[label] = COMPILE_SECONDS.get(label, 0.0) + duration
-
-
-jax.monitoring.register_event_duration_secs_listener(_record_compile_time)
-
-
-class compile_clock:
-    """Attribute the JAX tracing and compilation time spent inside the block to ``label``."""
-
-    def __init__(self, label):
-        self.label = label
-
-    def __enter__(self):
-        _compile_label.append(self.label)
-
-    def __exit__(self, *exc_info):
-        _compile_label.pop()
-
-
-# ------------------------------------------------------------------------------------------------
 # Benchmarks per target
 # ------------------------------------------------------------------------------------------------
 
@@ -1193,17 +1158,6 @@ def timing_table(results):
     return "\n".join(lines)
 
 
-def compile_table():
-    lines = ["| Runs | Tracing + compilation (s) |", "|---|---|"]
-    for label, seconds in sorted(COMPILE_SECONDS.items(), key=lambda item: -item[1]):
-        lines.append(f"| {label} | {seconds:.0f} |")
-    return "\n".join(lines)
-
-
-def verdict(met):
-    return "met" if met else "**not met**"
-
-
 def targets_table(results, settings):
     lines = ["| Issue target | Measured | Verdict |", "|---|---|---|"]
     for result in results:
@@ -1247,21 +1201,6 @@ def targets_table(results, settings):
                     f"| {verdict(rmse <= MAX_MODE_WEIGHT_ERROR)} |"
                 )
     return "\n".join(lines)
-
-
-def package_commit():
-    """The repository's commit (read-only ``git rev-parse``), or "unknown" outside a checkout."""
-    try:
-        completed = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=os.path.dirname(os.path.abspath(__file__)),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return completed.stdout.strip()
 
 
 def environment_lines(arguments, settings, elapsed, script="tempering_benchmark.py"):
@@ -1344,7 +1283,7 @@ def main(argv=None):
     for name in TARGET_NAMES:
         if name in selected:
             results.append(runners[name]())
-    text = report(results, arguments, settings, time.perf_counter() - _START)
+    text = report(results, arguments, settings, elapsed_seconds())
     print(text)
     if options.output:
         with open(options.output, "w") as output:
