@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.integrate
 import scipy.special
-from numpyro.infer.util import potential_energy
+from exact_checks import log_trapezoid, model_potential
 
 from numpyro_extras.targets.boltzmann_relaxation import (
     BoltzmannRelaxation,
@@ -22,30 +22,6 @@ from numpyro_extras.targets.boltzmann_relaxation import (
 
 # Quadrature checks to 1e-6 and beyond need double precision.
 jax.config.update("jax_enable_x64", True)
-
-
-def model_potential(model, *args, **kwargs):
-    """The (jitted) potential energy NumPyro's HMC would use for ``model``, on the unconstrained
-    space and including Jacobians, as a function of a dict of unconstrained site values."""
-    return jax.jit(lambda params: potential_energy(model, args, kwargs, params))
-
-
-def log_trapezoid(log_values, spacing):
-    """Log of the trapezoid rule of ``exp(log_values)`` on a uniform grid, any number of axes.
-
-    For smooth integrands that decay to zero at the grid ends the trapezoid rule converges
-    geometrically fast, so it is as accurate as adaptive quadrature here.
-    """
-    weights = np.ones(log_values.shape)
-    for axis in range(log_values.ndim):
-        edge_shape = [1] * log_values.ndim
-        edge_shape[axis] = log_values.shape[axis]
-        edge_weights = np.ones(log_values.shape[axis])
-        edge_weights[[0, -1]] = 0.5
-        weights = weights * edge_weights.reshape(edge_shape)
-    max_log_value = np.max(log_values)
-    total = np.sum(weights * np.exp(log_values - max_log_value))
-    return max_log_value + math.log(total) + log_values.ndim * math.log(spacing)
 
 
 def brute_force_boltzmann_machine(weights, biases):
