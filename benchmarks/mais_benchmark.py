@@ -4,7 +4,7 @@ Random +-1 RBMs with ``|V| = 20``, ``|H| = 40`` (mAIS paper Sec. IV, spec 3.1: b
 ``U[-0.001, 0.001]``, weights ``N(0, 1 / 60)``), ``1 / T`` in {1, 4, 8}, ``K`` in {10, 30, 60}
 with the linear schedule, ``N = 1000`` particles. Every run computes AIS (the eq. 42 kernel,
 three half-sweeps) and mAIS-V (the eq. 41 collapsed block-Gibbs kernel) on the same
-``v``-trajectories (``numpyro_extras.annealing.boltzmann.paired_log_weights``). The exact free
+``v``-trajectories (``numpyro_extras.annealing.mais.paired_log_weights``). The exact free
 energy comes from enumerating the ``2^20`` visible states with the hidden layer summed
 analytically (eq. 39).
 
@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 from jax.scipy.special import logsumexp  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
-from numpyro_extras.annealing import boltzmann  # noqa: E402
+from numpyro_extras.annealing import mais  # noqa: E402
 from numpyro_extras.annealing.driver import inverse_temperature_schedule  # noqa: E402
 
 NUM_VISIBLE, NUM_HIDDEN = 20, 40
@@ -111,7 +111,7 @@ def make_paired_runner(num_temperatures, num_particles):
     betas = inverse_temperature_schedule("linear", num_temperatures)
 
     def one_run(key, machine):
-        weights = boltzmann.paired_log_weights(key, machine, betas, num_particles, side="V")
+        weights = mais.paired_log_weights(key, machine, betas, num_particles, side="V")
         log_z0 = machine.base_log_partition()
         log_mean = [logsumexp(w) - math.log(num_particles) for w in (weights.ais, weights.mais)]
         return -(log_z0 + log_mean[0]), -(log_z0 + log_mean[1])
@@ -296,9 +296,9 @@ def throughput_rows(args):
     num_temperatures = args.throughput_temperatures
     betas = inverse_temperature_schedule("linear", num_temperatures)
     methods = {
-        "mAIS (eq. 41, 2 half-sweeps)": boltzmann.mais_log_weights,
-        "AIS (eq. 42, 3 half-sweeps)": boltzmann.ais_log_weights,
-        "paired AIS + mAIS": boltzmann.paired_log_weights,
+        "mAIS (eq. 41, 2 half-sweeps)": mais.mais_log_weights,
+        "AIS (eq. 42, 3 half-sweeps)": mais.ais_log_weights,
+        "paired AIS + mAIS": mais.paired_log_weights,
     }
     rows = []
     for num_particles in args.throughput_particles:

@@ -7,16 +7,17 @@ thin :class:`~numpyro.infer.mcmc.MCMCKernel`).
 
 from numpyro_extras.annealing.boltzmann import (
     BipartiteBoltzmann,
-    BoltzmannComparison,
-    ais_boltzmann,
     checkerboard_sites,
     ising_lattice,
-    ising_model,
-    mais_vs_ais,
-    marginalized_ais_boltzmann,
     random_rbm,
     rbm,
-    rbm_model,
+)
+from numpyro_extras.annealing.boltzmann_models import ising_model, rbm_model
+from numpyro_extras.annealing.mais import (
+    BoltzmannComparison,
+    ais_boltzmann,
+    mais_vs_ais,
+    marginalized_ais_boltzmann,
 )
 from numpyro_extras.annealing.model_annealing import ais
 from numpyro_extras.discrete import (

@@ -18,7 +18,8 @@ from scipy.stats import multivariate_normal, norm
 
 import numpyro_extras as nx
 from numpyro_extras.annealing import ais, model_annealing
-from numpyro_extras.annealing.boltzmann import ising_lattice, ising_model
+from numpyro_extras.annealing.boltzmann import ising_lattice
+from numpyro_extras.annealing.boltzmann_models import ising_model
 from numpyro_extras.annealing.driver import compiled_annealing_chunk
 from numpyro_extras.annealing.model_annealing import annealing_path
 from numpyro_extras.potential import split_model
