@@ -1,9 +1,11 @@
-"""Continuous tempering with its defaults on multimodal targets with exact answers.
+"""Continuous tempering and replica exchange with their defaults on multimodal targets with exact
+answers.
 
 Runs, exactly as a user would, ``MCMC(nx.JointContinuousTempering(model), num_warmup=1000,
 num_samples=2000, num_chains=4, chain_method=...)`` (the base fitted by the kernel with
-``nx.fit_base``'s defaults), the same with ``nx.GibbsContinuousTempering``, and plain NUTS as the
-anchor, on the three families of :mod:`numpyro_extras.targets.multimodal`:
+``nx.fit_base``'s defaults), the same with ``nx.GibbsContinuousTempering`` and with
+``nx.ReplicaExchange`` (method ``exchange``: 16 replicas from the prior, NUTS inside), and plain
+NUTS as the anchor, on the three families of :mod:`numpyro_extras.targets.multimodal`:
 
 * ``mixture``: separated two-component Gaussian mixture posteriors, ``D`` from 6 to 20, minor
   weight 0.25-0.35, minor mode twice as narrow;
@@ -12,11 +14,11 @@ anchor, on the three families of :mod:`numpyro_extras.targets.multimodal`:
   on the signs of the two leading principal components (4 labels).
 
 Per family and method it prints the mode-weight error ``max_k |w_hat_k - w_k|`` (tempered draws
-weighted by ``nx.target_log_weights``), the log Z error, the reported stderr, the coverage
-``|error| < 3 stderr``, and the wall times of the base fit and of the run (compilation
-included). The base fit is timed by wrapping the ``fit_base`` the kernels call; the joint and
-Gibbs kernels of one target fit the same base (same seed and settings), so the second fit is
-served from the first.
+weighted by ``nx.target_log_weights``; for replica exchange, ``mcmc.get_samples()``), the log Z
+error, the reported stderr, the coverage ``|error| < 3 stderr``, and the wall times of the base
+fit and of the run (compilation included). The base fit is timed by wrapping the ``fit_base``
+the kernels call; the joint and Gibbs kernels of one target fit the same base (same seed and
+settings), so the second fit is served from the first.
 
 Usage::
 
@@ -65,7 +67,7 @@ from numpyro_extras.targets import (  # noqa: E402
 )
 
 FAMILIES = ("mixture", "signs", "boltzmann")
-METHODS = ("joint", "gibbs", "nuts")
+METHODS = ("joint", "gibbs", "exchange", "nuts")
 # Mixture dimensions of seeds 0-9: the range 6-20, twice at the top.
 MIXTURE_DIMENSIONS = (6, 8, 10, 12, 14, 16, 18, 20, 12, 20)
 
@@ -137,6 +139,8 @@ def run_method(method, target, seed, chain_method, fit_base_kwargs, timed_fit):
     """One run of ``method`` on ``target``; returns a dict of measurements."""
     if method == "nuts":
         kernel = NUTS(target.model)
+    elif method == "exchange":
+        kernel = nx.ReplicaExchange(target.model)
     else:
         kernel_class = {
             "joint": nx.JointContinuousTempering,
@@ -166,6 +170,25 @@ def run_method(method, target, seed, chain_method, fit_base_kwargs, timed_fit):
     if method == "nuts":
         weights = target.empirical_mode_weights(mcmc.get_samples())
         result.update(fit_seconds=0.0)
+    elif method == "exchange":
+        weights = target.empirical_mode_weights(mcmc.get_samples())
+        with warnings.catch_warnings(record=True) as estimate_warnings:
+            warnings.simplefilter("always")
+            evidence = nx.log_marginal_likelihood(mcmc)
+        caught += estimate_warnings
+        diagnostics = nx.exchange_diagnostics(mcmc)
+        result.update(
+            fit_seconds=0.0,
+            posterior_mode_weight_error=mode_weight_error(weights, target.mode_weights),
+            log_z_error=evidence.log_z - target.log_z,
+            stderr=evidence.stderr,
+            log_zeta_error=float("nan"),
+            near_base=float("nan"),
+            near_target=float("nan"),
+            round_trips=int(np.sum(diagnostics.round_trips)),
+            barrier=float(np.mean(diagnostics.barrier)),
+            posterior_ess=diagnostics.posterior_ess,
+        )
     else:
         weights = weighted_mode_weights(mcmc, target)
         posterior = target.empirical_mode_weights(mcmc.get_samples())
@@ -353,7 +376,12 @@ def main(argv=None):
                     f"{family} {target.name} seed {seed} {method}: mode-weight error "
                     f"{result['mode_weight_error']:.3f}"
                 )
-                if method != "nuts":
+                if method == "exchange":
+                    message += (
+                        f", log Z error {result['log_z_error']:+.3f} +- {result['stderr']:.3f}"
+                        f", barrier {result['barrier']:.1f}, round trips {result['round_trips']}"
+                    )
+                elif method != "nuts":
                     message += (
                         f", log Z error {result['log_z_error']:+.3f} +- {result['stderr']:.3f}"
                         f", log zeta - log Z {result['log_zeta_error']:+.2f}, fit "

@@ -29,7 +29,10 @@ from numpyro_extras.discrete import (
     OneHotCategorical,
     TuningSettings,
 )
+from numpyro_extras.estimates import log_marginal_likelihood, to_inference_data
 from numpyro_extras.evidence import Evidence
+from numpyro_extras.exchange import ReplicaExchange
+from numpyro_extras.exchange.diagnostics import ExchangeDiagnostics, exchange_diagnostics
 from numpyro_extras.potential import FlatModel, flatten_model
 from numpyro_extras.tempering import (
     BaseCoverageWarning,
@@ -43,7 +46,6 @@ from numpyro_extras.tempering import (
     base_moment_check,
     extended_potential,
     fit_base,
-    log_marginal_likelihood,
     plot_tempering,
     posterior_samples,
     refit_base,
@@ -52,7 +54,6 @@ from numpyro_extras.tempering import (
     tempered_samples,
     tempering_diagnostics,
     tempering_log_normalizer,
-    to_inference_data,
 )
 
 __version__ = "0.1.0"
@@ -80,6 +81,9 @@ __all__ = [
     "BaseCoverageWarning",
     "BaseMomentCheck",
     "Evidence",
+    "ExchangeDiagnostics",
+    "ReplicaExchange",
+    "exchange_diagnostics",
     "FlatModel",
     "GaussianBase",
     "MixtureBase",

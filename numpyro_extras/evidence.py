@@ -1,10 +1,30 @@
-"""The result type every normalizing-constant estimator of numpyro_extras returns."""
+"""The result type every normalizing-constant estimator of numpyro_extras returns, and the
+pieces of their standard errors that every family shares."""
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["Evidence"]
+import arviz as az
+import numpy as np
+from scipy.special import logsumexp
+from scipy.stats import chi2
+
+__all__ = [
+    "Evidence",
+    "ChainAgreement",
+    "agreement_of",
+    "chains_disagree",
+    "log_mean_and_influence",
+    "log_mean_exp",
+    "CHAIN_AGREEMENT_LEVEL",
+    "DISAGREEMENT_FACTOR",
+]
+
+# Thresholds of the chain-agreement check (chains_disagree), one of the run checks behind the
+# warnings of log_marginal_likelihood.
+CHAIN_AGREEMENT_LEVEL = 1e-3
+DISAGREEMENT_FACTOR = 1.5
 
 
 class Evidence(NamedTuple):
@@ -31,3 +51,99 @@ class Evidence(NamedTuple):
     def __repr__(self):
         ess = "" if self.ess is None else f", ess={self.ess:.0f}"
         return f"Evidence(log_z={self.log_z:.4f}, stderr={self.stderr:.4f}{ess})"
+
+
+def log_mean_and_influence(log_values):
+    """``log mean(v)`` and the influence ``v / mean(v)`` of each value, from ``log v``.
+
+    :param log_values: array of ``log v`` (any shape).
+    :return: ``(log_mean, influence)``, the influence of the shape of ``log_values``.
+    """
+    log_values = np.asarray(log_values, dtype=np.float64)
+    log_mean = logsumexp(log_values) - np.log(log_values.size)
+    return log_mean, np.exp(log_values - log_mean)
+
+
+def log_mean_exp(log_values):
+    """``log mean(exp(a))`` over chains and draws, with its delta-method standard error.
+
+    The error is the Monte Carlo standard error (ArviZ, which accounts for autocorrelation and
+    between-chain spread) of the mean of the influence ``exp(a) / mean(exp(a))``: the standard
+    error of ``log mean`` to first order.
+
+    :param log_values: ``a``, shape ``(num_chains, num_draws)``.
+    :return: ``(log_mean, stderr, ess)`` as floats; ``stderr`` is 0 when every value is the same
+        and NaN (with ``ess``) with fewer than 4 draws per chain.
+
+    **Example:**
+
+    .. code-block:: python
+
+        log_mean_exp(np.log(rng.uniform(size=(4, 1000))))  # (about -0.69, about 0.01, ...)
+    """
+    log_values = np.asarray(log_values, dtype=np.float64)
+    log_mean, influence = log_mean_and_influence(log_values)
+    if log_values.shape[-1] < 4:
+        return float(log_mean), float("nan"), float("nan")
+    if not np.std(influence) > 0:
+        return float(log_mean), 0.0, float(influence.size)
+    stderr = float(az.mcse(influence, method="mean"))
+    ess = float(az.ess(influence, method="mean"))
+    return float(log_mean), stderr, ess
+
+
+class ChainAgreement(NamedTuple):
+    """The chains' own ``log Z`` estimates and how well they agree.
+
+    :param log_z: per chain, its ``log Z`` estimate.
+    :param stderr: per chain, the standard error of its estimate.
+    :param p_value: p-value of the chi-square test that the estimates agree (0 when a chain's
+        standard error is not a positive number).
+    :param between_stderr: the standard error of the pooled estimate implied by the spread
+        between chains, ``std(log_z) / sqrt(num_chains)``.
+    """
+
+    log_z: np.ndarray
+    stderr: np.ndarray
+    p_value: float
+    between_stderr: float
+
+
+def agreement_of(log_z, stderr) -> ChainAgreement:
+    """A chi-square test that per-chain ``log Z`` estimates agree within their errors.
+
+    :param log_z: per chain, its estimate, shape ``(num_chains,)`` with ``num_chains >= 2``.
+    :param stderr: per chain, its standard error.
+    :return: :class:`ChainAgreement`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        agreement_of(np.array([1.0, 1.1]), np.array([0.05, 0.05])).p_value  # 0.16
+    """
+    log_z = np.asarray(log_z, dtype=np.float64)
+    stderr = np.asarray(stderr, dtype=np.float64)
+    between_stderr = float(np.std(log_z, ddof=1) / log_z.size**0.5)
+    if not np.all(np.isfinite(stderr) & (stderr > 0)):
+        return ChainAgreement(log_z, stderr, 0.0, between_stderr)
+    precision = stderr**-2
+    pooled = np.sum(precision * log_z) / np.sum(precision)
+    statistic = float(np.sum(precision * (log_z - pooled) ** 2))
+    return ChainAgreement(log_z, stderr, float(chi2.sf(statistic, log_z.size - 1)), between_stderr)
+
+
+def chains_disagree(agreement: ChainAgreement | None, stderr) -> bool:
+    """Whether the chains' ``log Z`` estimates differ beyond their own errors (chi-square test)
+    AND by enough to matter: their spread gives a standard error of the pooled estimate more than
+    1.5 times the reported one. The second condition keeps single-chain errors, which are
+    noisy for a ratio estimator, from raising alarms on good runs with many chains.
+
+    :param agreement: :class:`ChainAgreement` of the run, or ``None`` (never a disagreement).
+    :param float stderr: the standard error of the pooled estimate.
+    :return: ``True`` when the chains disagree.
+    """
+    if agreement is None:
+        return False
+    significant = agreement.p_value < CHAIN_AGREEMENT_LEVEL
+    return bool(significant and not agreement.between_stderr <= DISAGREEMENT_FACTOR * stderr)

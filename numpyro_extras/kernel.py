@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -33,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
-from numpyro.infer.mcmc import MCMCKernel
+from numpyro.infer.mcmc import MCMC, MCMCKernel
 from numpyro.util import is_prng_key
 
 from numpyro_extras.compiled_chain import compiled_chain
@@ -43,8 +44,12 @@ from numpyro_extras.validation import check_count, check_real
 __all__ = [
     "ExtrasKernel",
     "build_fingerprint",
+    "calling_mcmc_progress_bar",
     "conditioning_values",
+    "field_lookup",
+    "fixed_target_functions",
     "hmc_settings",
+    "rejected_move",
     "without_conditioning",
 ]
 
@@ -54,6 +59,24 @@ POTENTIAL_BUILD = "potential_fn"
 
 def _identity(values):
     return values
+
+
+def calling_mcmc_progress_bar(default=True):
+    """The ``progress_bar`` of the :class:`~numpyro.infer.MCMC` running this kernel, if any.
+
+    NumPyro does not pass ``progress_bar`` to a kernel's ``init``; work that runs there (a base fit)
+    reads it from the calling ``MCMC`` so that ``progress_bar=False`` silences every bar.
+    """
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            caller = frame.f_locals.get("self")
+            if isinstance(caller, MCMC):
+                return bool(caller.progress_bar)
+            frame = frame.f_back
+    finally:
+        del frame
+    return default
 
 
 def conditioning_values(model_kwargs) -> dict:
@@ -336,3 +359,79 @@ def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
     if algo == "HMC" and merged["num_steps"] is None and merged["trajectory_length"] is None:
         raise ValueError("HMC needs num_steps or trajectory_length.")
     return algo, merged
+
+
+def rejected_move(previous, moved):
+    """The NumPyro HMC/NUTS state after a move to a point where the density or its gradient is
+    not finite: the previous point, with the adaptation and counters moved on and the move
+    marked divergent (a numerical failure is a rejected step).
+
+    :param previous: the :class:`~numpyro.infer.hmc.HMCState` before the move.
+    :param moved: the state the move returned.
+    :return: the state to keep.
+    """
+    return previous._replace(
+        i=moved.i,
+        adapt_state=moved.adapt_state,
+        num_steps=moved.num_steps,
+        accept_prob=jnp.zeros_like(moved.accept_prob),
+        mean_accept_prob=moved.mean_accept_prob,
+        diverging=jnp.ones_like(moved.diverging),
+        rng_key=moved.rng_key,
+    )
+
+
+def fixed_target_functions(init_fn, step_fn, num_warmup, settings):
+    """``(init_one, step_one)`` for the shell from a family's core whose target is fixed per
+    build: ``init_fn(inputs, rng_key, num_warmup, **settings)`` and ``step_fn(state,
+    num_warmup)``. The shell builds the potential per set of model arguments, so the step does
+    not read them.
+
+    **Example:**
+
+    .. code-block:: python
+
+        def _build(self, num_warmup, tag):
+            init_fn, step_fn = joint_tempering(potential_fn, base, unravel_fn, tag=tag)
+            return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
+    """
+
+    def init_one(inputs, rng_key):
+        return init_fn(inputs, rng_key, num_warmup, **settings)
+
+    def step_one(state, model_args, model_kwargs):
+        return step_fn(state, num_warmup)
+
+    return init_one, step_one
+
+
+def field_lookup(description, field_names):
+    """``(__getattr__, __getitem__)`` for a NamedTuple state, so that an unknown name in
+    ``MCMC(..., extra_fields=...)`` raises an error listing the names that exist (NumPyro's
+    field lookup falls back to indexing, which for a tuple would say "tuple indices must be
+    integers").
+
+    :param str description: what the state belongs to, e.g. ``"A replica exchange state"``.
+    :param field_names: a function returning the names ``extra_fields`` can use (called when
+        an error is raised, so it may refer to names defined after the class).
+    :return: the two methods, to assign in the class body.
+    """
+
+    def message(name):
+        return (
+            f"{description} has no field {name!r}. extra_fields can name: "
+            f"{', '.join(field_names())}."
+        )
+
+    def getattr_(self, name):
+        # Reached only for names that are neither fields nor properties.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(message(name))
+
+    def getitem(self, key):
+        if isinstance(key, str):
+            raise AttributeError(message(key))
+        return tuple.__getitem__(self, key)
+
+    return getattr_, getitem

@@ -23,6 +23,7 @@ from numpyro.infer.hmc import HMCState, hmc
 
 from numpyro_extras.bases import GaussianBase
 from numpyro_extras.compiled_chain import BuildTag
+from numpyro_extras.kernel import field_lookup, rejected_move
 from numpyro_extras.metropolis import metropolis_accept, select
 from numpyro_extras.tempering.weights import sample_inverse_temperature
 
@@ -176,25 +177,8 @@ class TemperingState(NamedTuple):
             return jnp.zeros(jnp.shape(self.beta), bool)
         return self.replica_inner_state.diverging
 
-    def __getattr__(self, name):
-        # Reached only for names that are neither fields nor properties: NumPyro's MCMC looks
-        # up `extra_fields` by name, so say which names exist.
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise AttributeError(_unknown_field_message(name))
-
-    def __getitem__(self, key):
-        # NumPyro's field lookup falls back to indexing, which for a tuple would hide the
-        # message above behind "tuple indices must be integers".
-        if isinstance(key, str):
-            raise AttributeError(_unknown_field_message(key))
-        return tuple.__getitem__(self, key)
-
-
-def _unknown_field_message(name):
-    return (
-        f"A continuous tempering state has no field {name!r}. extra_fields can name: "
-        f"{', '.join(TEMPERING_FIELDS)}."
+    __getattr__, __getitem__ = field_lookup(
+        "A continuous tempering state", lambda: TEMPERING_FIELDS
     )
 
 
@@ -474,7 +458,9 @@ def _replica_mover(target_potential_fn, base, algo, enabled):
             moved.z, moved.potential_energy, moved.z_grad, *base_value_and_grad(moved.z)
         )
         finite = evaluation.finite
-        return select(finite, evaluation, replica), select(finite, moved, _rejected(synced, moved))
+        return select(finite, evaluation, replica), select(
+            finite, moved, rejected_move(synced, moved)
+        )
 
     return init, move
 
@@ -493,26 +479,12 @@ def _adapt_log_zeta(log_zeta, tempered: PointEvaluation, iteration, num_warmup, 
     return jnp.where(in_warmup, updated, log_zeta)
 
 
-def _rejected(previous: HMCState, moved: HMCState) -> HMCState:
-    """The inner state after a transition to a point where ``phi`` or its gradient is not finite:
-    the previous point, with the adaptation and counters moved on and the step marked divergent."""
-    return previous._replace(
-        i=moved.i,
-        adapt_state=moved.adapt_state,
-        num_steps=moved.num_steps,
-        accept_prob=jnp.zeros_like(moved.accept_prob),
-        mean_accept_prob=moved.mean_accept_prob,
-        diverging=jnp.ones_like(moved.diverging),
-        rng_key=moved.rng_key,
-    )
-
-
-def _moved_or_rejected(state: TemperingState, moved: HMCState, evaluation: PointEvaluation):
+def _moved_orrejected_move(state: TemperingState, moved: HMCState, evaluation: PointEvaluation):
     """The move's point, or the previous one if ``phi`` or its gradient is not finite there."""
     finite = evaluation.finite
     return (
         select(finite, evaluation, state.tempered),
-        select(finite, moved, _rejected(state.inner_state, moved)),
+        select(finite, moved, rejected_move(state.inner_state, moved)),
     )
 
 
@@ -642,7 +614,7 @@ def joint_tempering(
         moved = hmc_sample(
             state.inner_state._replace(rng_key=hmc_key), model_args=(state.log_zeta,)
         )
-        tempered, inner = _moved_or_rejected(state, moved, evaluate(moved.z[:-1]))
+        tempered, inner = _moved_orrejected_move(state, moved, evaluate(moved.z[:-1]))
         control = inner.z[-1]
         beta = inverse_temperature(control, beta_scale)
         tempered, base_accept_prob = base_move(base_key, beta, tempered)
@@ -747,7 +719,7 @@ def gibbs_tempering(
         keys = jax.random.split(state.rng_key, 6)
         rng_key, hmc_key, base_key, beta_key, swap_key, replica_key = keys
         moved = hmc_sample(state.inner_state._replace(rng_key=hmc_key), model_args=(state.beta,))
-        tempered, inner = _moved_or_rejected(state, moved, evaluate(moved.z))
+        tempered, inner = _moved_orrejected_move(state, moved, evaluate(moved.z))
         tempered, base_accept_prob = base_move(base_key, state.beta, tempered)
         iteration = state.iteration + 1
         log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)

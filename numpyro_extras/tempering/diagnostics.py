@@ -10,13 +10,17 @@ from __future__ import annotations
 import warnings
 from typing import NamedTuple
 
-import arviz as az
-import jax
 import jax.numpy as jnp
 import numpy as np
 from blackjax.smc.ess import ess as effective_sample_size
 
 from numpyro_extras.evidence import Evidence
+from numpyro_extras.runs import (
+    MAX_DIVERGENT_FRACTION,
+    MAX_RHAT,
+    MIN_ROUND_TRIPS,
+    posterior_convergence,
+)
 from numpyro_extras.tempering.base_check import (
     BaseMomentCheck,
     base_check_problem,
@@ -38,11 +42,9 @@ from numpyro_extras.tempering.run import (
 
 __all__ = ["TemperingDiagnostics", "tempering_diagnostics", "log_marginal_likelihood"]
 
-# Thresholds of the run checks behind the warnings of log_marginal_likelihood.
-MIN_ROUND_TRIPS = 2
-MAX_DIVERGENT_FRACTION = 0.01
+# Threshold of the run check behind the warnings of log_marginal_likelihood (the others are
+# shared by every family, in numpyro_extras.convergence).
 MIN_TARGET_ESS = 100.0
-MAX_RHAT = 1.05
 
 
 class TemperingDiagnostics(NamedTuple):
@@ -95,24 +97,6 @@ def _round_trips(beta):
     return np.array(trips)
 
 
-def _posterior_convergence(mcmc):
-    """Smallest bulk ESS and largest R-hat of the replica draws over every coordinate."""
-    samples = mcmc.get_samples(group_by_chain=True)
-    leaves = [np.asarray(leaf, dtype=np.float64) for leaf in jax.tree.leaves(samples)]
-    columns = [leaf.reshape(leaf.shape[:2] + (-1,)) for leaf in leaves if leaf.ndim >= 2]
-    if not columns:
-        return float("nan"), float("nan")
-    draws = np.concatenate(columns, axis=-1)
-    draws = draws[..., np.std(draws, axis=(0, 1)) > 0]
-    if draws.shape[1] < 4 or draws.shape[-1] == 0:
-        return float("nan"), float("nan")
-    ess = min(float(az.ess(draws[..., i], method="bulk")) for i in range(draws.shape[-1]))
-    if draws.shape[0] < 2:
-        return ess, float("nan")
-    rhat = max(float(az.rhat(draws[..., i])) for i in range(draws.shape[-1]))
-    return ess, rhat
-
-
 def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
     """How well the run mixed, and every reason to doubt its ``log Z`` or posterior.
 
@@ -149,7 +133,7 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
     log_w0 = base_log_weights(mcmc)
     _, log_z_stderr, log_z_ess = ratio_estimate(log_weights, log_w0)
     agreement = chain_agreement(log_weights, log_w0)
-    posterior_ess, posterior_rhat = _posterior_convergence(mcmc)
+    posterior_ess, posterior_rhat = posterior_convergence(mcmc)
     check = base_moment_check(mcmc, warn=False) if check_base else None
 
     problems = [problem.removeprefix("fit_base: ") for problem in kernel.base_fit_problems]

@@ -8,14 +8,17 @@ pooled over chains give ``Z`` even when each chain adapted its own ``zeta_c`` du
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import arviz as az
 import numpy as np
 from scipy.special import logsumexp
-from scipy.stats import chi2
 
-from numpyro_extras.evidence import Evidence
+from numpyro_extras.evidence import (
+    ChainAgreement,
+    Evidence,
+    agreement_of,
+    chains_disagree,
+    log_mean_and_influence,
+)
 from numpyro_extras.tempering.run import (
     chain_field,
     deltas,
@@ -34,21 +37,10 @@ __all__ = [
     "chains_disagree",
 ]
 
-# Thresholds of the chain-agreement check (chains_disagree), one of the run checks behind the
-# warnings of log_marginal_likelihood.
-CHAIN_AGREEMENT_LEVEL = 1e-3
-DISAGREEMENT_FACTOR = 1.5
-
 
 def _as_chains(values):
     values = np.asarray(values, dtype=np.float64)
     return values[None] if values.ndim == 1 else values
-
-
-def _log_mean_and_influence(log_values):
-    """``log mean(v)`` and the influence ``v / mean(v)`` of each value."""
-    log_mean = logsumexp(log_values) - np.log(log_values.size)
-    return log_mean, np.exp(log_values - log_mean)
 
 
 def ratio_estimate(log_w1, log_w0):
@@ -62,8 +54,8 @@ def ratio_estimate(log_w1, log_w0):
     :return: ``(log_ratio, stderr, ess)`` as floats; ``stderr`` and ``ess`` are NaN with fewer
         than 4 draws per chain or when every draw has the same influence.
     """
-    log_mean_w1, influence_w1 = _log_mean_and_influence(log_w1)
-    log_mean_w0, influence_w0 = _log_mean_and_influence(log_w0)
+    log_mean_w1, influence_w1 = log_mean_and_influence(log_w1)
+    log_mean_w0, influence_w0 = log_mean_and_influence(log_w0)
     influence = influence_w1 - influence_w0
     if log_w1.shape[-1] >= 4 and np.std(influence) > 0:
         stderr = float(az.mcse(influence, method="mean"))
@@ -71,23 +63,6 @@ def ratio_estimate(log_w1, log_w0):
     else:
         stderr, ess = float("nan"), float("nan")
     return float(log_mean_w1 - log_mean_w0), stderr, ess
-
-
-class ChainAgreement(NamedTuple):
-    """The chains' own ``log Z`` estimates and how well they agree.
-
-    :param log_z: per chain, its ``log Z`` estimate.
-    :param stderr: per chain, the standard error of its estimate.
-    :param p_value: p-value of the chi-square test that the estimates agree (0 when a chain's
-        standard error is not a positive number).
-    :param between_stderr: the standard error of the pooled estimate implied by the spread
-        between chains, ``std(log_z) / sqrt(num_chains)``.
-    """
-
-    log_z: np.ndarray
-    stderr: np.ndarray
-    p_value: float
-    between_stderr: float
 
 
 def chain_agreement(log_w1, log_w0) -> ChainAgreement | None:
@@ -101,31 +76,10 @@ def chain_agreement(log_w1, log_w0) -> ChainAgreement | None:
     if num_chains < 2 or log_w1.shape[1] < 4:
         return None
     estimates = [ratio_estimate(log_w1[c : c + 1], log_w0[c : c + 1]) for c in range(num_chains)]
-    log_z = np.array([estimate[0] for estimate in estimates])
-    stderr = np.array([estimate[1] for estimate in estimates])
-    if not np.all(np.isfinite(stderr) & (stderr > 0)):
-        return ChainAgreement(log_z, stderr, 0.0, float(np.std(log_z, ddof=1) / num_chains**0.5))
-    precision = stderr**-2
-    pooled = np.sum(precision * log_z) / np.sum(precision)
-    statistic = float(np.sum(precision * (log_z - pooled) ** 2))
-    p_value = float(chi2.sf(statistic, num_chains - 1))
-    return ChainAgreement(log_z, stderr, p_value, float(np.std(log_z, ddof=1) / num_chains**0.5))
-
-
-def chains_disagree(agreement: ChainAgreement | None, stderr) -> bool:
-    """Whether the chains' ``log Z`` estimates differ beyond their own errors (chi-square test)
-    AND by enough to matter: their spread gives a standard error of the pooled estimate more than
-    1.5 times the reported one. The second condition keeps single-chain errors, which are
-    noisy for a ratio estimator, from raising alarms on good runs with many chains.
-
-    :param agreement: :class:`ChainAgreement` of the run, or ``None`` (never a disagreement).
-    :param float stderr: the standard error of the pooled estimate (:func:`ratio_estimate`).
-    :return: ``True`` when the chains disagree.
-    """
-    if agreement is None:
-        return False
-    significant = agreement.p_value < CHAIN_AGREEMENT_LEVEL
-    return bool(significant and not agreement.between_stderr <= DISAGREEMENT_FACTOR * stderr)
+    return agreement_of(
+        np.array([estimate[0] for estimate in estimates]),
+        np.array([estimate[1] for estimate in estimates]),
+    )
 
 
 def tempering_log_normalizer(delta, log_zeta) -> Evidence:

@@ -10,7 +10,6 @@ replica's exact posterior draws; the tempered chain is in the extra fields, from
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from functools import lru_cache
 
@@ -20,11 +19,15 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.mcmc import MCMC
 from numpyro.util import not_jax_tracer
 
 from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, validate_base
-from numpyro_extras.kernel import ExtrasKernel, hmc_settings
+from numpyro_extras.kernel import (
+    ExtrasKernel,
+    calling_mcmc_progress_bar,
+    fixed_target_functions,
+    hmc_settings,
+)
 from numpyro_extras.potential import (
     FlatModel,
     check_finite_potential,
@@ -41,24 +44,6 @@ __all__ = ["GibbsContinuousTempering", "JointContinuousTempering"]
 @lru_cache(maxsize=8)
 def _batched_value_and_grad(potential_fn):
     return jax.jit(jax.vmap(jax.value_and_grad(potential_fn)))
-
-
-def _calling_mcmc_progress_bar(default=True):
-    """The ``progress_bar`` of the :class:`~numpyro.infer.MCMC` running this kernel, if any.
-
-    NumPyro does not pass ``progress_bar`` to a kernel's ``init``; the base fit that runs there
-    reads it from the calling ``MCMC`` so that ``progress_bar=False`` silences every bar.
-    """
-    frame = inspect.currentframe()
-    try:
-        while frame is not None:
-            caller = frame.f_locals.get("self")
-            if isinstance(caller, MCMC):
-                return bool(caller.progress_bar)
-            frame = frame.f_back
-    finally:
-        del frame
-    return default
 
 
 class _ContinuousTemperingKernel(ExtrasKernel):
@@ -140,7 +125,7 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         if self._user_base:
             validate_base(self._base, self._flat_model.dimension)
             return
-        fit_kwargs = {"progress_bar": _calling_mcmc_progress_bar(), **self._fit_base_kwargs}
+        fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             # A fixed seed: every chain method (a traced key under pmap included) fits one base.
@@ -308,14 +293,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
             tag=tag,
         )
 
-        def init_one(position, rng_key):
-            return init_fn(position, rng_key, num_warmup, **self._hmc_settings)
-
-        def step_one(state, model_args, model_kwargs):
-            # The potential was built for these model arguments (the shell rebuilds per set).
-            return step_fn(state, num_warmup)
-
-        return init_one, step_one
+        return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
 
 
 class GibbsContinuousTempering(_ContinuousTemperingKernel):
@@ -418,11 +396,4 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
             tag=tag,
         )
 
-        def init_one(position, rng_key):
-            return init_fn(position, rng_key, num_warmup, **self._hmc_settings)
-
-        def step_one(state, model_args, model_kwargs):
-            # The potential was built for these model arguments (the shell rebuilds per set).
-            return step_fn(state, num_warmup)
-
-        return init_one, step_one
+        return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)

@@ -7,13 +7,13 @@ target weights (Graham & Storkey eq. 21).
 
 from __future__ import annotations
 
-import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
 from blackjax.smc.resampling import systematic
 from scipy.special import logsumexp
 
+from numpyro_extras.runs import inference_data
 from numpyro_extras.tempering.evidence import run_log_normalizer, target_log_weights
 from numpyro_extras.tempering.run import (
     base_log_weights,
@@ -92,17 +92,7 @@ def to_inference_data(mcmc, rng_key=None):
     :return: :class:`arviz.InferenceData`.
     """
     kernel = tempering_kernel(mcmc)
-    if kernel.model is None:
-        idata = az.from_dict(
-            posterior={"x": np.asarray(mcmc.get_samples(group_by_chain=True))},
-            sample_stats={
-                name: np.asarray(value)
-                for name, value in mcmc.get_extra_fields(group_by_chain=True).items()
-                if name != "tempered_z"
-            },
-        )
-    else:
-        idata = az.from_numpyro(mcmc)
+    idata = inference_data(mcmc, kernel.model is not None, exclude_fields=("tempered_z",))
     log_weights = unnormalised_target_log_weights(mcmc)
     extra = {
         "log_weight": log_weights - logsumexp(log_weights, axis=1, keepdims=True),
@@ -111,8 +101,6 @@ def to_inference_data(mcmc, rng_key=None):
     stats = idata.sample_stats
     for name, values in extra.items():
         stats[name] = (("chain", "draw"), values)
-    if "diverging" in stats:
-        stats["diverging"] = stats["diverging"].astype(bool)
     evidence = run_log_normalizer(mcmc)
     idata.attrs.update(
         {

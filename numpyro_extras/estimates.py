@@ -1,0 +1,63 @@
+"""The estimators a user calls on any finished run, whichever kernel made it.
+
+``nx.log_marginal_likelihood(mcmc)`` and ``nx.to_inference_data(mcmc)`` read the run's kernel
+and hand it to its family: continuous tempering (eq. 20 of Graham & Storkey) or replica exchange
+(stepping stone over the ladder).
+"""
+
+from __future__ import annotations
+
+from numpyro_extras.evidence import Evidence
+from numpyro_extras.exchange.diagnostics import (
+    exchange_inference_data,
+    exchange_log_marginal_likelihood,
+)
+from numpyro_extras.exchange.kernels import ReplicaExchange
+from numpyro_extras.tempering import diagnostics as tempering_diagnostics
+from numpyro_extras.tempering import posterior as tempering_posterior
+
+__all__ = ["log_marginal_likelihood", "to_inference_data"]
+
+
+def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
+    """``log Z``, the log marginal likelihood of the model, with its standard error, from a
+    finished run of a continuous tempering or replica-exchange kernel.
+
+    The run is checked first; each problem found (chains that never reach one end of the
+    temperature range, few round trips, a gap of the ladder that swaps rarely, divergent
+    transitions, a tiny effective sample size, chains that disagree, a failed base-moment check)
+    is reported in a ``UserWarning`` that says why the estimate may be unreliable.
+
+    :param mcmc: a finished :class:`~numpyro.infer.MCMC` run with
+        :class:`~numpyro_extras.JointContinuousTempering`,
+        :class:`~numpyro_extras.GibbsContinuousTempering` or
+        :class:`~numpyro_extras.ReplicaExchange`.
+    :param bool check_base: (continuous tempering) include the base-moment check (eq. 22).
+    :param bool warn: emit the warnings.
+    :return: :class:`~numpyro_extras.Evidence` (``log_z``, ``stderr``, ...).
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc = MCMC(nx.ReplicaExchange(model), num_warmup=1000, num_samples=2000)
+        mcmc.run(jax.random.PRNGKey(0), x, y)
+        nx.log_marginal_likelihood(mcmc)  # Evidence(log_z=..., stderr=...)
+    """
+    if isinstance(mcmc.sampler, ReplicaExchange):
+        return exchange_log_marginal_likelihood(mcmc, warn=warn)
+    return tempering_diagnostics.log_marginal_likelihood(mcmc, check_base=check_base, warn=warn)
+
+
+def to_inference_data(mcmc, rng_key=None):
+    """ArviZ ``InferenceData`` of a finished run: :func:`arviz.from_numpyro`'s groups (so
+    ``az.summary``, ``az.loo`` and ``az.compare`` work as after NUTS) plus what the kernel adds
+    (the tempered chain, or the ladder's swap rates) and ``log Z`` in ``attrs``.
+
+    :param mcmc: a run with a continuous tempering or replica-exchange kernel.
+    :param rng_key: unused; kept so that existing calls keep working.
+    :return: :class:`arviz.InferenceData`.
+    """
+    if isinstance(mcmc.sampler, ReplicaExchange):
+        return exchange_inference_data(mcmc)
+    return tempering_posterior.to_inference_data(mcmc, rng_key)

@@ -1,0 +1,24 @@
+"""Replica exchange: non-reversible parallel tempering for NumPyro models, with a ladder tuned
+from swap rejection rates and a stepping-stone estimate of ``log Z``."""
+
+from numpyro_extras.exchange.chains import ExchangeState, even_odd_swap, replica_exchange
+from numpyro_extras.exchange.kernels import ReplicaExchange
+from numpyro_extras.exchange.ladder import (
+    communication_barrier,
+    equalized_ladder,
+    initial_ladder,
+)
+from numpyro_extras.exchange.path import TemperedPath, prior_path, reference_path
+
+__all__ = [
+    "ExchangeState",
+    "ReplicaExchange",
+    "TemperedPath",
+    "communication_barrier",
+    "equalized_ladder",
+    "even_odd_swap",
+    "initial_ladder",
+    "prior_path",
+    "reference_path",
+    "replica_exchange",
+]

@@ -1,0 +1,424 @@
+"""The functional core of non-reversible parallel tempering: pure, jittable ``init``/``step``
+functions on :class:`ExchangeState`, under the thin kernel class of
+:mod:`numpyro_extras.exchange.kernels`.
+
+One chain holds ``N`` replicas on a ladder ``0 = beta_0 < ... < beta_{N-1} = 1`` of the path of
+:mod:`numpyro_extras.exchange.path`. One step (a "scan", Syed et al., JRSSB 2022, Algorithm 1):
+
+1. every replica makes one HMC or NUTS move on its own ``pi_beta`` (NumPyro's functional
+   :func:`~numpyro.infer.hmc.hmc`, vmapped over the replicas, each adapting its own step size and
+   mass matrix during warm-up);
+2. the reference replica is replaced by an exact draw from the reference;
+3. swaps are offered to the even gaps on even scans and to the odd gaps on odd scans (the
+   deterministic even-odd scheme), each accepted with probability
+   ``min(1, exp((beta_{i+1} - beta_i) (l(x_i) - l(x_{i+1}))))`` (their eq. 3);
+4. during warm-up, at the end of rounds of doubling length, the ladder is re-tuned to equal
+   rejection rates (:func:`~numpyro_extras.exchange.ladder.equalized_ladder`).
+
+Each replica caches ``-log r``, ``l`` and their gradients, so a swap or a new ladder costs no
+evaluation of the model: the HMC state of a rung is re-expressed at its ``beta`` from the cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from numpyro.infer.hmc import HMCState, hmc
+
+from numpyro_extras.compiled_chain import BuildTag
+from numpyro_extras.exchange.ladder import equalized_ladder, initial_ladder, tuning_rounds
+from numpyro_extras.exchange.path import TemperedPath, value_and_gradient
+from numpyro_extras.kernel import field_lookup, rejected_move
+from numpyro_extras.metropolis import acceptance_probability, select
+
+__all__ = [
+    "ReplicaEvaluation",
+    "ExchangeStatistics",
+    "ExchangeState",
+    "EXCHANGE_FIELDS",
+    "swap_log_ratios",
+    "even_odd_swap",
+    "update_statistics",
+    "replica_exchange",
+]
+
+
+class ReplicaEvaluation(NamedTuple):
+    """What a replica caches about its point: all a swap or a new ``beta`` needs.
+
+    :param position: the flat point ``x``, shape ``(..., D)``.
+    :param reference_potential: ``-log r(x)``.
+    :param reference_gradient: its gradient.
+    :param log_likelihood: ``l(x)``.
+    :param log_likelihood_gradient: its gradient.
+    """
+
+    position: jax.Array
+    reference_potential: jax.Array
+    reference_gradient: jax.Array
+    log_likelihood: jax.Array
+    log_likelihood_gradient: jax.Array
+
+    def potential(self, beta):
+        """``U_beta(x)`` and its gradient from the cached parts."""
+        beta_column = jnp.expand_dims(beta, -1)
+        return (
+            self.reference_potential - beta * self.log_likelihood,
+            self.reference_gradient - beta_column * self.log_likelihood_gradient,
+        )
+
+    @property
+    def finite(self):
+        return (
+            jnp.isfinite(self.reference_potential)
+            & jnp.isfinite(self.log_likelihood)
+            & jnp.all(jnp.isfinite(self.reference_gradient), -1)
+            & jnp.all(jnp.isfinite(self.log_likelihood_gradient), -1)
+        )
+
+
+class ExchangeStatistics(NamedTuple):
+    """Running counts of how the replicas communicate.
+
+    :param accept_sum: per gap, the sum of swap acceptance probabilities since the last ladder
+        update (warm-up) or since sampling began.
+    :param num_scans: scans summed into ``accept_sum``.
+    :param replica_labels: per rung, the label of the state it holds (labels travel with swaps).
+    :param last_end: per label, the end of the ladder it last reached: -1 none yet, 0 the
+        reference, 1 the target.
+    :param num_round_trips: labels that went from the reference to the target and back, counted
+        after warm-up.
+    """
+
+    accept_sum: jax.Array
+    num_scans: jax.Array
+    replica_labels: jax.Array
+    last_end: jax.Array
+    num_round_trips: jax.Array
+
+
+class ExchangeState(NamedTuple):
+    """State of one replica-exchange chain.
+
+    :param z: the ``beta = 1`` replica's position (a dict of unconstrained site values for a
+        model, the flat position for a ``potential_fn``): the posterior draw, and the
+        ``sample_field``.
+    :param potential_energy: ``-log p(x, y)`` at ``z``.
+    :param log_likelihood: ``l`` at every rung, shape ``(N,)``; the stepping-stone estimate of
+        ``log Z`` reads it.
+    :param betas: the ladder, shape ``(N,)`` (tuned in warm-up, then fixed).
+    :param swap_accept_prob: this scan's swap acceptance probability of every gap, offered or
+        not (a Rao-Blackwellised estimate of the gap's swap rate), shape ``(N - 1,)``.
+    :param replicas: the :class:`ReplicaEvaluation` of every rung (leading axis ``N``).
+    :param inner_state: the NumPyro HMC/NUTS states of the rungs (leading axis ``N``).
+    :param statistics: :class:`ExchangeStatistics`.
+    :param iteration: scans so far, warm-up included.
+    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param rng_key: random key.
+    """
+
+    z: Any
+    potential_energy: jax.Array
+    log_likelihood: jax.Array
+    betas: jax.Array
+    swap_accept_prob: jax.Array
+    replicas: ReplicaEvaluation
+    inner_state: HMCState
+    statistics: ExchangeStatistics
+    iteration: jax.Array
+    build: BuildTag
+    rng_key: jax.Array
+
+    @property
+    def diverging(self):
+        """Whether the posterior replica's move diverged."""
+        return self.inner_state.diverging[..., -1]
+
+    @property
+    def replica_diverging(self):
+        """Whether each rung's move diverged, shape ``(N,)``."""
+        return self.inner_state.diverging
+
+    @property
+    def accept_prob(self):
+        """The posterior replica's HMC/NUTS acceptance probability."""
+        return self.inner_state.accept_prob[..., -1]
+
+    @property
+    def replica_accept_prob(self):
+        return self.inner_state.accept_prob
+
+    @property
+    def mean_accept_prob(self):
+        return self.inner_state.mean_accept_prob[..., -1]
+
+    @property
+    def num_steps(self):
+        return self.inner_state.num_steps[..., -1]
+
+    @property
+    def energy(self):
+        return self.inner_state.energy[..., -1]
+
+    @property
+    def step_size(self):
+        return self.inner_state.adapt_state.step_size[..., -1]
+
+    @property
+    def adapt_state(self):
+        """The posterior replica's step-size and mass-matrix adaptation state."""
+        return _last_rung(self)
+
+    @property
+    def num_round_trips(self):
+        return self.statistics.num_round_trips
+
+    __getattr__, __getitem__ = field_lookup("A replica exchange state", lambda: EXCHANGE_FIELDS)
+
+
+def _last_rung(state: ExchangeState):
+    adapt_state = state.inner_state.adapt_state
+    num_replicas = state.betas.shape[-1]
+    axis = state.betas.ndim - 1
+    return jax.tree.map(
+        lambda leaf: jnp.take(leaf, num_replicas - 1, axis=axis) if jnp.ndim(leaf) > axis else leaf,
+        adapt_state,
+    )
+
+
+EXCHANGE_FIELDS = ExchangeState._fields[:5] + (
+    "iteration",
+    "diverging",
+    "replica_diverging",
+    "accept_prob",
+    "replica_accept_prob",
+    "mean_accept_prob",
+    "num_steps",
+    "energy",
+    "step_size",
+    "adapt_state.step_size",
+    "num_round_trips",
+)
+
+
+def swap_log_ratios(betas, log_likelihood):
+    """Log acceptance ratio of a swap across every gap of the ladder:
+    ``(beta_{i+1} - beta_i) (l(x_i) - l(x_{i+1}))`` (Syed et al. eq. 3).
+
+    :param betas: the ladder, shape ``(N,)``.
+    :param log_likelihood: ``l`` at every rung, shape ``(N,)``.
+    :return: array ``(N - 1,)``; NaN (a rejection) where ``l`` is not finite on both sides.
+    """
+    return (betas[1:] - betas[:-1]) * (log_likelihood[:-1] - log_likelihood[1:])
+
+
+def even_odd_swap(rng_key, betas, log_likelihood, parity):
+    """Decide the swaps of one scan: the gaps ``i`` with ``i % 2 == parity`` are offered a swap
+    (they are disjoint, so all are decided at once); each is accepted by a Metropolis step on the
+    product of the replicas' targets.
+
+    :param rng_key: key for the acceptance draws.
+    :param betas: the ladder, shape ``(N,)``.
+    :param log_likelihood: ``l`` at every rung, shape ``(N,)``.
+    :param parity: 0 on even scans, 1 on odd ones.
+    :return: ``(source, accept_prob)``: ``source[j]`` is the rung whose state rung ``j`` holds
+        after the swaps, and ``accept_prob`` the acceptance probability of every gap (offered or
+        not).
+
+    **Example:**
+
+    .. code-block:: python
+
+        source, accept_prob = even_odd_swap(key, betas, log_likelihood, iteration % 2)
+        positions = positions[source]
+    """
+    accept_prob = acceptance_probability(swap_log_ratios(betas, log_likelihood))
+    gaps = jnp.arange(accept_prob.shape[0])
+    uniform = jax.random.uniform(rng_key, accept_prob.shape, dtype=accept_prob.dtype)
+    accept = ((gaps % 2) == parity) & (uniform < accept_prob)
+    no_swap = jnp.zeros((1,), bool)
+    swaps_up = jnp.concatenate([accept, no_swap])  # rung j takes the state of rung j + 1
+    swaps_down = jnp.concatenate([no_swap, accept])  # rung j takes the state of rung j - 1
+    rungs = jnp.arange(betas.shape[0])
+    source = rungs + swaps_up.astype(rungs.dtype) - swaps_down.astype(rungs.dtype)
+    return source, accept_prob
+
+
+def update_statistics(statistics: ExchangeStatistics, source, accept_prob, counted):
+    """The counts after a scan's swaps: labels follow their states (``source`` from
+    :func:`even_odd_swap`), the swap acceptance is summed, and a label that reaches the
+    reference after having reached the target completes a round trip (counted if ``counted``).
+    """
+    labels = statistics.replica_labels[source]
+    last_end = statistics.last_end
+    reference_label, target_label = labels[0], labels[-1]
+    returned = last_end[reference_label] == 1
+    # The target end is recorded only for a label that came from the reference, so a round trip
+    # is reference -> target -> reference.
+    last_end = last_end.at[target_label].set(
+        jnp.where(last_end[target_label] == 0, 1, last_end[target_label])
+    )
+    last_end = last_end.at[reference_label].set(0)
+    return ExchangeStatistics(
+        accept_sum=statistics.accept_sum + accept_prob,
+        num_scans=statistics.num_scans + 1,
+        replica_labels=labels,
+        last_end=last_end,
+        num_round_trips=statistics.num_round_trips + (returned & counted).astype(jnp.int32),
+    )
+
+
+def _initial_statistics(num_replicas, dtype):
+    labels = jnp.arange(num_replicas, dtype=jnp.int32)
+    return ExchangeStatistics(
+        accept_sum=jnp.zeros(num_replicas - 1, dtype),
+        num_scans=jnp.zeros((), jnp.int32),
+        replica_labels=labels,
+        last_end=jnp.full(num_replicas, -1, jnp.int32).at[0].set(0),
+        num_round_trips=jnp.zeros((), jnp.int32),
+    )
+
+
+def _retune_ladder(statistics: ExchangeStatistics, betas, iteration, round_ends, num_warmup):
+    """At the end of a tuning round: the equalised ladder, and the counts reset. At the end of
+    warm-up the counts are reset too, so that after warm-up they describe the sampling ladder."""
+    at_round_end = jnp.isin(iteration, round_ends) if round_ends.size else jnp.zeros((), bool)
+    mean_accept = statistics.accept_sum / jnp.maximum(statistics.num_scans, 1)
+    betas = jnp.where(at_round_end, equalized_ladder(betas, mean_accept), betas)
+    reset = at_round_end | (iteration == num_warmup)
+    statistics = statistics._replace(
+        accept_sum=jnp.where(reset, 0.0, statistics.accept_sum),
+        num_scans=jnp.where(reset, 0, statistics.num_scans),
+    )
+    return statistics, betas
+
+
+def _synced(inner: HMCState, replica: ReplicaEvaluation, beta) -> HMCState:
+    """The HMC state of a rung at ``beta`` holding ``replica``'s point, from the cached parts."""
+    potential_energy, gradient = replica.potential(beta)
+    return inner._replace(
+        z=replica.position,
+        potential_energy=potential_energy,
+        z_grad=gradient,
+        energy=inner.energy + potential_energy - inner.potential_energy,
+    )
+
+
+def replica_exchange(path: TemperedPath, unravel_fn, *, num_replicas, algo="NUTS", tag=None):
+    """Pure ``init``/``step`` of non-reversible parallel tempering on ``path`` for one chain.
+
+    :param TemperedPath path: the reference, ``l`` and reference draws.
+    :param unravel_fn: flat ``x`` -> the ``z`` stored in the state.
+    :param int num_replicas: ``N``, the ladder's length (at least 2).
+    :param str algo: ``"NUTS"`` or ``"HMC"``, the move of every replica.
+    :param tag: the build tag stored in the state.
+    :return: ``(init_fn, step_fn)``: ``init_fn(positions, rng_key, num_warmup, **hmc_settings)``
+        with ``positions`` of shape ``(N, D)`` (one start per rung), and
+        ``step_fn(state, num_warmup)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        init_fn, step_fn = replica_exchange(path, lambda x: x, num_replicas=8)
+        state = init_fn(jnp.zeros((8, 2)), key, 500)
+        state = step_fn(state, 500)
+    """
+    hmc_init, hmc_sample = hmc(potential_fn_gen=path.potential_fn, algo=algo)
+    reference_value_and_grad = value_and_gradient(path.reference_potential_fn)
+    likelihood_value_and_grad = value_and_gradient(path.log_likelihood_fn)
+
+    def evaluate(position) -> ReplicaEvaluation:
+        reference_potential, reference_gradient = reference_value_and_grad(position)
+        log_likelihood, log_likelihood_gradient = likelihood_value_and_grad(position)
+        return ReplicaEvaluation(
+            position,
+            reference_potential,
+            reference_gradient,
+            log_likelihood,
+            log_likelihood_gradient,
+        )
+
+    def moved_evaluation(moved: HMCState, beta) -> ReplicaEvaluation:
+        # U_beta = -log r - beta l: with l and its gradient, the reference part follows from the
+        # move's own cached potential, one gradient of l instead of two gradients.
+        log_likelihood, log_likelihood_gradient = likelihood_value_and_grad(moved.z)
+        return ReplicaEvaluation(
+            moved.z,
+            moved.potential_energy + beta * log_likelihood,
+            moved.z_grad + beta * log_likelihood_gradient,
+            log_likelihood,
+            log_likelihood_gradient,
+        )
+
+    def explore(rng_key, replica: ReplicaEvaluation, inner: HMCState, beta):
+        moved = hmc_sample(inner._replace(rng_key=rng_key), model_args=(beta,))
+        evaluation = moved_evaluation(moved, beta)
+        finite = evaluation.finite
+        return select(finite, evaluation, replica), select(
+            finite, moved, rejected_move(inner, moved)
+        )
+
+    def state_of(replicas, inner, betas, accept_prob, statistics, iteration, rng_key):
+        return ExchangeState(
+            z=unravel_fn(replicas.position[-1]),
+            potential_energy=-(replicas.log_likelihood[-1] - replicas.reference_potential[-1]),
+            log_likelihood=replicas.log_likelihood,
+            betas=betas,
+            swap_accept_prob=accept_prob,
+            replicas=replicas,
+            inner_state=inner,
+            statistics=statistics,
+            iteration=iteration,
+            build=tag,
+            rng_key=rng_key,
+        )
+
+    def init_fn(positions, rng_key, num_warmup, **hmc_settings):
+        hmc_key, rng_key = jax.random.split(rng_key)
+        betas = initial_ladder(num_replicas, dtype=positions.dtype)
+        replicas = jax.vmap(evaluate)(positions)
+        inner = jax.vmap(
+            lambda position, beta, key: hmc_init(
+                position, num_warmup, model_args=(beta,), rng_key=key, **hmc_settings
+            )
+        )(positions, betas, jax.random.split(hmc_key, num_replicas))
+        return state_of(
+            replicas,
+            inner,
+            betas,
+            jnp.ones(num_replicas - 1, positions.dtype),
+            _initial_statistics(num_replicas, positions.dtype),
+            jnp.zeros((), jnp.int32),
+            rng_key,
+        )
+
+    def step_fn(state: ExchangeState, num_warmup):
+        rng_key, move_key, reference_key, swap_key = jax.random.split(state.rng_key, 4)
+        betas = state.betas
+        replicas, inner = jax.vmap(explore)(
+            jax.random.split(move_key, num_replicas), state.replicas, state.inner_state, betas
+        )
+        # An exact draw from the reference renews the beta = 0 rung (Syed et al. section 3):
+        # new mass enters the ladder there and travels up by swaps.
+        fresh = evaluate(path.sample_reference_fn(reference_key).astype(replicas.position.dtype))
+        fresh = select(fresh.finite, fresh, jax.tree.map(lambda leaf: leaf[0], replicas))
+        replicas = jax.tree.map(lambda leaf, new: leaf.at[0].set(new), replicas, fresh)
+
+        iteration = state.iteration + 1
+        source, accept_prob = even_odd_swap(swap_key, betas, replicas.log_likelihood, iteration % 2)
+        replicas = jax.tree.map(lambda leaf: leaf[source], replicas)
+        statistics = update_statistics(
+            state.statistics, source, accept_prob, iteration > num_warmup
+        )
+        statistics, betas = _retune_ladder(
+            statistics, betas, iteration, jnp.asarray(tuning_rounds(num_warmup)), num_warmup
+        )
+        # The adaptation state stays with its rung; the point and the cached potential follow
+        # the swapped states and the (possibly new) beta.
+        inner = jax.vmap(_synced)(inner, replicas, betas)
+        return state_of(replicas, inner, betas, accept_prob, statistics, iteration, rng_key)
+
+    return init_fn, step_fn

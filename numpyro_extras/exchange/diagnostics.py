@@ -1,0 +1,225 @@
+"""What a finished replica-exchange run says about itself: swap rates, round trips, the
+communication barrier, ``log Z`` and every reason to doubt them."""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+
+from numpyro_extras.evidence import Evidence
+from numpyro_extras.exchange.evidence import SteppingStone, stepping_stone
+from numpyro_extras.exchange.kernels import ReplicaExchange
+from numpyro_extras.runs import (
+    MAX_DIVERGENT_FRACTION,
+    MAX_RHAT,
+    MIN_ROUND_TRIPS,
+    inference_data,
+    posterior_convergence,
+)
+
+__all__ = [
+    "ExchangeDiagnostics",
+    "exchange_kernel",
+    "exchange_diagnostics",
+    "exchange_log_marginal_likelihood",
+    "exchange_inference_data",
+]
+
+# A gap whose swaps are accepted less often than this hardly lets states through.
+MIN_SWAP_RATE = 0.05
+MIN_POSTERIOR_ESS = 100.0
+
+
+class ExchangeDiagnostics(NamedTuple):
+    """How a replica-exchange run communicated, per chain, and what looks wrong.
+
+    :param betas: per chain, the ladder used for sampling, shape ``(num_chains, N)``.
+    :param swap_accept_rate: per chain and gap, the mean swap acceptance probability over the
+        draws, shape ``(num_chains, N - 1)``.
+    :param barrier: per chain, the communication barrier ``Lambda = sum_i (1 - swap rate_i)``
+        (Syed et al. eq. 12); about ``2 Lambda`` replicas is enough.
+    :param round_trips: per chain, states that travelled from the reference to the posterior and
+        back during sampling.
+    :param divergences: per chain, divergent moves of the posterior replica.
+    :param posterior_ess: the smallest ArviZ bulk ESS of the posterior draws over every
+        coordinate.
+    :param posterior_rhat: the largest R-hat of the posterior draws.
+    :param stepping_stone: the :class:`~numpyro_extras.exchange.evidence.SteppingStone`
+        estimate of ``log Z``.
+    :param problems: one sentence per problem found; empty for a run that looks fine.
+    """
+
+    betas: np.ndarray
+    swap_accept_rate: np.ndarray
+    barrier: np.ndarray
+    round_trips: np.ndarray
+    divergences: np.ndarray
+    posterior_ess: float
+    posterior_rhat: float
+    stepping_stone: SteppingStone
+    problems: tuple[str, ...]
+
+
+def exchange_kernel(mcmc) -> ReplicaExchange:
+    """The replica-exchange kernel of a finished run.
+
+    :raises TypeError: if the run used another kernel.
+    :raises ValueError: if the MCMC has not been run yet.
+    """
+    kernel = mcmc.sampler
+    if not isinstance(kernel, ReplicaExchange):
+        raise TypeError(f"Expected an MCMC run with nx.ReplicaExchange, got {type(kernel)}.")
+    if mcmc.last_state is None:
+        raise ValueError("Run the MCMC first: `mcmc.run(rng_key, ...)`.")
+    return kernel
+
+
+def _chain_fields(mcmc, name):
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    if name not in fields:
+        raise ValueError(
+            f"The run did not collect {name!r}; keep the kernel's default fields (do not "
+            "exclude them with extra_fields)."
+        )
+    return np.asarray(fields[name], dtype=np.float64)
+
+
+def _per_chain(mcmc, values, trailing_ndim):
+    values = np.asarray(values)
+    return values.reshape((-1,) + values.shape[values.ndim - trailing_ndim :])
+
+
+def exchange_diagnostics(mcmc) -> ExchangeDiagnostics:
+    """How well the replicas communicated, and every reason to doubt the run's posterior or
+    ``log Z``.
+
+    Problems reported: a chain with fewer than 2 round trips (the posterior replica may not
+    have been carried between modes); a gap whose swaps are accepted less than 5% of the time;
+    divergent moves of the posterior replica above 1%; a posterior ESS below 100; chains whose
+    posterior draws (R-hat above 1.05) or ``log Z`` estimates disagree; a stepping-stone bracket
+    wider than its Monte Carlo error.
+
+    :param mcmc: a run with :class:`~numpyro_extras.ReplicaExchange`.
+    :return: :class:`ExchangeDiagnostics`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        diagnostics = nx.exchange_diagnostics(mcmc)
+        diagnostics.barrier, diagnostics.round_trips, diagnostics.problems
+    """
+    kernel = exchange_kernel(mcmc)
+    state = mcmc.last_state
+    betas = _per_chain(mcmc, state.betas, 1).astype(np.float64)
+    log_likelihood = _chain_fields(mcmc, "log_likelihood")
+    swap_rates = _chain_fields(mcmc, "swap_accept_prob").mean(axis=1)
+    barrier = np.sum(1.0 - swap_rates, axis=-1)
+    round_trips = _per_chain(mcmc, state.statistics.num_round_trips, 0)
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    diverging = np.asarray(fields.get("diverging", np.zeros(log_likelihood.shape[:2])), bool)
+    divergences = diverging.sum(axis=1)
+    posterior_ess, posterior_rhat = posterior_convergence(mcmc)
+    estimate = stepping_stone(log_likelihood, betas)
+
+    problems = []
+    chains = np.arange(betas.shape[0])
+    few_trips = chains[round_trips < MIN_ROUND_TRIPS]
+    if few_trips.size:
+        suggested = int(np.ceil(2 * np.max(barrier))) + 1
+        problems.append(
+            f"chains {few_trips.tolist()} made fewer than {MIN_ROUND_TRIPS} round trips between "
+            "the reference and the posterior, so their posterior replica may not have visited "
+            f"every mode (communication barrier {np.max(barrier):.1f}: try num_replicas >= "
+            f"{max(suggested, kernel.num_replicas + 1)} or a longer run)"
+        )
+    slow_chain, slow_gap = np.unravel_index(np.argmin(swap_rates), swap_rates.shape)
+    if swap_rates[slow_chain, slow_gap] < MIN_SWAP_RATE:
+        low, high = betas[slow_chain, slow_gap], betas[slow_chain, slow_gap + 1]
+        problems.append(
+            f"swaps between beta = {low:.3g} and {high:.3g} (chain {slow_chain}) are accepted "
+            f"with probability {swap_rates[slow_chain, slow_gap]:.3f}: the ladder is too coarse "
+            "there (more replicas, or a longer warm-up to tune it)"
+        )
+    divergent_fraction = diverging.mean()
+    if divergent_fraction > MAX_DIVERGENT_FRACTION:
+        problems.append(
+            f"{int(divergences.sum())} divergent moves of the posterior replica "
+            f"({divergent_fraction:.1%}): the sampler cannot follow the posterior's geometry "
+            "(a funnel?); reparameterise"
+        )
+    if np.isfinite(posterior_ess) and posterior_ess < MIN_POSTERIOR_ESS:
+        problems.append(f"the posterior draws' effective sample size is only {posterior_ess:.0f}")
+    if np.isfinite(posterior_rhat) and posterior_rhat > MAX_RHAT:
+        problems.append(
+            f"the chains' posterior draws disagree (R-hat {posterior_rhat:.2f} > {MAX_RHAT})"
+        )
+    if estimate.chains_disagree:
+        problems.append(
+            "the chains' own log Z estimates disagree beyond their errors ("
+            + ", ".join(f"{value:.2f}" for value in estimate.chain_log_z)
+            + "): some chains miss part of the posterior; the stderr is widened to the spread "
+            "between chains"
+        )
+    widths = estimate.reverse - estimate.forward
+    if np.max(np.abs(widths)) > 4 * np.max(estimate.chain_stderr):
+        problems.append(
+            f"the stepping-stone bracket is {np.max(np.abs(widths)):.2g} nats wide, more than its "
+            "Monte Carlo error allows: the ladder is coarse for this run's length (the stderr "
+            "covers half the bracket)"
+        )
+    return ExchangeDiagnostics(
+        betas=betas,
+        swap_accept_rate=swap_rates,
+        barrier=barrier,
+        round_trips=round_trips,
+        divergences=divergences,
+        posterior_ess=posterior_ess,
+        posterior_rhat=posterior_rhat,
+        stepping_stone=estimate,
+        problems=tuple(problems),
+    )
+
+
+def exchange_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
+    """``log Z`` of a replica-exchange run by stepping stone, after checking the run.
+
+    :param mcmc: a run with :class:`~numpyro_extras.ReplicaExchange`.
+    :param bool warn: warn with every problem :func:`exchange_diagnostics` finds.
+    :return: :class:`~numpyro_extras.Evidence`.
+    """
+    diagnostics = exchange_diagnostics(mcmc)
+    if warn and diagnostics.problems:
+        warnings.warn(
+            "The replica exchange run shows trouble, so its posterior draws or log Z may be "
+            "unreliable: " + "; ".join(diagnostics.problems) + ".",
+            stacklevel=3,
+        )
+    return diagnostics.stepping_stone.evidence()
+
+
+def exchange_inference_data(mcmc):
+    """ArviZ ``InferenceData`` of a replica-exchange run: :func:`arviz.from_numpyro`'s groups
+    (the posterior replica's draws, ``log_likelihood``, ``observed_data``), every rung's ``l`` and
+    swap rates in ``sample_stats``, the ladder, barrier, round trips and ``log Z`` in ``attrs``.
+
+    :param mcmc: a run with :class:`~numpyro_extras.ReplicaExchange`.
+    :return: :class:`arviz.InferenceData`.
+    """
+    kernel = exchange_kernel(mcmc)
+    idata = inference_data(mcmc, kernel.model is not None)
+    diagnostics = exchange_diagnostics(mcmc)
+    estimate = diagnostics.stepping_stone
+    idata.attrs.update(
+        {
+            "sampler": type(kernel).__name__,
+            "log_marginal_likelihood": estimate.log_z,
+            "log_marginal_likelihood_stderr": estimate.stderr,
+            "betas": diagnostics.betas.tolist(),
+            "communication_barrier": diagnostics.barrier.tolist(),
+            "round_trips": diagnostics.round_trips.tolist(),
+        }
+    )
+    return idata

@@ -1,0 +1,148 @@
+"""``log Z`` of a replica-exchange run by stepping stone over its ladder.
+
+With draws ``x^(i)_t`` of replica ``i``, ``Z_{i+1} / Z_i = E_i[exp((beta_{i+1} - beta_i) l(x))]``,
+so (Xie et al., "Improving marginal likelihood estimation for Bayesian phylogenetic model
+selection", Syst. Biol. 2011, eq. 5)
+
+    ``log Z = sum_i log mean_t exp((beta_{i+1} - beta_i) l(x^(i)_t))``
+
+for a normalised reference. By Jensen's inequality this forward sum is low in expectation; the
+reverse sum ``-sum_i log mean_t exp(-(beta_{i+1} - beta_i) l(x^(i+1)_t))`` is high, so the two
+bracket ``log Z``. The estimate is their mean; its standard error is the larger of the Monte
+Carlo error (delta method, ArviZ's MCSE per gap, the gaps' variances summed) and half the
+bracket, so a ladder too coarse for the run's length shows in the error bar.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from numpyro_extras.evidence import Evidence, agreement_of, chains_disagree, log_mean_exp
+
+__all__ = ["SteppingStone", "stepping_stone", "chain_stepping_stone"]
+
+
+class SteppingStone(NamedTuple):
+    """The stepping-stone estimate of one or several chains.
+
+    :param log_z: the estimate: the mean of the chains' brackets' midpoints.
+    :param stderr: its standard error (Monte Carlo error, half the bracket, or the spread
+        between chains, whichever is largest).
+    :param forward: per chain, the forward (low) sum.
+    :param reverse: per chain, the reverse (high) sum.
+    :param chain_log_z: per chain, the midpoint of its bracket.
+    :param chain_stderr: per chain, its Monte Carlo standard error.
+    :param gap_log_ratios: per chain and gap, the forward ``log Z_{i+1} / Z_i`` (where the path
+        is hard, these and their errors are large).
+    :param gap_stderr: their standard errors.
+    :param ess: the smallest effective sample size of any gap's weights, over chains.
+    :param chains_disagree: whether the chains' estimates differ beyond their errors.
+    """
+
+    log_z: float
+    stderr: float
+    forward: np.ndarray
+    reverse: np.ndarray
+    chain_log_z: np.ndarray
+    chain_stderr: np.ndarray
+    gap_log_ratios: np.ndarray
+    gap_stderr: np.ndarray
+    ess: float
+    chains_disagree: bool
+
+    def evidence(self) -> Evidence:
+        """The estimate as an :class:`~numpyro_extras.Evidence`."""
+        return Evidence(log_z=self.log_z, stderr=self.stderr, ess=self.ess)
+
+
+def chain_stepping_stone(log_likelihood, betas):
+    """Forward and reverse stepping-stone sums of one chain, with their errors.
+
+    :param log_likelihood: ``l`` at every rung and draw, shape ``(num_draws, N)``.
+    :param betas: the chain's ladder, shape ``(N,)``.
+    :return: ``(forward, reverse, stderr, gap_log_ratios, gap_stderr, ess)``: ``stderr`` is the
+        Monte Carlo error of the bracket's midpoint (the larger of the two sums' errors, since
+        they are correlated), ``ess`` the smallest of the gaps'.
+    """
+    log_likelihood = np.asarray(log_likelihood, dtype=np.float64)
+    betas = np.asarray(betas, dtype=np.float64)
+    gaps = np.diff(betas)
+    forward_terms = [log_mean_exp((gap * log_likelihood[:, i])[None]) for i, gap in enumerate(gaps)]
+    reverse_terms = [
+        log_mean_exp((-gap * log_likelihood[:, i + 1])[None]) for i, gap in enumerate(gaps)
+    ]
+    gap_log_ratios = np.array([term[0] for term in forward_terms])
+    gap_stderr = np.array([term[1] for term in forward_terms])
+    forward = float(np.sum(gap_log_ratios))
+    reverse = -float(np.sum([term[0] for term in reverse_terms]))
+    forward_stderr = float(np.sqrt(np.sum(gap_stderr**2)))
+    reverse_stderr = float(np.sqrt(np.sum([term[1] ** 2 for term in reverse_terms])))
+    ess = float(np.min([term[2] for term in forward_terms + reverse_terms]))
+    stderr = max(forward_stderr, reverse_stderr)
+    return forward, reverse, stderr, gap_log_ratios, gap_stderr, ess
+
+
+def stepping_stone(log_likelihood, betas) -> SteppingStone:
+    """``log Z`` by stepping stone from every chain of a replica-exchange run.
+
+    Each chain has its own ladder, so each gives its own bracket; the estimate is the mean of
+    the brackets' midpoints. Its standard error is the largest of: the chains' Monte Carlo
+    errors combined, half the mean bracket width, and (when the chains' estimates disagree
+    beyond their errors, a chi-square test) the spread between chains.
+
+    :param log_likelihood: ``l`` at every rung, shape ``(num_chains, num_draws, N)`` or
+        ``(num_draws, N)``.
+    :param betas: the ladders, shape ``(num_chains, N)`` or ``(N,)``.
+    :return: :class:`SteppingStone`.
+    :raises ValueError: for non-finite log-likelihoods or mismatched shapes.
+
+    **Example:**
+
+    .. code-block:: python
+
+        # exact draws of N(0, 1 / (1 + beta)) under l(x) = -x^2 / 2: log Z = -log(2) / 2
+        result = stepping_stone(log_likelihood, betas)
+        result.log_z, result.stderr
+    """
+    log_likelihood = np.asarray(log_likelihood, dtype=np.float64)
+    if log_likelihood.ndim == 2:
+        log_likelihood = log_likelihood[None]
+    betas = np.asarray(betas, dtype=np.float64).reshape(-1, log_likelihood.shape[-1])
+    betas = np.broadcast_to(betas, (log_likelihood.shape[0], log_likelihood.shape[-1]))
+    if not np.all(np.isfinite(log_likelihood)):
+        raise ValueError(
+            "The replicas' log-likelihoods contain non-finite values; the draws cannot give log Z."
+        )
+    per_chain = [
+        chain_stepping_stone(chain, ladder)
+        for chain, ladder in zip(log_likelihood, betas, strict=True)
+    ]
+    forward = np.array([result[0] for result in per_chain])
+    reverse = np.array([result[1] for result in per_chain])
+    chain_stderr = np.array([result[2] for result in per_chain])
+    chain_log_z = 0.5 * (forward + reverse)
+    num_chains = chain_log_z.size
+    log_z = float(np.mean(chain_log_z))
+    monte_carlo = float(np.sqrt(np.sum(chain_stderr**2)) / num_chains)
+    half_bracket = float(np.mean(np.abs(reverse - forward)) / 2)
+    stderr = max(monte_carlo, half_bracket)
+    disagree = False
+    if num_chains >= 2 and log_likelihood.shape[1] >= 4:
+        agreement = agreement_of(chain_log_z, np.sqrt(chain_stderr**2 + half_bracket**2))
+        disagree = chains_disagree(agreement, stderr)
+        if disagree:
+            stderr = max(stderr, agreement.between_stderr)
+    return SteppingStone(
+        log_z=log_z,
+        stderr=stderr,
+        forward=forward,
+        reverse=reverse,
+        chain_log_z=chain_log_z,
+        chain_stderr=chain_stderr,
+        gap_log_ratios=np.array([result[3] for result in per_chain]),
+        gap_stderr=np.array([result[4] for result in per_chain]),
+        ess=float(np.min([result[5] for result in per_chain])),
+        chains_disagree=disagree,
+    )

@@ -1,0 +1,74 @@
+"""What every sampler family reads from a finished MCMC run: the posterior draws' ESS and R-hat,
+the thresholds behind the families' warnings, and the ArviZ export the families extend."""
+
+from __future__ import annotations
+
+import arviz as az
+import jax
+import numpy as np
+
+__all__ = [
+    "posterior_convergence",
+    "inference_data",
+    "MIN_ROUND_TRIPS",
+    "MAX_DIVERGENT_FRACTION",
+    "MAX_RHAT",
+]
+
+# A chain that makes fewer round trips between the ends of its temperature range than this may
+# not have carried the posterior between modes.
+MIN_ROUND_TRIPS = 2
+MAX_DIVERGENT_FRACTION = 0.01
+MAX_RHAT = 1.05
+
+
+def posterior_convergence(mcmc):
+    """Smallest bulk ESS and largest R-hat of a run's posterior draws over every coordinate.
+
+    :param mcmc: a finished :class:`~numpyro.infer.MCMC` run.
+    :return: ``(ess, rhat)`` as floats; NaN where they cannot be computed (fewer than 4 draws,
+        one chain for R-hat, no varying coordinate).
+    """
+    samples = mcmc.get_samples(group_by_chain=True)
+    leaves = [np.asarray(leaf, dtype=np.float64) for leaf in jax.tree.leaves(samples)]
+    columns = [leaf.reshape(leaf.shape[:2] + (-1,)) for leaf in leaves if leaf.ndim >= 2]
+    if not columns:
+        return float("nan"), float("nan")
+    draws = np.concatenate(columns, axis=-1)
+    draws = draws[..., np.std(draws, axis=(0, 1)) > 0]
+    if draws.shape[1] < 4 or draws.shape[-1] == 0:
+        return float("nan"), float("nan")
+    ess = min(float(az.ess(draws[..., i], method="bulk")) for i in range(draws.shape[-1]))
+    if draws.shape[0] < 2:
+        return ess, float("nan")
+    rhat = max(float(az.rhat(draws[..., i])) for i in range(draws.shape[-1]))
+    return ess, rhat
+
+
+def inference_data(mcmc, has_model, exclude_fields=()):
+    """ArviZ ``InferenceData`` of a run's posterior draws, before a family adds its own groups.
+
+    For a kernel built on a model it is :func:`arviz.from_numpyro` (``posterior``,
+    ``log_likelihood``, ``observed_data``, the extra fields in ``sample_stats``); for a kernel
+    built on a ``potential_fn``, the flat draws as ``x`` and the extra fields. ``diverging`` is
+    boolean either way.
+
+    :param mcmc: a finished :class:`~numpyro.infer.MCMC` run.
+    :param bool has_model: whether the kernel was built on a model.
+    :param exclude_fields: extra fields left out of ``sample_stats`` (potential_fn kernels).
+    :return: :class:`arviz.InferenceData`.
+    """
+    if has_model:
+        idata = az.from_numpyro(mcmc)
+    else:
+        idata = az.from_dict(
+            posterior={"x": np.asarray(mcmc.get_samples(group_by_chain=True))},
+            sample_stats={
+                name: np.asarray(value)
+                for name, value in mcmc.get_extra_fields(group_by_chain=True).items()
+                if name not in exclude_fields
+            },
+        )
+    if "diverging" in idata.sample_stats:
+        idata.sample_stats["diverging"] = idata.sample_stats["diverging"].astype(bool)
+    return idata

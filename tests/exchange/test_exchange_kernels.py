@@ -1,0 +1,192 @@
+"""nx.ReplicaExchange on models with closed-form answers, as a NumPyro user runs it."""
+
+import warnings
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from exchange_targets import (
+    BIMODAL_LOG_Z,
+    CONJUGATE_DATA,
+    CONJUGATE_LOG_Z,
+    CONJUGATE_POSTERIOR_MEAN,
+    LEFT_WEIGHT,
+    bimodal_likelihood_model,
+    conjugate_model,
+    run,
+)
+from numpyro.infer import NUTS, Gibbs
+from numpyro.infer.gibbs import discrete_latent_sites
+
+import numpyro_extras as nx
+from numpyro_extras.targets import (
+    linear_regression_log_evidence,
+    linear_regression_model,
+    make_linear_regression_data,
+)
+
+
+def _assert_log_z(evidence, truth, max_stderr):
+    assert 0 < evidence.stderr < max_stderr
+    assert abs(evidence.log_z - truth) < 4 * evidence.stderr
+
+
+def test_stepping_stone_and_posterior_on_a_conjugate_model(conjugate_run):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a good run is quiet
+        evidence = nx.log_marginal_likelihood(conjugate_run)
+    _assert_log_z(evidence, CONJUGATE_LOG_Z, max_stderr=0.1)
+    diagnostics = nx.exchange_diagnostics(conjugate_run)
+    assert diagnostics.problems == ()
+    estimate = diagnostics.stepping_stone
+    # forward and reverse sums bracket log Z (up to their Monte Carlo error)
+    assert np.all(estimate.forward < CONJUGATE_LOG_Z + 4 * estimate.chain_stderr)
+    assert np.all(estimate.reverse > CONJUGATE_LOG_Z - 4 * estimate.chain_stderr)
+    assert np.all(diagnostics.round_trips >= 2)
+    # the ladder was tuned: increasing, pinned at 0 and 1
+    assert np.all(np.diff(diagnostics.betas, axis=1) > 0)
+    np.testing.assert_allclose(diagnostics.betas[:, [0, -1]], [[0, 1], [0, 1]])
+    draws = np.asarray(conjugate_run.get_samples(group_by_chain=True)["x"])
+    mcse = np.array([az.mcse(draws[..., i]) for i in range(3)])
+    assert np.all(np.abs(draws.mean((0, 1)) - CONJUGATE_POSTERIOR_MEAN) < 4 * mcse)
+
+
+def test_arviz_export_and_habits(conjugate_run):
+    idata = nx.to_inference_data(conjugate_run)
+    assert {"posterior", "log_likelihood", "observed_data", "sample_stats"} <= set(idata.groups())
+    assert np.isfinite(az.loo(idata).elpd_loo)
+    assert idata.attrs["sampler"] == "ReplicaExchange"
+    assert abs(idata.attrs["log_marginal_likelihood"] - CONJUGATE_LOG_Z) < 0.5
+    assert idata.sample_stats["diverging"].dtype == bool
+    samples = conjugate_run.get_samples()
+    predictive = numpyro.infer.Predictive(conjugate_model, samples)(jax.random.PRNGKey(1), None)
+    assert predictive["y"].shape == (3000, 3)
+
+
+def test_bimodal_posterior_gets_both_modes_with_their_mass():
+    mcmc = run(nx.ReplicaExchange(bimodal_likelihood_model, num_replicas=8), seed=1)
+    draws = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    left = (draws < 0).astype(float)
+    # one NUTS chain stays in one mode; the replica of every chain visits both
+    assert np.all((left.mean(1) > 0.1) & (left.mean(1) < 0.6))
+    mcse = float(az.mcse(left))
+    assert 0 < mcse < 0.03
+    assert abs(left.mean() - LEFT_WEIGHT) < 4 * mcse
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        evidence = nx.log_marginal_likelihood(mcmc)
+    _assert_log_z(evidence, BIMODAL_LOG_Z, max_stderr=0.1)
+
+
+def test_too_few_replicas_warn_with_the_reason():
+    """Two replicas for bumps 100 times narrower than the prior: a prior draw almost never
+    lands in a bump, so the posterior replica is stuck and the run must say why."""
+    mcmc = run(
+        nx.ReplicaExchange(bimodal_likelihood_model, num_replicas=2),
+        num_warmup=100,
+        num_samples=300,
+        seed=2,
+        bump_scale=0.1,
+    )
+    with pytest.warns(UserWarning, match="round trips|too coarse"):
+        nx.log_marginal_likelihood(mcmc)
+
+
+def test_chain_methods_give_the_same_draws():
+    draws = {}
+    for method in ("sequential", "vectorized", "parallel"):
+        mcmc = run(
+            nx.ReplicaExchange(conjugate_model, num_replicas=4),
+            CONJUGATE_DATA,
+            num_warmup=50,
+            num_samples=100,
+            chain_method=method,
+            seed=3,
+        )
+        draws[method] = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    np.testing.assert_allclose(draws["sequential"], draws["vectorized"], atol=1e-8)
+    # pmap compiles the same arithmetic differently: equal up to rounding at first, which NUTS
+    # trajectories amplify over many steps
+    np.testing.assert_allclose(draws["sequential"][:, :20], draws["parallel"][:, :20], atol=1e-6)
+    assert not np.allclose(draws["sequential"][0], draws["sequential"][1])
+
+
+def test_fitted_reference_on_a_linear_regression():
+    features, targets = make_linear_regression_data(0, num_data=30, num_features=4)
+    kernel = nx.ReplicaExchange(
+        linear_regression_model,
+        num_replicas=4,
+        reference="fit",
+        fit_base_kwargs=dict(num_starts=4, num_steps=500, bootstrap_rounds=0),
+    )
+    mcmc = run(kernel, features, targets, num_warmup=300, num_samples=1000)
+    assert isinstance(kernel.reference, (nx.GaussianBase, nx.MixtureBase))
+    evidence = nx.log_marginal_likelihood(mcmc)
+    _assert_log_z(evidence, linear_regression_log_evidence(features, targets), max_stderr=0.05)
+
+
+def test_potential_fn_with_a_gaussian_base():
+    base = nx.GaussianBase(jnp.zeros(2), 2.0 * jnp.eye(2), log_zeta=0.0)
+
+    def potential(x):  # an unnormalised N((1, -1), 0.5^2 I) with log Z = log(2 pi 0.25) + 3
+        return 0.5 * jnp.sum((x - jnp.array([1.0, -1.0])) ** 2) / 0.25 - 3.0
+
+    mcmc = run(
+        nx.ReplicaExchange(potential_fn=potential, reference=base, num_replicas=4), num_samples=1000
+    )
+    assert mcmc.get_samples().shape == (2000, 2)
+    _assert_log_z(nx.log_marginal_likelihood(mcmc), np.log(2 * np.pi * 0.25) + 3.0, 0.1)
+    with pytest.raises(ValueError, match="GaussianBase or MixtureBase"):
+        nx.ReplicaExchange(potential_fn=potential)
+
+
+def _improper_model():
+    x = numpyro.sample("x", dist.ImproperUniform(dist.constraints.real, (), ()))
+    numpyro.sample("y", dist.Normal(x, 1.0), obs=0.5)
+
+
+def _mixed_model():
+    k = numpyro.sample("k", dist.Bernoulli(0.5))
+    numpyro.sample("x", dist.Normal(k, 1.0))
+
+
+def test_bad_input_gets_a_clear_error():
+    with pytest.raises(ValueError, match="num_replicas"):
+        nx.ReplicaExchange(conjugate_model, num_replicas=1)
+    with pytest.raises(TypeError, match="num_replicas"):
+        nx.ReplicaExchange(conjugate_model, num_replicas="8")
+    with pytest.raises(ValueError, match="reference must be"):
+        nx.ReplicaExchange(conjugate_model, reference="posterior")
+    with pytest.raises(ValueError, match="reference='fit'"):
+        run(nx.ReplicaExchange(_improper_model, num_replicas=2), num_warmup=2, num_samples=2)
+    with pytest.raises(ValueError, match="discrete latent sites"):
+        run(nx.ReplicaExchange(_mixed_model, num_replicas=2), num_warmup=2, num_samples=2)
+    with pytest.raises(NotImplementedError, match="cannot be a block"):
+        Gibbs(
+            [(nx.ReplicaExchange(_mixed_model), discrete_latent_sites), (NUTS(_mixed_model), None)]
+        )
+
+
+def test_extra_fields_by_numpyro_names(conjugate_run):
+    from numpyro.infer import MCMC
+
+    mcmc = MCMC(conjugate_run.sampler, num_warmup=20, num_samples=20, progress_bar=False)
+    mcmc.run(
+        jax.random.PRNGKey(5),
+        CONJUGATE_DATA,
+        extra_fields=(
+            "potential_energy",
+            "accept_prob",
+            "adapt_state.step_size",
+            "num_round_trips",
+        ),
+    )
+    fields = mcmc.get_extra_fields()
+    assert fields["potential_energy"].shape == (20,)
+    assert np.all(np.isfinite(fields["adapt_state.step_size"]))
+    with pytest.raises(AttributeError, match="extra_fields can name"):
+        mcmc.run(jax.random.PRNGKey(5), CONJUGATE_DATA, extra_fields=("tree_depth",))
