@@ -5,9 +5,9 @@ functions on :class:`ExchangeState`, under the thin kernel class of
 One chain holds ``N`` replicas on a ladder ``0 = beta_0 < ... < beta_{N-1} = 1`` of the path of
 :mod:`numpyro_extras.exchange.path`. One step (a "scan", Syed et al., JRSSB 2022, Algorithm 1):
 
-1. every replica makes one HMC or NUTS move on its own ``pi_beta`` (NumPyro's functional
-   :func:`~numpyro.infer.hmc.hmc`, vmapped over the replicas, each adapting its own step size and
-   mass matrix during warm-up);
+1. every replica but the reference one makes one HMC or NUTS move on its own ``pi_beta``
+   (NumPyro's functional :func:`~numpyro.infer.hmc.hmc`, vmapped over the replicas, each
+   adapting its own step size and mass matrix during warm-up);
 2. the reference replica is replaced by an exact draw from the reference;
 3. swaps are offered to the even gaps on even scans and to the odd gaps on odd scans (the
    deterministic even-odd scheme), each accepted with probability
@@ -398,14 +398,21 @@ def replica_exchange(path: TemperedPath, unravel_fn, *, num_replicas, algo="NUTS
     def step_fn(state: ExchangeState, num_warmup):
         rng_key, move_key, reference_key, swap_key = jax.random.split(state.rng_key, 4)
         betas = state.betas
-        replicas, inner = jax.vmap(explore)(
-            jax.random.split(move_key, num_replicas), state.replicas, state.inner_state, betas
+        # The beta = 0 rung is renewed by an exact draw from the reference (Syed et al. section
+        # 3): new mass enters the ladder there and travels up by swaps. Its own move would be
+        # discarded, and near the prior the tempered density is widest, so NUTS trees there are
+        # the longest that the vmapped rungs wait for: only rungs 1, ..., N - 1 move.
+        tail = jax.tree.map(lambda leaf: leaf[1:], (state.replicas, state.inner_state))
+        moved, moved_inner = jax.vmap(explore)(
+            jax.random.split(move_key, num_replicas - 1), *tail, betas[1:]
         )
-        # An exact draw from the reference renews the beta = 0 rung (Syed et al. section 3):
-        # new mass enters the ladder there and travels up by swaps.
-        fresh = evaluate(path.sample_reference_fn(reference_key).astype(replicas.position.dtype))
-        fresh = select(fresh.finite, fresh, jax.tree.map(lambda leaf: leaf[0], replicas))
-        replicas = jax.tree.map(lambda leaf, new: leaf.at[0].set(new), replicas, fresh)
+        fresh = evaluate(path.sample_reference_fn(reference_key).astype(betas.dtype))
+        reference = jax.tree.map(lambda leaf: leaf[0], state.replicas)
+        fresh = select(fresh.finite, fresh, reference)
+        replicas = jax.tree.map(lambda new, rest: jnp.concatenate([new[None], rest]), fresh, moved)
+        inner = jax.tree.map(
+            lambda first, rest: jnp.concatenate([first[:1], rest]), state.inner_state, moved_inner
+        )
 
         iteration = state.iteration + 1
         source, accept_prob = even_odd_swap(swap_key, betas, replicas.log_likelihood, iteration % 2)
