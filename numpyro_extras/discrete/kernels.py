@@ -30,8 +30,18 @@ from numpyro_extras.discrete.proposal import (
     init_chain,
     local_differences_fn,
 )
-from numpyro_extras.discrete.schedule import check_schedule
-from numpyro_extras.discrete.tuning import TuningResult, TuningSettings, tune_schedule
+from numpyro_extras.discrete.schedule import (
+    CyclicalSchedule,
+    check_schedule,
+    cosine_balancing,
+    cyclical_step_sizes,
+)
+from numpyro_extras.discrete.tuning import (
+    TuningResult,
+    TuningSettings,
+    resolve_settings,
+    tune_schedule,
+)
 from numpyro_extras.kernel import (
     ExtrasKernel,
     conditioning_values,
@@ -147,8 +157,12 @@ class ACS(ExtrasKernel):
     **Continuous sites.** With ``inner_kernel`` (``NUTS``/``HMC``, class or instance), each
     transition is one cycle of the schedule's ACS moves of the discrete sites given the
     continuous ones (``discrete_steps``), then one inner kernel move of the continuous sites
-    given the discrete ones (adapted during warm-up). The tuner runs with the continuous sites
-    at their initial values. As a block of NumPyro's :class:`~numpyro.infer.gibbs.Gibbs` (the
+    given the discrete ones (adapted during warm-up). Before tuning, ``init`` runs
+    ``num_tuning_sweeps`` such transitions at the untuned cycle of the tuner's burn-in, so that the
+    tuner runs where the continuous sites have moved to, not at their prior draw, and averages over
+    32 copies by default (the discrete conditional given one continuous value often has an
+    acceptance curve flat enough for 8 copies' noise to stop the ``alpha_max`` search early).
+    As a block of NumPyro's :class:`~numpyro.infer.gibbs.Gibbs` (the
     continuous sites in another block) a transition is also one cycle, and the tuner runs at
     the initial values of the other blocks' sites.
 
@@ -172,7 +186,11 @@ class ACS(ExtrasKernel):
     :param dict tuning_settings: any other :class:`~numpyro_extras.discrete.TuningSettings`
         field (``budget``, ``zeta``, ``test_steps``, ...).
     :param int num_tuning_chains: copies per chain the tuner averages over (more copies: less
-        noisy acceptance estimates, at ``tuning_cost`` evaluations each).
+        noisy acceptance estimates, at ``tuning_cost`` evaluations each); ``None``: 8, or 32 with
+        an inner kernel.
+    :param int num_tuning_sweeps: with an inner kernel, transitions (a cycle of discrete moves
+        and an inner kernel move, adapted over them) that ``init`` runs before tuning, from the
+        prior draw; their draws are discarded.
     :param str grad_mode: see :data:`GRAD_MODES`.
     :param int discrete_steps: ACS moves of the discrete sites per transition, at consecutive
         positions of the schedule. ``None``: one whole cycle (``steps_per_cycle``) when the model
@@ -207,9 +225,10 @@ class ACS(ExtrasKernel):
         alpha_ceil=None,
         alpha_floor=0.05,
         tuning_settings=None,
-        num_tuning_chains=8,
+        num_tuning_chains=None,
         grad_mode="auto",
         discrete_steps=None,
+        num_tuning_sweeps=50,
         **inner_kwargs,
     ):
         super().__init__(model, potential_fn)
@@ -239,12 +258,20 @@ class ACS(ExtrasKernel):
         )
         if self._schedule is None:
             self._settings.validate()
+        if num_tuning_chains is None:
+            # Beside continuous sites the tuner's estimates come from one conditional, often
+            # with a flat acceptance curve at beta_max, where 8 copies let noise end the
+            # alpha_max search early (at a far too large step).
+            num_tuning_chains = 8 if inner_kernel is None else 32
         if int(num_tuning_chains) < 1:
             raise ValueError(f"num_tuning_chains must be >= 1, got {num_tuning_chains}.")
         self._num_tuning_chains = int(num_tuning_chains)
         self._discrete_steps = (
             None if discrete_steps is None else check_count("discrete_steps", discrete_steps)
         )
+        self._num_tuning_sweeps = int(num_tuning_sweeps)
+        if self._num_tuning_sweeps < 0:
+            raise ValueError(f"num_tuning_sweeps must be >= 0, got {num_tuning_sweeps}.")
         self._target: _Target | None = None
 
     @property
@@ -430,6 +457,9 @@ class ACS(ExtrasKernel):
             mixed = inner is not None or target.conditioned
             cycle = settings.steps_per_cycle if schedule is None else len(schedule.step_sizes)
             discrete_steps = cycle if mixed else 1
+        # The discrete conditional, and so the schedule the tuner finds, can depend strongly on
+        # the continuous sites: with an inner kernel they first leave their prior draw.
+        num_sweeps = self._num_tuning_sweeps if inner is not None and schedule is None else 0
 
         def evaluate_at(x, log_density_fn):
             return local_differences_fn(lambda values: log_density_fn(x, values), variables)
@@ -453,6 +483,82 @@ class ACS(ExtrasKernel):
             """Discrete values for the inner kernel's potential, as the model samples them."""
             return _as_dict(target.site_values_fn(indices))
 
+        def discrete_moves(key, chain, schedule, first_position, evaluate):
+            """``discrete_steps`` ACS moves at consecutive positions of the cyclical schedule
+            (eq. 7-8)."""
+
+            def discrete_move(chain, inputs):
+                key, position = inputs
+                k = position % schedule.step_sizes.shape[0]
+                alpha, beta = schedule.step_sizes[k], schedule.balancing[k]
+                chain, accept_prob = acs_step(key, chain, alpha, beta, evaluate, variables)
+                return chain, (alpha, beta, accept_prob)
+
+            positions = first_position + jnp.arange(discrete_steps)
+            chain, (alphas, betas, accept_probs) = jax.lax.scan(
+                discrete_move, chain, (jax.random.split(key, discrete_steps), positions)
+            )
+            return chain, (alphas[-1], betas[-1], jnp.mean(accept_probs))
+
+        def sweep(keys, chain, inner_state, schedule, first_position, model_args, model_kwargs):
+            """Discrete moves given the continuous sites, then one inner kernel move of the
+            continuous sites given the discrete ones."""
+            step_key, inner_key = keys
+            x = inner_state.z
+            evaluate = evaluate_at(x, target.log_density_for(model_args, model_kwargs))
+            # The continuous sites moved since the cached U was computed.
+            chain = init_chain(evaluate, chain.indices)
+            chain, moves = discrete_moves(step_key, chain, schedule, first_position, evaluate)
+            inner_args = (model_values(chain.indices), model_args, model_kwargs)
+            potential, gradient = jax.value_and_grad(potential_fn_gen(*inner_args))(x)
+            inner_state = inner_state._replace(
+                potential_energy=potential, z_grad=gradient, rng_key=inner_key
+            )
+            return chain, hmc_sample(inner_state, model_args=inner_args), moves
+
+        def move_continuous_first(key, x, indices, model_args, model_kwargs):
+            """``num_sweeps`` sweeps at the untuned cycle of the tuner's burn-in (Alg. 3), the
+            inner kernel adapting over them: the continuous sites (and the discrete ones with
+            them) go from the prior draw to where the posterior puts them."""
+            resolved = resolve_settings(settings, variables)
+            s = resolved.steps_per_cycle
+            naive = CyclicalSchedule(
+                cyclical_step_sizes(resolved.alpha_ceil, resolved.alpha_floor, s),
+                cosine_balancing(resolved.beta_max, resolved.beta_min, s),
+            )
+            init_key, key = jax.random.split(key)
+            inner_state = hmc_init(
+                x,
+                num_sweeps,
+                model_args=(model_values(indices), model_args, model_kwargs),
+                rng_key=init_key,
+                **hmc_settings,
+            )
+            chain = init_chain(
+                evaluate_at(x, target.log_density_for(model_args, model_kwargs)), indices
+            )
+
+            def one_sweep(carry, inputs):
+                keys, sweep_index = inputs
+                chain, inner_state = carry
+                chain, inner_state, _ = sweep(
+                    keys,
+                    chain,
+                    inner_state,
+                    naive,
+                    sweep_index * discrete_steps,
+                    model_args,
+                    model_kwargs,
+                )
+                return (chain, inner_state), None
+
+            (chain, inner_state), _ = jax.lax.scan(
+                one_sweep,
+                (chain, inner_state),
+                (jax.random.split(key, (num_sweeps, 2)), jnp.arange(num_sweeps)),
+            )
+            return inner_state.z, chain.indices
+
         def init_one(rng_key, initial_indices, initial_x, conditioning):
             # In a Gibbs block the tuner and the cached U use this chain's conditioning values.
             model_args, model_kwargs = target.model_arguments
@@ -466,6 +572,14 @@ class ACS(ExtrasKernel):
                     name: index.at[0].set(initial_indices[name]) for name, index in indices.items()
                 }
             x0 = x[0] if initial_x is None else initial_x
+            if num_sweeps:
+                sweep_key, tune_key = jax.random.split(tune_key)
+                first = jax.tree.map(lambda index: index[0], indices)
+                x0, first = move_continuous_first(sweep_key, x0, first, model_args, model_kwargs)
+                # Every copy the tuner averages over starts where the sweeps ended.
+                indices = jax.tree.map(
+                    lambda index, moved: jnp.broadcast_to(moved, index.shape), indices, first
+                )
             evaluate = evaluate_at(x0, log_density_fn)
             copies = jax.vmap(partial(init_chain, evaluate))(indices)
             if schedule is None:
@@ -513,37 +627,26 @@ class ACS(ExtrasKernel):
         def step_one(state: ACSState, model_args, model_kwargs):
             rng_key, step_key, inner_key = jax.random.split(state.rng_key, 3)
             schedule = state.tuning.schedule
-            x = continuous_position(state)
-            evaluate = evaluate_at(x, target.log_density_for(model_args, model_kwargs))
-            chain = state.chain
-            if inner is not None:
-                # The continuous sites moved since the cached U was computed.
-                chain = init_chain(evaluate, chain.indices)
-
-            def discrete_move(chain, inputs):
-                key, position = inputs
-                k = position % schedule.step_sizes.shape[0]
-                alpha, beta = schedule.step_sizes[k], schedule.balancing[k]
-                chain, accept_prob = acs_step(key, chain, alpha, beta, evaluate, variables)
-                return chain, (alpha, beta, accept_prob)
-
-            # Consecutive positions of the cyclical schedule (eq. 7-8), ``discrete_steps`` per
-            # transition.
-            positions = state.iteration * discrete_steps + jnp.arange(discrete_steps)
-            chain, (alphas, betas, accept_probs) = jax.lax.scan(
-                discrete_move, chain, (jax.random.split(step_key, discrete_steps), positions)
-            )
-            alpha, beta, accept_prob = alphas[-1], betas[-1], jnp.mean(accept_probs)
-            inner_state = None
-            if inner is not None:
-                values = model_values(chain.indices)
-                inner_args = (values, model_args, model_kwargs)
-                potential, gradient = jax.value_and_grad(potential_fn_gen(*inner_args))(x)
-                inner_state = state.inner_state._replace(
-                    potential_energy=potential, z_grad=gradient, rng_key=inner_key
+            first_position = state.iteration * discrete_steps
+            if inner is None:
+                x = continuous_position(state)
+                evaluate = evaluate_at(x, target.log_density_for(model_args, model_kwargs))
+                inner_state = None
+                chain, moves = discrete_moves(
+                    step_key, state.chain, schedule, first_position, evaluate
                 )
-                inner_state = hmc_sample(inner_state, model_args=inner_args)
+            else:
+                chain, inner_state, moves = sweep(
+                    (step_key, inner_key),
+                    state.chain,
+                    state.inner_state,
+                    schedule,
+                    first_position,
+                    model_args,
+                    model_kwargs,
+                )
                 x = inner_state.z
+            alpha, beta, accept_prob = moves
             iteration = state.iteration + 1
             # The running mean restarts when warm-up ends, so it reports the kept draws.
             kept = iteration - num_warmup
