@@ -57,6 +57,7 @@ import numpy as np  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
+import numpyro_extras.exchange.kernels as exchange_kernels_module  # noqa: E402
 import numpyro_extras.tempering.kernels as kernels_module  # noqa: E402
 from numpyro_extras.potential import arguments_fingerprint  # noqa: E402
 from numpyro_extras.targets import (  # noqa: E402
@@ -135,12 +136,18 @@ class TimedFit:
         return base
 
 
-def run_method(method, target, seed, chain_method, fit_base_kwargs, timed_fit):
+def run_method(
+    method, target, seed, chain_method, fit_base_kwargs, timed_fit, exchange_reference="prior"
+):
     """One run of ``method`` on ``target``; returns a dict of measurements."""
     if method == "nuts":
         kernel = NUTS(target.model)
     elif method == "exchange":
-        kernel = nx.ReplicaExchange(target.model)
+        kernel = nx.ReplicaExchange(
+            target.model,
+            reference=exchange_reference,
+            fit_base_kwargs={"progress_bar": False, **fit_base_kwargs},
+        )
     else:
         kernel_class = {
             "joint": nx.JointContinuousTempering,
@@ -178,7 +185,7 @@ def run_method(method, target, seed, chain_method, fit_base_kwargs, timed_fit):
         caught += estimate_warnings
         diagnostics = nx.exchange_diagnostics(mcmc)
         result.update(
-            fit_seconds=0.0,
+            fit_seconds=timed_fit.fit_seconds if exchange_reference == "fit" else 0.0,
             posterior_mode_weight_error=mode_weight_error(weights, target.mode_weights),
             log_z_error=evidence.log_z - target.log_z,
             stderr=evidence.stderr,
@@ -334,7 +341,8 @@ def environment(args):
         f"{platform.python_version()}, jax {jax.__version__}, numpyro {numpyro.__version__}",
         f"- Repository commit {commit}{' (numpyro_extras modified)' if dirty else ''}",
         f"- Runs: {NUM_CHAINS} chains x ({NUM_WARMUP} warm-up + {NUM_SAMPLES}) draws, "
-        f"chain_method={args.chain_method!r}, fit_base_kwargs={args.fit_base_kwargs}",
+        f"chain_method={args.chain_method!r}, fit_base_kwargs={args.fit_base_kwargs}, "
+        f"exchange reference={args.exchange_reference!r}",
     ]
 
 
@@ -346,6 +354,12 @@ def main(argv=None):
     parser.add_argument("--seeds", nargs="+", type=int, default=None)
     parser.add_argument("--chain-method", default="vectorized")
     parser.add_argument("--fit-base-kwargs", default="{}", help="JSON dict for the kernels")
+    parser.add_argument(
+        "--exchange-reference",
+        default="prior",
+        choices=("prior", "fit"),
+        help="reference of nx.ReplicaExchange (method exchange)",
+    )
     parser.add_argument("--output", default=None, help="also write the report here")
     parser.add_argument("--json", default=None, help="append one JSON line per run here")
     parser.add_argument(
@@ -360,7 +374,7 @@ def main(argv=None):
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else list(range(10)))
     fit_base_kwargs = json.loads(args.fit_base_kwargs)
     timed_fit = TimedFit(kernels_module.fit_base)
-    kernels_module.fit_base = timed_fit
+    kernels_module.fit_base = exchange_kernels_module.fit_base = timed_fit
     results = []
     start = time.perf_counter()
     for family in args.families:
@@ -368,9 +382,17 @@ def main(argv=None):
             target = make_target(family, seed)
             for method in args.methods:
                 result = run_method(
-                    method, target, seed, args.chain_method, fit_base_kwargs, timed_fit
+                    method,
+                    target,
+                    seed,
+                    args.chain_method,
+                    fit_base_kwargs,
+                    timed_fit,
+                    args.exchange_reference,
                 )
                 result.update(family=family, seed=seed, target=target.name)
+                if method == "exchange":
+                    result.update(reference=args.exchange_reference)
                 results.append(result)
                 message = (
                     f"{family} {target.name} seed {seed} {method}: mode-weight error "

@@ -31,7 +31,7 @@ from numpyro_extras.discrete import (
 )
 from numpyro_extras.estimates import log_marginal_likelihood, to_inference_data
 from numpyro_extras.evidence import Evidence
-from numpyro_extras.exchange import ReplicaExchange
+from numpyro_extras.exchange import ReplicaExchange, plot_exchange
 from numpyro_extras.exchange.diagnostics import ExchangeDiagnostics, exchange_diagnostics
 from numpyro_extras.potential import FlatModel, flatten_model
 from numpyro_extras.tempering import (
@@ -96,6 +96,7 @@ __all__ = [
     "fit_base",
     "flatten_model",
     "log_marginal_likelihood",
+    "plot_exchange",
     "plot_tempering",
     "posterior_samples",
     "refit_base",

@@ -9,6 +9,7 @@ from numpyro_extras.exchange.ladder import (
     initial_ladder,
 )
 from numpyro_extras.exchange.path import TemperedPath, prior_path, reference_path
+from numpyro_extras.exchange.plots import plot_exchange
 
 __all__ = [
     "ExchangeState",
@@ -18,6 +19,7 @@ __all__ = [
     "equalized_ladder",
     "even_odd_swap",
     "initial_ladder",
+    "plot_exchange",
     "prior_path",
     "reference_path",
     "replica_exchange",

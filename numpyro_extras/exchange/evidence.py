@@ -23,6 +23,9 @@ from numpyro_extras.evidence import Evidence, agreement_of, chains_disagree, log
 
 __all__ = ["SteppingStone", "stepping_stone", "chain_stepping_stone"]
 
+# From this many chains on, the spread of their estimates bounds the standard error from below.
+MIN_CHAINS_FOR_SPREAD = 3
+
 
 class SteppingStone(NamedTuple):
     """The stepping-stone estimate of one or several chains.
@@ -89,8 +92,9 @@ def stepping_stone(log_likelihood, betas) -> SteppingStone:
 
     Each chain has its own ladder, so each gives its own bracket; the estimate is the mean of
     the brackets' midpoints. Its standard error is the largest of: the chains' Monte Carlo
-    errors combined, half the mean bracket width, and (when the chains' estimates disagree
-    beyond their errors, a chi-square test) the spread between chains.
+    errors combined, half the mean bracket width, and the spread between chains (with three
+    chains or more, or when two chains' estimates disagree beyond their errors, a chi-square
+    test).
 
     :param log_likelihood: ``l`` at every rung, shape ``(num_chains, num_draws, N)`` or
         ``(num_draws, N)``.
@@ -132,7 +136,10 @@ def stepping_stone(log_likelihood, betas) -> SteppingStone:
     if num_chains >= 2 and log_likelihood.shape[1] >= 4:
         agreement = agreement_of(chain_log_z, np.sqrt(chain_stderr**2 + half_bracket**2))
         disagree = chains_disagree(agreement, stderr)
-        if disagree:
+        # Within a chain, a state that switches modes rarely makes the gaps' weights correlated
+        # over more draws than ArviZ's MCSE can see in one run, while independent chains still
+        # differ by the true error: with three or more chains their spread is a floor.
+        if disagree or num_chains >= MIN_CHAINS_FOR_SPREAD:
             stderr = max(stderr, agreement.between_stderr)
     return SteppingStone(
         log_z=log_z,

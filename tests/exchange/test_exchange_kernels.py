@@ -190,3 +190,12 @@ def test_extra_fields_by_numpyro_names(conjugate_run):
     assert np.all(np.isfinite(fields["adapt_state.step_size"]))
     with pytest.raises(AttributeError, match="extra_fields can name"):
         mcmc.run(jax.random.PRNGKey(5), CONJUGATE_DATA, extra_fields=("tree_depth",))
+
+
+def test_plot_shows_the_ladder_and_the_trace(conjugate_run):
+    figure = nx.plot_exchange(conjugate_run)
+    rates, barrier, trace = figure.axes[:3]
+    assert len(rates.lines) == 2 and len(trace.lines) == 2
+    np.testing.assert_allclose(
+        barrier.lines[0].get_ydata()[-1], nx.exchange_diagnostics(conjugate_run).barrier[0]
+    )
