@@ -56,7 +56,8 @@ __all__ = ["ACS", "ACSState", "DMALA", "GRAD_MODES"]
 # How the proposal gets the change of U per coordinate:
 #   auto      gradients for Bernoulli and one-hot sites when the model can be differentiated in
 #             them (checked once by tracing) and the first-order differences match the exact
-#             ones at a few prior draws; exact differences otherwise and for Categorical
+#             ones at a few prior draws up to an offset common to every move; exact differences
+#             otherwise and for Categorical
 #   gradient  gradients for Bernoulli and one-hot sites (an error if the model cannot be
 #             differentiated in them); Categorical sites still use exact differences
 #   exact     exact differences everywhere: d (K - 1) extra evaluations of the model per step
@@ -150,9 +151,11 @@ class ACS(ExtrasKernel):
     rule (:data:`GRAD_MODES`); with ``"auto"`` a Bernoulli or one-hot site gets exact
     differences when the model cannot be differentiated in it (tracing fails, e.g. it indexes
     with the value) or when, at a few prior draws, the first-order differences are off by more
-    than half a nat (median): a value read through ``jnp.where`` or a comparison (zero
-    gradient), or very non-linearly (a spike-and-slab scale). Energies linear in each coordinate
-    (Ising, Boltzmann machines) keep the gradient, for which it is exact.
+    than half a nat (median) beyond an error common to every move (which only shifts ``alpha``):
+    a value read through ``jnp.where`` or a comparison (zero gradient), or very non-linearly (a
+    spike-and-slab scale). Energies linear in each coordinate (Ising, Boltzmann machines) keep
+    the gradient, for which it is exact, and so do Gaussian likelihoods of such values (a
+    common offset).
 
     **Continuous sites.** With ``inner_kernel`` (``NUTS``/``HMC``, class or instance), each
     transition is one cycle of the schedule's ACS moves of the discrete sites given the
@@ -716,20 +719,37 @@ class ACS(ExtrasKernel):
 
 
 # Prior draws at which grad_mode="auto" compares first-order and exact differences, and the
-# median error (in nats) of the first-order ones above which a site gets exact differences.
+# median error (in nats) of the first-order ones, beyond a common offset, above which a site gets
+# exact differences.
 NUM_CHECK_POINTS = 4
 FIRST_ORDER_TOLERANCE = 0.5
+
+
+def _moved_values(layout, index):
+    """Every coordinate moved to another value: the complement of a binary state, the next class
+    of a one-hot one."""
+    return (index + 1) % layout.num_values
 
 
 def _first_order_is_faithful(latent, layout) -> bool:
     """Whether the model can be differentiated in one binary or one-hot discrete site and the
     gradient's first-order differences of ``U`` (ACS paper eq. 4) are close to the exact ones at a
-    few prior draws.
+    few prior draws, up to an error common to every move.
 
-    They are exact for a log density linear in each coordinate (Ising and Boltzmann energies),
-    and useless where the model reads the value through a comparison (``jnp.where(z == 1, ...)``
-    has a zero gradient) or very non-linearly (a spike-and-slab scale ``spike + z (slab -
-    spike)``): there the proposal would almost never suggest the moves the target favours.
+    Such a common error ``delta`` shifts every logit of eq. 5 by ``beta delta`` per changed
+    coordinate, exactly as the distance term ``D / (2 alpha)`` does (``D = 1`` per flip or class
+    change): the proposal is the exact-difference one at another ``alpha``, which the tuner sets.
+    It arises wherever ``U`` is quadratic in each coordinate with the same curvature everywhere,
+    e.g. a likelihood ``N(y | mu (2 z - 1), sigma)``, off by ``2 mu^2 / sigma^2`` per flip. So the
+    offset is the median error over the moves at each continuous value, taken at the drawn
+    discrete state and at every coordinate moved (an error that depends on a coordinate's own
+    value, as through a comparison, differs between the two), and the rest is what must be small.
+
+    The remainder is zero for a log density linear or uniformly quadratic in each coordinate
+    (Ising and Boltzmann energies, Gaussian likelihoods of such values), and large where the model
+    reads the value through a comparison (``jnp.where(z == 1, ...)`` has a zero gradient) or very
+    non-linearly (a spike-and-slab scale ``spike + z (slab - spike)``): there the proposal would
+    almost never suggest the moves the target favours.
     """
     if layout.kind not in ("binary", "one_hot"):
         return False
@@ -741,11 +761,17 @@ def _first_order_is_faithful(latent, layout) -> bool:
         def log_density(values):
             return latent.log_density_fn(x, {**discrete, **values})
 
-        index = decode({name: exact}, discrete)
-        approximate = local_differences_fn(log_density, {name: first_order})(index)[1][name]
-        exact_differences = local_differences_fn(log_density, {name: exact})(index)[1][name]
-        moves = jnp.isfinite(exact_differences) & (exact_differences != 0.0)
-        return jnp.where(moves, jnp.abs(approximate - exact_differences), jnp.nan)
+        def signed_errors(index):
+            approximate = local_differences_fn(log_density, {name: first_order})(index)[1][name]
+            exact_differences = local_differences_fn(log_density, {name: exact})(index)[1][name]
+            moves = jnp.isfinite(exact_differences) & (exact_differences != 0.0)
+            return jnp.where(moves, approximate - exact_differences, jnp.nan)
+
+        index = decode({name: exact}, discrete)[name]
+        errors = jnp.stack(
+            [signed_errors({name: index}), signed_errors({name: _moved_values(layout, index)})]
+        )
+        return jnp.abs(errors - jnp.nanmedian(errors))
 
     def errors_from(key):
         return jax.vmap(errors_at)(*latent.split.sample_prior_fn(key, NUM_CHECK_POINTS))
