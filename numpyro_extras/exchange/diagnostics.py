@@ -95,11 +95,12 @@ def exchange_diagnostics(mcmc) -> ExchangeDiagnostics:
     """How well the replicas communicated, and every reason to doubt the run's posterior or
     ``log Z``.
 
-    Problems reported: a chain with fewer than 2 round trips (the posterior replica may not
-    have been carried between modes); a gap whose swaps are accepted less than 5% of the time;
-    divergent moves of the posterior replica above 1%; a posterior ESS below 100; chains whose
-    posterior draws (R-hat above 1.05) or ``log Z`` estimates disagree; a stepping-stone bracket
-    wider than its Monte Carlo error.
+    Problems reported: a fitted reference that may miss modes (its fit's
+    :class:`~numpyro_extras.BaseCoverageWarning`); a chain with fewer than 2 round trips (the
+    posterior replica may not have been carried between modes); a gap whose swaps are accepted
+    less than 5% of the time; divergent moves of the posterior replica above 1%; a posterior ESS
+    below 100; chains whose posterior draws (R-hat above 1.05) or ``log Z`` estimates disagree;
+    a stepping-stone bracket wider than its Monte Carlo error.
 
     :param mcmc: a run with :class:`~numpyro_extras.ReplicaExchange`.
     :return: :class:`ExchangeDiagnostics`.
@@ -124,7 +125,7 @@ def exchange_diagnostics(mcmc) -> ExchangeDiagnostics:
     posterior_ess, posterior_rhat = posterior_convergence(mcmc)
     estimate = stepping_stone(log_likelihood, betas)
 
-    problems = []
+    problems = [problem.removeprefix("fit_base: ") for problem in kernel.reference_fit_problems]
     chains = np.arange(betas.shape[0])
     few_trips = chains[round_trips < MIN_ROUND_TRIPS]
     if few_trips.size:

@@ -32,7 +32,7 @@ from numpyro_extras.potential import (
     flatten_model,
     split_model,
 )
-from numpyro_extras.tempering import fit_base
+from numpyro_extras.tempering.base_fit import fit_base, fit_base_for_kernel
 from numpyro_extras.validation import check_count
 
 __all__ = ["ReplicaExchange", "DEFAULT_NUM_REPLICAS", "MAX_REPLICA_VALUES"]
@@ -49,12 +49,16 @@ class ReplicaExchange(ExtrasKernel):
 
     Each chain runs ``num_replicas`` copies of the model at inverse temperatures
     ``0 = beta_0 < ... < beta_{N-1} = 1`` of the path ``log r(x) + beta l(x)`` from a reference
-    ``r`` to the posterior (:mod:`numpyro_extras.exchange.path`). Every scan moves every replica
-    with ``inner_kernel`` on its own tempered target (vectorized, each adapting its own step size
-    and mass matrix in warm-up), renews the ``beta = 0`` replica with an exact reference draw,
-    and offers swaps between neighbours, the even gaps on even scans and the odd gaps on odd
-    scans (their Algorithm 1). During warm-up the ladder is re-tuned after rounds of doubling
-    length so that every gap has the same swap rejection rate (their Algorithm 4), then frozen.
+    ``r`` to the posterior (:mod:`numpyro_extras.exchange.path`): by default a Gaussian mixture
+    fitted to the posterior's modes (the variational reference of Surjanovic et al., NeurIPS
+    2022), so that the ladder is short and states jump between the modes the fit found at
+    ``beta = 0``, while modes it missed are still reached by the moves and swaps above it.
+    Every scan moves every replica but the reference one with ``inner_kernel`` on its own
+    tempered target (vectorized, each adapting its own step size and mass matrix in warm-up),
+    renews the ``beta = 0`` replica with an exact reference draw, and offers swaps between
+    neighbours, the even gaps on even scans and the odd gaps on odd scans (Syed et al.,
+    Algorithm 1). During warm-up the ladder is re-tuned after rounds of doubling length so that
+    every gap has the same swap rejection rate (their Algorithm 4), then frozen.
 
     ``mcmc.get_samples()`` are the ``beta = 1`` replica's draws, exact posterior draws that
     cross between modes whenever a state travels down the ladder and back;
@@ -71,14 +75,17 @@ class ReplicaExchange(ExtrasKernel):
         instance whose settings are used), the move of every replica.
     :param int num_replicas: replicas per chain (at least 2); about twice the communication
         barrier that :func:`~numpyro_extras.exchange_diagnostics` reports is enough.
-    :param reference: ``"prior"`` (the model's prior, which must be proper), ``"fit"`` (a
-        Gaussian mixture fitted by :func:`~numpyro_extras.fit_base`, for a posterior far from
-        its prior), or a :class:`~numpyro_extras.GaussianBase` /
-        :class:`~numpyro_extras.MixtureBase` on the flat unconstrained space.
+    :param reference: ``"fit"`` (a Gaussian mixture with a component on each mode that
+        :func:`~numpyro_extras.fit_base` finds by variational inference, fitted on the first
+        ``init``), ``"prior"`` (the model's prior, which must be proper; no fit, but a longer
+        ladder when the posterior is far from the prior), or a
+        :class:`~numpyro_extras.GaussianBase` / :class:`~numpyro_extras.MixtureBase` on the flat
+        unconstrained space.
     :param init_strategy: NumPyro init strategy for the fallback start of a replica whose
         reference draw is not in the target's support.
     :param dict fit_base_kwargs: keyword arguments of :func:`~numpyro_extras.fit_base` for
         ``reference="fit"``.
+    :param int fit_base_seed: seed of the fit, the same for every chain method.
     :param inner_kwargs: settings of the HMC/NUTS move (``step_size``, ``dense_mass``,
         ``target_accept_prob``, ``max_tree_depth``, ``num_steps``, ...).
 
@@ -134,6 +141,7 @@ class ReplicaExchange(ExtrasKernel):
         self._flat_model: FlatModel | None = None
         self._path: TemperedPath | None = None
         self._fitted_reference = None
+        self._reference_fit_problems = ()
 
     @property
     def num_replicas(self) -> int:
@@ -157,6 +165,14 @@ class ReplicaExchange(ExtrasKernel):
         return self._flat_model
 
     @property
+    def reference_fit_problems(self) -> tuple[str, ...]:
+        """What the fit of ``reference="fit"`` warned about its coverage of the posterior's modes
+        (empty if nothing, or for another reference). A mode the reference misses is reached
+        only by the moves near ``beta = 1``, so its mass can be missed with a small error bar:
+        the run's diagnostics repeat these warnings."""
+        return self._reference_fit_problems
+
+    @property
     def default_fields(self):
         return ("z", "log_likelihood", "swap_accept_prob", "diverging")
 
@@ -165,6 +181,7 @@ class ReplicaExchange(ExtrasKernel):
 
     def _forget_target(self):
         self._flat_model = self._path = self._fitted_reference = None
+        self._reference_fit_problems = ()
 
     def _prepare_target(self, model_args, model_kwargs):
         """Build the flat potential and the tempered path for these model arguments."""
@@ -194,12 +211,9 @@ class ReplicaExchange(ExtrasKernel):
             self._path = self._prior_path(key, model_args, model_kwargs)
             return
         if self._reference == "fit":
-            self._fitted_reference = fit_base(
-                key,
-                self._model,
-                model_args,
-                model_kwargs,
-                **{"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs},
+            fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
+            self._fitted_reference, self._reference_fit_problems = fit_base_for_kernel(
+                fit_base, self._model, model_args, model_kwargs, self._fit_base_seed, fit_kwargs
             )
             base = self._fitted_reference
         else:

@@ -38,7 +38,13 @@ from numpyro_extras.progress import run_chunks
 from numpyro_extras.tempering.chains import gibbs_tempering
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 
-__all__ = ["MixtureEstimate", "fit_base", "importance_masses", "vectorized_potential"]
+__all__ = [
+    "MixtureEstimate",
+    "fit_base",
+    "fit_base_for_kernel",
+    "importance_masses",
+    "vectorized_potential",
+]
 
 
 class _LocalFit(NamedTuple):
@@ -749,3 +755,33 @@ def _bootstrap_round(rng_key, flat_model, base, num_warmup, num_samples, num_cha
     return weighted_gaussian(
         draws.reshape(-1, flat_model.dimension), log_w1.ravel(), log_z, base.loc.dtype
     )
+
+
+def fit_base_for_kernel(fit, model, model_args, model_kwargs, seed, fit_kwargs):
+    """``fit`` (:func:`fit_base`, or a stand-in with its signature) as a kernel runs it in
+    ``init``: with a fixed seed (every chain method, a
+    traced key under ``pmap`` included, fits one base), the calling ``MCMC``'s ``progress_bar``,
+    and the fit's warnings passed on to the user and kept, so that a run's diagnostics can
+    repeat that the base may miss modes.
+
+    :param fit: the fitting function, called as ``fit(rng_key, model, model_args, model_kwargs,
+        **fit_kwargs)``.
+    :param model: the NumPyro model.
+    :param tuple model_args: its positional arguments.
+    :param dict model_kwargs: its keyword arguments.
+    :param int seed: the fit's seed.
+    :param dict fit_kwargs: keyword arguments of :func:`fit_base` (``progress_bar`` among them).
+    :return: ``(base, coverage_problems)``: the base and the messages of its
+        :class:`~numpyro_extras.BaseCoverageWarning` warnings.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        base = fit(jax.random.PRNGKey(seed), model, model_args, model_kwargs, **fit_kwargs)
+    for caught_warning in caught:
+        warnings.warn(caught_warning.message, stacklevel=6)
+    problems = tuple(
+        str(caught_warning.message)
+        for caught_warning in caught
+        if issubclass(caught_warning.category, BaseCoverageWarning)
+    )
+    return base, problems

@@ -10,7 +10,6 @@ replica's exact posterior draws; the tempered chain is in the extra fields, from
 
 from __future__ import annotations
 
-import warnings
 from functools import lru_cache
 
 import jax
@@ -21,7 +20,7 @@ from numpyro.infer import HMC, NUTS
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
-from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, validate_base
+from numpyro_extras.bases import GaussianBase, validate_base
 from numpyro_extras.kernel import (
     ExtrasKernel,
     calling_mcmc_progress_bar,
@@ -34,7 +33,7 @@ from numpyro_extras.potential import (
     flat_model_from_potential,
     flatten_model,
 )
-from numpyro_extras.tempering.base_fit import fit_base
+from numpyro_extras.tempering.base_fit import fit_base, fit_base_for_kernel
 from numpyro_extras.tempering.chains import gibbs_tempering, joint_tempering
 from numpyro_extras.validation import check_real
 
@@ -126,24 +125,10 @@ class _ContinuousTemperingKernel(ExtrasKernel):
             validate_base(self._base, self._flat_model.dimension)
             return
         fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            # A fixed seed: every chain method (a traced key under pmap included) fits one base.
-            self._base = fit_base(
-                jax.random.PRNGKey(self._fit_base_seed),
-                self._model,
-                model_args,
-                model_kwargs,
-                **fit_kwargs,
-            )
-        for caught_warning in caught:
-            warnings.warn(caught_warning.message, stacklevel=5)
         # A base that may miss modes makes every later estimate doubtful: the diagnostics of the
-        # run repeat it.
-        self._base_fit_problems = tuple(
-            str(caught_warning.message)
-            for caught_warning in caught
-            if issubclass(caught_warning.category, BaseCoverageWarning)
+        # run repeat the fit's coverage warnings.
+        self._base, self._base_fit_problems = fit_base_for_kernel(
+            fit_base, self._model, model_args, model_kwargs, self._fit_base_seed, fit_kwargs
         )
 
     def _initial_positions(self, rng_key, init_params, batched):

@@ -8,4 +8,6 @@ import numpyro_extras as nx
 
 @pytest.fixture(scope="module")
 def conjugate_run():
-    return run(nx.ReplicaExchange(conjugate_model, num_replicas=6), CONJUGATE_DATA)
+    return run(
+        nx.ReplicaExchange(conjugate_model, num_replicas=6, reference="prior"), CONJUGATE_DATA
+    )

@@ -68,7 +68,9 @@ def test_arviz_export_and_habits(conjugate_run):
 
 
 def test_bimodal_posterior_gets_both_modes_with_their_mass():
-    mcmc = run(nx.ReplicaExchange(bimodal_likelihood_model, num_replicas=8), seed=1)
+    mcmc = run(
+        nx.ReplicaExchange(bimodal_likelihood_model, num_replicas=8, reference="prior"), seed=1
+    )
     draws = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
     left = (draws < 0).astype(float)
     # one NUTS chain stays in one mode; the replica of every chain visits both
@@ -86,7 +88,7 @@ def test_too_few_replicas_warn_with_the_reason():
     """Two replicas for bumps 100 times narrower than the prior: a prior draw almost never
     lands in a bump, so the posterior replica is stuck and the run must say why."""
     mcmc = run(
-        nx.ReplicaExchange(bimodal_likelihood_model, num_replicas=2),
+        nx.ReplicaExchange(bimodal_likelihood_model, num_replicas=2, reference="prior"),
         num_warmup=100,
         num_samples=300,
         seed=2,
@@ -100,7 +102,7 @@ def test_chain_methods_give_the_same_draws():
     draws = {}
     for method in ("sequential", "vectorized", "parallel"):
         mcmc = run(
-            nx.ReplicaExchange(conjugate_model, num_replicas=4),
+            nx.ReplicaExchange(conjugate_model, num_replicas=4, reference="prior"),
             CONJUGATE_DATA,
             num_warmup=50,
             num_samples=100,
@@ -162,7 +164,11 @@ def test_bad_input_gets_a_clear_error():
     with pytest.raises(ValueError, match="reference must be"):
         nx.ReplicaExchange(conjugate_model, reference="posterior")
     with pytest.raises(ValueError, match="reference='fit'"):
-        run(nx.ReplicaExchange(_improper_model, num_replicas=2), num_warmup=2, num_samples=2)
+        run(
+            nx.ReplicaExchange(_improper_model, num_replicas=2, reference="prior"),
+            num_warmup=2,
+            num_samples=2,
+        )
     with pytest.raises(ValueError, match="discrete latent sites"):
         run(nx.ReplicaExchange(_mixed_model, num_replicas=2), num_warmup=2, num_samples=2)
     with pytest.raises(NotImplementedError, match="cannot be a block"):
@@ -199,3 +205,17 @@ def test_plot_shows_the_ladder_and_the_trace(conjugate_run):
     np.testing.assert_allclose(
         barrier.lines[0].get_ydata()[-1], nx.exchange_diagnostics(conjugate_run).barrier[0]
     )
+
+
+def test_a_reference_fit_that_may_miss_modes_is_repeated_by_the_estimate():
+    kernel = nx.ReplicaExchange(
+        bimodal_likelihood_model,
+        num_replicas=4,
+        reference="fit",
+        fit_base_kwargs=dict(num_starts=2, bootstrap_rounds=1, num_steps=300),
+    )
+    with pytest.warns(nx.BaseCoverageWarning):
+        mcmc = run(kernel, num_warmup=100, num_samples=200, bump_scale=0.3)
+    assert kernel.reference_fit_problems
+    with pytest.warns(UserWarning, match="heavy tail"):
+        nx.log_marginal_likelihood(mcmc)

@@ -1,0 +1,265 @@
+"""Replica exchange with its defaults on real models, against continuous tempering and AIS, and
+its cost against NUTS.
+
+Part 1, evidences: ``MCMC(nx.ReplicaExchange(model, reference=...), num_warmup=1000,
+num_samples=2000, num_chains=4)`` with the prior and the fitted reference, beside
+``nx.JointContinuousTempering(model)`` at the same run length and ``nx.ais(..., num_particles=1000,
+num_temperatures=200)``, each with its defaults, on
+
+* a Bayesian linear regression (N = 50, P = 5) with its closed-form evidence;
+* the non-centred eight schools model (no closed form: the methods are compared with each other);
+* the hierarchical radon regression (reference -1043.648 +- 0.050 from long tempering runs
+  inside the bidirectional AIS sandwich, docs/benchmarks.md).
+
+Part 2, cost: seconds per scan of ``nx.ReplicaExchange`` with 4, 8, 16 and 32 replicas
+(vectorized over the replicas; compilation excluded: timed on a second call) divided by
+seconds per transition of NumPyro's NUTS on the same model, on the linear regression.
+
+Usage::
+
+    python benchmarks/exchange_benchmark.py --output report.md
+    python benchmarks/exchange_benchmark.py --quick       # linear regression only, 1 seed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import warnings
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+
+import numpyro  # noqa: E402
+
+numpyro.set_host_device_count(1)
+numpyro.enable_x64()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import numpyro.distributions as dist  # noqa: E402
+from common import environment_lines, log, markdown_table  # noqa: E402
+from numpyro.infer import MCMC, NUTS  # noqa: E402
+
+import numpyro_extras as nx  # noqa: E402
+from numpyro_extras.targets import (  # noqa: E402
+    linear_regression_log_evidence,
+    linear_regression_model,
+    load_radon,
+    make_linear_regression_data,
+    radon_model,
+)
+
+NUM_WARMUP, NUM_SAMPLES, NUM_CHAINS = 1000, 2000, 4
+RADON_REFERENCE = (-1043.648, 0.050)
+EIGHT_SCHOOLS_Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+EIGHT_SCHOOLS_SIGMA = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+
+def eight_schools_noncentred(sigma, y=None):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
+    with numpyro.plate("schools", sigma.shape[0]):
+        offset = numpyro.sample("theta_offset", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(mu + tau * offset, sigma), obs=y)
+
+
+def problems(quick):
+    features, targets = make_linear_regression_data(0, num_data=50, num_features=5)
+    regression = dict(
+        name="Linear regression N=50, P=5",
+        model=linear_regression_model,
+        args=(features, targets),
+        kwargs={},
+        truth=(linear_regression_log_evidence(features, targets), 0.0),
+    )
+    if quick:
+        return [regression]
+    schools = dict(
+        name="Eight schools (non-centred)",
+        model=eight_schools_noncentred,
+        args=(jnp.asarray(EIGHT_SCHOOLS_SIGMA), jnp.asarray(EIGHT_SCHOOLS_Y)),
+        kwargs={},
+        truth=None,
+    )
+    radon = dict(
+        name="Radon hierarchical regression",
+        model=radon_model,
+        args=(),
+        kwargs=load_radon(),
+        truth=RADON_REFERENCE,
+    )
+    return [regression, schools, radon]
+
+
+def run_mcmc(kernel, problem, seed):
+    mcmc = MCMC(
+        kernel,
+        num_warmup=NUM_WARMUP,
+        num_samples=NUM_SAMPLES,
+        num_chains=NUM_CHAINS,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(seed), *problem["args"], **problem["kwargs"])
+    return mcmc
+
+
+def evidence_row(method, problem, seed):
+    start = time.perf_counter()
+    extra = "-"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if method == "ais":
+            evidence = nx.ais(
+                jax.random.PRNGKey(seed),
+                problem["model"],
+                problem["args"],
+                problem["kwargs"],
+                num_particles=1000,
+                num_temperatures=200,
+                progress_bar=False,
+            )
+        elif method == "joint CT":
+            kernel = nx.JointContinuousTempering(
+                problem["model"], fit_base_kwargs={"progress_bar": False}
+            )
+            mcmc = run_mcmc(kernel, problem, seed)
+            evidence = nx.log_marginal_likelihood(mcmc)
+        else:
+            kernel = nx.ReplicaExchange(problem["model"], reference=method.split()[-1])
+            mcmc = run_mcmc(kernel, problem, seed)
+            evidence = nx.log_marginal_likelihood(mcmc)
+            diagnostics = nx.exchange_diagnostics(mcmc)
+            extra = (
+                f"barrier {np.mean(diagnostics.barrier):.1f}, ESS {diagnostics.posterior_ess:.0f}"
+            )
+    seconds = time.perf_counter() - start
+    warned = any(
+        "trouble" in str(w.message) or isinstance(w.message, nx.BaseCoverageWarning) for w in caught
+    )
+    return dict(
+        problem=problem["name"],
+        method=method,
+        seed=seed,
+        log_z=evidence.log_z,
+        stderr=evidence.stderr,
+        seconds=seconds,
+        warned=warned,
+        extra=extra,
+    )
+
+
+def evidence_table(rows, problem_list):
+    header = ["Model", "Method", "Seed", "log Z", "stderr", "error (z)", "Warned", "s", "Notes"]
+    lines = []
+    truths = {p["name"]: p["truth"] for p in problem_list}
+    for row in rows:
+        truth = truths[row["problem"]]
+        if truth is None:
+            error = "-"
+        else:
+            difference = row["log_z"] - truth[0]
+            scale = np.hypot(row["stderr"], truth[1])
+            error = f"{difference:+.3f} ({difference / scale:+.1f})" if scale > 0 else "-"
+        lines.append(
+            [
+                row["problem"],
+                row["method"],
+                row["seed"],
+                f"{row['log_z']:.3f}",
+                f"{row['stderr']:.3f}",
+                error,
+                "yes" if row["warned"] else "no",
+                f"{row['seconds']:.0f}",
+                row["extra"],
+            ]
+        )
+    return markdown_table(header, lines)
+
+
+def seconds_per_transition(kernel, problem, num_samples):
+    """Seconds per transition of a second, identical call (compiled), one chain."""
+    mcmc = MCMC(kernel, num_warmup=50, num_samples=num_samples, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), *problem["args"], **problem["kwargs"])
+    jax.block_until_ready(mcmc.get_samples())
+    start = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(0), *problem["args"], **problem["kwargs"])
+    jax.block_until_ready(mcmc.get_samples())
+    return (time.perf_counter() - start) / (50 + num_samples)
+
+
+def cost_table(problem, replica_counts):
+    nuts = seconds_per_transition(NUTS(problem["model"]), problem, 2000)
+    rows = [["NUTS", "1", f"{nuts * 1e3:.3f}", "1.0", "-"]]
+    for count in replica_counts:
+        log(f"cost: {count} replicas")
+        seconds = seconds_per_transition(
+            nx.ReplicaExchange(problem["model"], num_replicas=count), problem, 1000
+        )
+        rows.append(
+            [
+                "nx.ReplicaExchange",
+                str(count),
+                f"{seconds * 1e3:.3f}",
+                f"{seconds / nuts:.1f}",
+                f"{seconds / nuts / count:.2f}",
+            ]
+        )
+    header = ["Kernel", "Replicas", "ms per scan", "/ NUTS transition", "/ (NUTS x replicas)"]
+    return markdown_table(header, rows)
+
+
+METHODS = ("exchange prior", "exchange fit", "joint CT", "ais")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--skip-cost", action="store_true")
+    parser.add_argument("--output", default=None)
+    parser.add_argument("--json", default=None, help="append one JSON line per run here")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    problem_list = problems(args.quick)
+    seeds = args.seeds[:1] if args.quick else args.seeds
+    rows = []
+    for problem in problem_list:
+        for seed in seeds:
+            for method in args.methods:
+                log(f"{problem['name']} seed {seed}: {method}")
+                row = evidence_row(method, problem, seed)
+                log(f"  log Z {row['log_z']:.3f} +- {row['stderr']:.3f} in {row['seconds']:.0f} s")
+                rows.append(row)
+                if args.json:
+                    with open(args.json, "a") as stream:
+                        stream.write(json.dumps(row) + "\n")
+    table = evidence_table(rows, problem_list)
+    sections = ["## Evidences (each method with its defaults)", "", table]
+    if not args.skip_cost:
+        sections += [
+            "",
+            "## Cost per scan against one NUTS transition (linear regression, compiled)",
+            "",
+            cost_table(problem_list[0], (4, 8, 16, 32)),
+        ]
+    environment = environment_lines(
+        "exchange_benchmark.py",
+        argv if argv is not None else __import__("sys").argv[1:],
+        time.perf_counter() - start,
+        f"{NUM_CHAINS} chains x ({NUM_WARMUP} + {NUM_SAMPLES}), vectorized; AIS 1000 particles x "
+        f"200 temperatures; seeds {seeds}",
+    )
+    report = "\n".join(["## Environment", "", *environment, "", *sections, ""])
+    print(report)
+    if args.output:
+        with open(args.output, "w") as stream:
+            stream.write(report)
+
+
+if __name__ == "__main__":
+    main()
