@@ -8,6 +8,7 @@ docs/benchmarks.md can be traced to the command and commit that made it.
 from __future__ import annotations
 
 import datetime
+import json
 import multiprocessing
 import os
 import platform
@@ -154,3 +155,16 @@ def in_fresh_process(function, *arguments):
     """
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(function, arguments)
+
+
+def read_runs(path):
+    """The runs saved by :func:`save_run` in a JSON-lines file, one dict per run."""
+    with open(path) as stream:
+        return [json.loads(line) for line in stream if line.strip()]
+
+
+def save_run(path, run):
+    """Append one run's results (a JSON-serialisable dict) to a JSON-lines file, so that a long
+    benchmark can be resumed or its tables rebuilt in a fresh process."""
+    with open(path, "a") as stream:
+        stream.write(json.dumps(run) + "\n")

@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 import warnings
@@ -41,7 +40,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import numpyro.distributions as dist  # noqa: E402
-from common import environment_lines, log, markdown_table  # noqa: E402
+from common import environment_lines, log, markdown_table, read_runs, save_run  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
@@ -250,9 +249,7 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     if args.report_from:
-        with open(args.report_from) as stream:
-            rows = [json.loads(line) for line in stream if line.strip()]
-        print(evidence_table(rows, problems(quick=False)))
+        print(evidence_table(read_runs(args.report_from), problems(quick=False)))
         return
     start = time.perf_counter()
     problem_list = problems(args.quick)
@@ -266,8 +263,7 @@ def main(argv=None):
                 log(f"  log Z {row['log_z']:.3f} +- {row['stderr']:.3f} in {row['seconds']:.0f} s")
                 rows.append(row)
                 if args.json:
-                    with open(args.json, "a") as stream:
-                        stream.write(json.dumps(row) + "\n")
+                    save_run(args.json, row)
     table = evidence_table(rows, problem_list)
     sections = ["## Evidences (each method with its defaults)", "", table]
     if not args.skip_cost:

@@ -54,6 +54,7 @@ numpyro.enable_x64()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from common import read_runs, save_run  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
@@ -367,9 +368,7 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     if args.report_from:
-        with open(args.report_from) as stream:
-            results = [json.loads(line) for line in stream if line.strip()]
-        print("\n".join(result_tables(results)))
+        print("\n".join(result_tables(read_runs(args.report_from))))
         return
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else list(range(10)))
     fit_base_kwargs = json.loads(args.fit_base_kwargs)
@@ -411,8 +410,7 @@ def main(argv=None):
                     )
                 print(message + f", run {result['run_seconds']:.0f} s", file=sys.stderr)
                 if args.json:
-                    with open(args.json, "a") as stream:
-                        stream.write(json.dumps(result) + "\n")
+                    save_run(args.json, result)
     report = "\n".join(
         ["## Environment", ""]
         + environment(args)
