@@ -54,6 +54,7 @@ from common import (  # noqa: E402
     in_fresh_process,
     log,
     markdown_table,
+    publish_report,
 )
 from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs, Gibbs  # noqa: E402
 from numpyro.infer.gibbs import discrete_latent_sites  # noqa: E402
@@ -280,10 +281,7 @@ def main(argv=None):
         ),
     ]
     text = "\n".join(report) + "\n"
-    print(text)
-    if args.output:
-        with open(args.output, "w") as handle:
-            handle.write(text)
+    publish_report(text, args.output)
 
 
 if __name__ == "__main__":

@@ -168,3 +168,11 @@ def save_run(path, run):
     benchmark can be resumed or its tables rebuilt in a fresh process."""
     with open(path, "a") as stream:
         stream.write(json.dumps(run) + "\n")
+
+
+def publish_report(report, output=None):
+    """Print a Markdown report on stdout and, if ``output`` is given, also write it there."""
+    print(report)
+    if output:
+        with open(output, "w") as stream:
+            stream.write(report)

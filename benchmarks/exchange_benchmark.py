@@ -40,7 +40,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import numpyro.distributions as dist  # noqa: E402
-from common import environment_lines, log, markdown_table, read_runs, save_run  # noqa: E402
+from common import environment_lines, log, markdown_table, publish_report, read_runs, save_run  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
@@ -281,10 +281,7 @@ def main(argv=None):
         f"200 temperatures; seeds {seeds}",
     )
     report = "\n".join(["## Environment", "", *environment, "", *sections, ""])
-    print(report)
-    if args.output:
-        with open(args.output, "w") as stream:
-            stream.write(report)
+    publish_report(report, args.output)
 
 
 if __name__ == "__main__":

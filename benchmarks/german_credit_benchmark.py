@@ -52,7 +52,7 @@ import numpyro_extras as nx  # noqa: E402
 from numpyro_extras.targets import load_german_credit, logistic_regression_model  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import elapsed_seconds, log, package_commit  # noqa: E402
+from common import elapsed_seconds, log, package_commit, publish_report  # noqa: E402
 
 TARGET_ERROR = 0.05  # nats
 TARGET_SECONDS = 30.0
@@ -328,10 +328,7 @@ def main(argv=None):
         os.getloadavg()[0],
         elapsed_seconds(),
     )
-    print(text)
-    if args.output:
-        with open(args.output, "w") as handle:
-            handle.write(text + "\n")
+    publish_report(text + "\n", args.output)
 
 
 if __name__ == "__main__":

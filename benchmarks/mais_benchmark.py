@@ -47,6 +47,7 @@ numpyro.enable_x64()
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from common import publish_report  # noqa: E402
 from jax.scipy.special import logsumexp  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
@@ -434,10 +435,7 @@ def main(argv=None):
                 "",
             ]
         )
-        print(report)
-        if args.output:
-            with open(args.output, "w") as handle:
-                handle.write(report)
+        publish_report(report, args.output)
         return
     rows = accuracy_rows(args)
     throughput = throughput_rows(args)
@@ -467,10 +465,7 @@ def main(argv=None):
             "",
         ]
     )
-    print(report)
-    if args.output:
-        with open(args.output, "w") as handle:
-            handle.write(report)
+    publish_report(report, args.output)
 
 
 if __name__ == "__main__":

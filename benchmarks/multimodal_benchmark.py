@@ -54,7 +54,7 @@ numpyro.enable_x64()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from common import read_runs, save_run  # noqa: E402
+from common import publish_report, read_runs, save_run  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
@@ -417,10 +417,7 @@ def main(argv=None):
         + [f"- Wall time: {(time.perf_counter() - start) / 60:.1f} min", ""]
         + result_tables(results)
     )
-    print(report)
-    if args.output:
-        with open(args.output, "w") as stream:
-            stream.write(report)
+    publish_report(report, args.output)
 
 
 if __name__ == "__main__":
