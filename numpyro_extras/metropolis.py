@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["acceptance_probability", "metropolis_accept", "select"]
+__all__ = ["acceptance_probability", "metropolis_accept", "running_accept_mean", "select"]
 
 
 def acceptance_probability(log_ratio):
@@ -52,3 +52,19 @@ def select(accept, new, old):
     :return: the selected pytree.
     """
     return jax.tree.map(lambda new_leaf, old_leaf: jnp.where(accept, new_leaf, old_leaf), new, old)
+
+
+def running_accept_mean(previous, accept_prob, iteration, num_warmup):
+    """The running mean of acceptance probabilities after transition ``iteration`` (1-based),
+    restarted when warm-up ends so that after warm-up it describes the kept draws.
+
+    :param previous: the mean after the previous transition.
+    :param accept_prob: this transition's acceptance probability.
+    :param iteration: transitions so far, this one included.
+    :param int num_warmup: warm-up length.
+    :return: the updated mean.
+    """
+    kept = iteration - num_warmup
+    count = jnp.where(kept > 0, kept, iteration).astype(accept_prob.dtype)
+    previous = jnp.where(kept == 1, 0.0, previous)
+    return previous + (accept_prob - previous) / count

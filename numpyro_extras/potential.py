@@ -33,6 +33,7 @@ __all__ = [
     "split_model",
     "enumerated_support",
     "discrete_latent_sites",
+    "continuous_latent_sites",
     "flatten_model",
     "flat_model_from_potential",
     "check_finite_potential",
@@ -94,16 +95,31 @@ def discrete_latent_sites(model, model_args=(), model_kwargs=None) -> list[str]:
     return _discrete_latent_names(_model_trace(model, model_args, model_kwargs or {}))
 
 
-def _discrete_latent_names(model_trace) -> list[str]:
-    # Wider than NumPyro's gibbs.discrete_latent_sites (enumerable supports only): a Poisson
-    # site must be found too, so that the kernels can refuse it by name.
+def continuous_latent_sites(model, model_args=(), model_kwargs=None) -> list[str]:
+    """Names of the latent sample sites of ``model`` that :func:`discrete_latent_sites` does not
+    list (continuous supports), in the order the model samples them; same arguments. E.g.
+    ``["x"]`` for a model with ``k ~ Bernoulli`` and ``x ~ Normal``.
+    """
+    model_trace = _model_trace(model, model_args, model_kwargs or {})
+    discrete = set(_discrete_latent_names(model_trace))
+    return [name for name in _latent_names(model_trace) if name not in discrete]
+
+
+def _latent_names(model_trace) -> list[str]:
     return [
         name
         for name, site in model_trace.items()
         if site["type"] == "sample"
         and not site["is_observed"]
         and not site["infer"].get("is_auxiliary", False)
-        and site["fn"].support.is_discrete
+    ]
+
+
+def _discrete_latent_names(model_trace) -> list[str]:
+    # Wider than NumPyro's gibbs.discrete_latent_sites (enumerable supports only): a Poisson
+    # site must be found too, so that the kernels can refuse it by name.
+    return [
+        name for name in _latent_names(model_trace) if model_trace[name]["fn"].support.is_discrete
     ]
 
 
@@ -115,6 +131,7 @@ def flatten_model(
     *,
     init_strategy=init_to_uniform,
     kernel_name="this kernel",
+    discrete_advice=None,
 ) -> FlatModel:
     """Build the flat unconstrained potential of a model with continuous latent sites.
 
@@ -124,6 +141,8 @@ def flatten_model(
     :param dict model_kwargs: keyword arguments of the model.
     :param init_strategy: a NumPyro init strategy for the initial point.
     :param str kernel_name: named in the error raised for discrete sites.
+    :param str discrete_advice: what that error suggests (``None``: marginalising the sites
+        out, or a kernel for discrete latents).
     :return: a :class:`FlatModel`.
     :raises ValueError: if the model has discrete latent sites or no latent site.
 
@@ -137,10 +156,13 @@ def flatten_model(
     model_kwargs = {} if model_kwargs is None else model_kwargs
     discrete = discrete_latent_sites(model, model_args, model_kwargs)
     if discrete:
+        advice = discrete_advice or (
+            "Marginalise them out (numpyro.contrib.funsor enumeration), or use a kernel for "
+            "discrete latents such as numpyro's DiscreteHMCGibbs."
+        )
         raise ValueError(
             f"{kernel_name} needs continuous latent sites, but the model has discrete latent "
-            f"sites {discrete}. Marginalise them out (numpyro.contrib.funsor enumeration), or use "
-            "a kernel for discrete latents such as numpyro's DiscreteHMCGibbs."
+            f"sites {discrete}. {advice}"
         )
     model_info = initialize_model(
         rng_key,

@@ -39,6 +39,7 @@ from numpyro_extras.discrete.schedule import (
 from numpyro_extras.discrete.tuning import (
     TuningResult,
     TuningSettings,
+    fixed_tuning,
     resolve_settings,
     tune_schedule,
 )
@@ -48,10 +49,11 @@ from numpyro_extras.kernel import (
     hmc_settings,
     without_conditioning,
 )
+from numpyro_extras.metropolis import running_accept_mean
 from numpyro_extras.potential import discrete_latent_model
 from numpyro_extras.validation import check_count
 
-__all__ = ["ACS", "ACSState", "DMALA", "GRAD_MODES"]
+__all__ = ["ACS", "ACSState", "DMALA", "DiscreteTarget", "GRAD_MODES"]
 
 # How the proposal gets the change of U per coordinate:
 #   auto      gradients for Bernoulli and one-hot sites when the model can be differentiated in
@@ -98,8 +100,9 @@ class ACSState(NamedTuple):
     rng_key: jax.Array
 
 
-class _Target(NamedTuple):
-    """What the kernel needs of a model or a potential, built once per set of model arguments."""
+class DiscreteTarget(NamedTuple):
+    """What the kernel needs of a model or a potential, built once per set of model arguments
+    (:meth:`ACS.discrete_target`)."""
 
     variables: dict
     log_density_fn: Any  # (x, values) -> U at the model arguments it was prepared for
@@ -112,6 +115,7 @@ class _Target(NamedTuple):
     continuous_sites: tuple = ()
     model_arguments: tuple = ((), {})  # the (model_args, model_kwargs) it was prepared for
     conditioned: bool = False  # a block of NumPyro's Gibbs, conditioned on other sites
+    split: Any = None  # the model's prior/likelihood split (SplitModel; None for a potential)
 
 
 class ACS(ExtrasKernel):
@@ -275,12 +279,59 @@ class ACS(ExtrasKernel):
         self._num_tuning_sweeps = int(num_tuning_sweeps)
         if self._num_tuning_sweeps < 0:
             raise ValueError(f"num_tuning_sweeps must be >= 0, got {num_tuning_sweeps}.")
-        self._target: _Target | None = None
+        self._target: DiscreteTarget | None = None
 
     @property
     def variables(self) -> dict | None:
         """The discrete variables the kernel moves (known after ``init``)."""
         return None if self._target is None else self._target.variables
+
+    @property
+    def schedule(self) -> CyclicalSchedule | None:
+        """The fixed cyclical schedule given by the user (``None``: tuned at ``init``)."""
+        return self._schedule
+
+    @property
+    def tuning_settings(self) -> TuningSettings:
+        """The tuner's constants."""
+        return self._settings
+
+    @property
+    def num_tuning_chains(self) -> int:
+        """Copies per chain the tuner averages over."""
+        return self._num_tuning_chains
+
+    @property
+    def discrete_steps(self) -> int | None:
+        """ACS moves per transition as given (``None``: the default)."""
+        return self._discrete_steps
+
+    @property
+    def has_inner_kernel(self) -> bool:
+        """Whether an HMC/NUTS move of continuous sites was asked for."""
+        return self._inner is not None
+
+    def discrete_target(self, model_args=(), model_kwargs=None) -> DiscreteTarget:
+        """The model (or potential) read into the sampler's terms for these arguments: the
+        discrete variables with the way each gets its differences (``grad_mode``), the model's
+        log density and prior/likelihood split, prior draws and the maps back to site values.
+        Built once per set of model arguments and shared with ``init``, so that a kernel built
+        on this one (replica exchange over ACS moves) reads the model the same way.
+
+        :param tuple model_args: positional arguments of the model.
+        :param dict model_kwargs: keyword arguments of the model.
+        :return: :class:`DiscreteTarget`.
+
+        **Example:**
+
+        .. code-block:: python
+
+            target = nx.ACS(model).discrete_target((data,))
+            target.variables, target.split.log_likelihood_fn
+        """
+        with jax.ensure_compile_time_eval():
+            self._prepare(model_args, model_kwargs or {})
+        return self._target
 
     @property
     def default_fields(self):
@@ -347,7 +398,7 @@ class ACS(ExtrasKernel):
                     values[name] = indices[name]
             return values["x"] if single else values
 
-        return _Target(
+        return DiscreteTarget(
             variables,
             log_density_fn,
             log_density_for,
@@ -407,7 +458,7 @@ class ACS(ExtrasKernel):
             x = ravel_pytree({name: z[name] for name in continuous})[0]
             return latent.constrain_fn(x, {name: z[name] for name in layouts})
 
-        return _Target(
+        return DiscreteTarget(
             variables,
             latent.log_density_fn,
             latent.log_density_for,
@@ -419,6 +470,7 @@ class ACS(ExtrasKernel):
             continuous,
             (model_args, without_conditioning(model_kwargs)),
             bool(conditioning_values(model_kwargs)),
+            split,
         )
 
     @staticmethod
@@ -588,15 +640,7 @@ class ACS(ExtrasKernel):
             if schedule is None:
                 tuning, copies = tune_schedule(tune_key, copies, evaluate, variables, settings)
             else:
-                nan = jnp.full((), jnp.nan)
-                tuning = TuningResult(
-                    schedule,
-                    jnp.max(schedule.step_sizes),
-                    jnp.min(schedule.step_sizes),
-                    nan,
-                    nan,
-                    jnp.zeros((), jnp.int32),
-                )
+                tuning = fixed_tuning(schedule)
             chain = jax.tree.map(lambda leaf: leaf[0], copies)
             inner_state = None
             if inner is not None:
@@ -651,11 +695,9 @@ class ACS(ExtrasKernel):
                 x = inner_state.z
             alpha, beta, accept_prob = moves
             iteration = state.iteration + 1
-            # The running mean restarts when warm-up ends, so it reports the kept draws.
-            kept = iteration - num_warmup
-            count = jnp.where(kept > 0, kept, iteration).astype(accept_prob.dtype)
-            previous = jnp.where(kept == 1, 0.0, state.mean_accept_prob)
-            mean_accept_prob = previous + (accept_prob - previous) / count
+            mean_accept_prob = running_accept_mean(
+                state.mean_accept_prob, accept_prob, iteration, num_warmup
+            )
             z = (
                 z_of(chain.indices, x)
                 if self._model is not None

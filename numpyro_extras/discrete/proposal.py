@@ -84,11 +84,16 @@ class ChainState(NamedTuple):
     :param differences: dict name -> array ``shape + (K,)``: the (first-order or exact) change
         of ``U`` when one coordinate moves to each value; 0 at the current value, ``-inf``
         where it is not finite. Caching it makes a step cost one evaluation (ACS paper eq. 6).
+    :param cache: whatever else the evaluation function returns about the point (its optional
+        third output, ``None`` without one), carried with the state through accepts and
+        rejections: e.g. the separate parts of a tempered log density, so that the state can
+        be re-expressed at another temperature without evaluating the model.
     """
 
     indices: dict
     log_density: jax.Array
     differences: dict
+    cache: Any = None
 
 
 def _float_dtype():
@@ -273,10 +278,15 @@ def proposal_log_prob(logits: dict, indices: dict) -> jax.Array:
 
 
 def init_chain(evaluate_fn: Callable, indices: dict) -> ChainState:
-    """A :class:`ChainState` at ``indices`` (one evaluation)."""
+    """A :class:`ChainState` at ``indices`` (one evaluation).
+
+    :param evaluate_fn: ``indices -> (U, differences)`` from :func:`local_differences_fn`, or
+        ``indices -> (U, differences, cache)`` to keep more about the point in the state.
+    :param dict indices: name -> integer array.
+    :return: :class:`ChainState`.
+    """
     indices = {name: jnp.asarray(index, jnp.int32) for name, index in indices.items()}
-    log_density, differences = evaluate_fn(indices)
-    return ChainState(indices, log_density, differences)
+    return ChainState(indices, *evaluate_fn(indices))
 
 
 def acs_step(
@@ -293,7 +303,8 @@ def acs_step(
     :param ChainState state: the current state.
     :param alpha: step size ``> 0`` (may be ``inf``).
     :param beta: balancing exponent.
-    :param evaluate_fn: ``indices -> (U, differences)`` from :func:`local_differences_fn`.
+    :param evaluate_fn: ``indices -> (U, differences)`` from :func:`local_differences_fn` (or
+        with a third output, the state's ``cache``).
     :param dict variables: name -> :class:`DiscreteVariable`.
     :param bool mh: ``False`` skips the MH test (biased; only for the tuner's burn-in);
         non-finite proposals are still rejected.

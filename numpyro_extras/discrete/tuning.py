@@ -30,6 +30,7 @@ __all__ = [
     "default_alpha_ceil",
     "default_alpha_max_rule",
     "default_beta_max",
+    "fixed_tuning",
     "resolve_settings",
     "tune_schedule",
     "tuning_cost",
@@ -151,6 +152,30 @@ class TuningResult(NamedTuple):
     accept_at_max: jax.Array
     accept_at_min: jax.Array
     num_steps: jax.Array
+
+
+def fixed_tuning(schedule: CyclicalSchedule) -> TuningResult:
+    """The :class:`TuningResult` of a schedule given by the user: no tuner ran, so its
+    acceptances are NaN and its step count 0.
+
+    :param CyclicalSchedule schedule: the fixed ``(alpha_k, beta_k)``.
+    :return: :class:`TuningResult`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        fixed_tuning(CyclicalSchedule(jnp.array([0.2]), jnp.array([0.5])))  # DMALA's
+    """
+    nan = jnp.full((), jnp.nan)
+    return TuningResult(
+        schedule,
+        jnp.max(schedule.step_sizes),
+        jnp.min(schedule.step_sizes),
+        nan,
+        nan,
+        jnp.zeros((), jnp.int32),
+    )
 
 
 def tuning_cost(settings: TuningSettings) -> int:

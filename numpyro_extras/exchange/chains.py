@@ -5,9 +5,11 @@ functions on :class:`ExchangeState`, under the thin kernel class of
 One chain holds ``N`` replicas on a ladder ``0 = beta_0 < ... < beta_{N-1} = 1`` of the path of
 :mod:`numpyro_extras.exchange.path`. One step (a "scan", Syed et al., JRSSB 2022, Algorithm 1):
 
-1. every replica but the reference one makes one HMC or NUTS move on its own ``pi_beta``
-   (NumPyro's functional :func:`~numpyro.infer.hmc.hmc`, vmapped over the replicas, each
-   adapting its own step size and mass matrix during warm-up);
+1. every replica but the reference one makes one move of the inner kernel on its own
+   ``pi_beta``, vmapped over the replicas with ``beta`` as data: HMC or NUTS
+   (:func:`hmc_moves`, NumPyro's functional :func:`~numpyro.infer.hmc.hmc`, each rung adapting
+   its own step size and mass matrix during warm-up) or ACS for discrete sites
+   (:func:`~numpyro_extras.exchange.discrete_moves.acs_moves`);
 2. the reference replica is replaced by an exact draw from the reference;
 3. swaps are offered to the even gaps on even scans and to the odd gaps on odd scans (the
    deterministic even-odd scheme), each accepted with probability
@@ -15,12 +17,14 @@ One chain holds ``N`` replicas on a ladder ``0 = beta_0 < ... < beta_{N-1} = 1``
 4. during warm-up, at the end of rounds of doubling length, the ladder is re-tuned to equal
    rejection rates (:func:`~numpyro_extras.exchange.ladder.equalized_ladder`).
 
-Each replica caches ``-log r``, ``l`` and their gradients, so a swap or a new ladder costs no
-evaluation of the model: the HMC state of a rung is re-expressed at its ``beta`` from the cache.
+The inner kernel is a :class:`RungMoves`: its replicas cache ``-log r``, ``l`` and what its move
+needs of them (gradients, differences), so a swap or a new ladder costs no evaluation of the
+model: the inner state of a rung is re-expressed at its ``beta`` from the cache.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -34,6 +38,7 @@ from numpyro_extras.kernel import field_lookup, rejected_move
 from numpyro_extras.metropolis import acceptance_probability, select
 
 __all__ = [
+    "RungMoves",
     "ReplicaEvaluation",
     "ExchangeStatistics",
     "ExchangeState",
@@ -41,8 +46,34 @@ __all__ = [
     "swap_log_ratios",
     "even_odd_swap",
     "update_statistics",
+    "hmc_moves",
     "replica_exchange",
 ]
+
+
+class RungMoves(NamedTuple):
+    """How an inner kernel moves the replicas: the interface of the core to its inner kernel.
+
+    A replica is an evaluation of its point (a NamedTuple with ``position``,
+    ``reference_potential`` ``= -log r``, ``log_likelihood`` ``= l`` and a ``finite`` flag, plus
+    whatever the move needs, e.g. gradients); it does not depend on ``beta``, so it travels with
+    swaps unchanged. The inner state (adaptation, schedules) belongs to the rung.
+
+    :param init: ``(positions, betas, rng_key, num_warmup, **settings) -> (replicas, inner)``
+        for all ``N`` rungs (leading axis ``N``).
+    :param explore: ``(rng_key, replica, inner, beta, iteration, num_warmup) -> (replica,
+        inner)``: one move of one rung on ``pi_beta`` (vmapped by the core, ``beta`` as data);
+        ``iteration`` counts the scans before this one.
+    :param renew: ``(rng_key, replica) -> replica``: an exact reference draw, evaluated (in the
+        dtype of ``replica``).
+    :param sync: ``(inner, replicas, betas) -> inner`` for all rungs: the inner states
+        re-expressed at the (possibly new) ``betas`` holding the (possibly swapped) replicas.
+    """
+
+    init: Callable
+    explore: Callable
+    renew: Callable
+    sync: Callable
 
 
 class ReplicaEvaluation(NamedTuple):
@@ -111,8 +142,11 @@ class ExchangeState(NamedTuple):
     :param betas: the ladder, shape ``(N,)`` (tuned in warm-up, then fixed).
     :param swap_accept_prob: this scan's swap acceptance probability of every gap, offered or
         not (a Rao-Blackwellised estimate of the gap's swap rate), shape ``(N - 1,)``.
-    :param replicas: the :class:`ReplicaEvaluation` of every rung (leading axis ``N``).
-    :param inner_state: the NumPyro HMC/NUTS states of the rungs (leading axis ``N``).
+    :param replicas: the evaluation of every rung (leading axis ``N``): a
+        :class:`ReplicaEvaluation` for HMC/NUTS moves.
+    :param inner_state: the inner kernel's states of the rungs (leading axis ``N``): NumPyro
+        HMC/NUTS states, or the ACS schedules of
+        :class:`~numpyro_extras.exchange.discrete_moves.DiscreteRungState`.
     :param statistics: :class:`ExchangeStatistics`.
     :param iteration: scans so far, warm-up included.
     :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
@@ -124,8 +158,8 @@ class ExchangeState(NamedTuple):
     log_likelihood: jax.Array
     betas: jax.Array
     swap_accept_prob: jax.Array
-    replicas: ReplicaEvaluation
-    inner_state: HMCState
+    replicas: Any
+    inner_state: Any
     statistics: ExchangeStatistics
     iteration: jax.Array
     build: BuildTag
@@ -306,25 +340,21 @@ def _synced(inner: HMCState, replica: ReplicaEvaluation, beta) -> HMCState:
     )
 
 
-def replica_exchange(path: TemperedPath, unravel_fn, *, num_replicas, algo="NUTS", tag=None):
-    """Pure ``init``/``step`` of non-reversible parallel tempering on ``path`` for one chain.
+def hmc_moves(path: TemperedPath, algo="NUTS") -> RungMoves:
+    """HMC or NUTS moves of the replicas on ``path``: NumPyro's functional
+    :func:`~numpyro.infer.hmc.hmc` with ``beta`` passed as the potential's argument, one
+    adaptation state (step size, mass matrix) per rung.
 
-    :param TemperedPath path: the reference, ``l`` and reference draws.
-    :param unravel_fn: flat ``x`` -> the ``z`` stored in the state.
-    :param int num_replicas: ``N``, the ladder's length (at least 2).
-    :param str algo: ``"NUTS"`` or ``"HMC"``, the move of every replica.
-    :param tag: the build tag stored in the state.
-    :return: ``(init_fn, step_fn)``: ``init_fn(positions, rng_key, num_warmup, **hmc_settings)``
-        with ``positions`` of shape ``(N, D)`` (one start per rung), and
-        ``step_fn(state, num_warmup)``.
+    :param TemperedPath path: the reference, ``l`` and reference draws, on flat positions.
+    :param str algo: ``"NUTS"`` or ``"HMC"``.
+    :return: :class:`RungMoves`; its ``init`` takes NumPyro's HMC settings (``step_size``,
+        ``dense_mass``, ...) as keyword arguments.
 
     **Example:**
 
     .. code-block:: python
 
-        init_fn, step_fn = replica_exchange(path, lambda x: x, num_replicas=8)
-        state = init_fn(jnp.zeros((8, 2)), key, 500)
-        state = step_fn(state, 500)
+        init_fn, step_fn = replica_exchange(hmc_moves(path), lambda x: x, num_replicas=8)
     """
     hmc_init, hmc_sample = hmc(potential_fn_gen=path.potential_fn, algo=algo)
     reference_value_and_grad = value_and_gradient(path.reference_potential_fn)
@@ -353,7 +383,16 @@ def replica_exchange(path: TemperedPath, unravel_fn, *, num_replicas, algo="NUTS
             log_likelihood_gradient,
         )
 
-    def explore(rng_key, replica: ReplicaEvaluation, inner: HMCState, beta):
+    def init(positions, betas, rng_key, num_warmup, **hmc_settings):
+        replicas = jax.vmap(evaluate)(positions)
+        inner = jax.vmap(
+            lambda position, beta, key: hmc_init(
+                position, num_warmup, model_args=(beta,), rng_key=key, **hmc_settings
+            )
+        )(positions, betas, jax.random.split(rng_key, betas.shape[0]))
+        return replicas, inner
+
+    def explore(rng_key, replica: ReplicaEvaluation, inner: HMCState, beta, iteration, num_warmup):
         moved = hmc_sample(inner._replace(rng_key=rng_key), model_args=(beta,))
         evaluation = moved_evaluation(moved, beta)
         finite = evaluation.finite
@@ -361,9 +400,53 @@ def replica_exchange(path: TemperedPath, unravel_fn, *, num_replicas, algo="NUTS
             finite, moved, rejected_move(inner, moved)
         )
 
+    def renew(rng_key, replica: ReplicaEvaluation):
+        return evaluate(path.sample_reference_fn(rng_key).astype(replica.position.dtype))
+
+    def sync(inner, replicas, betas):
+        # The adaptation state stays with its rung; the point and the cached potential follow
+        # the swapped states and the (possibly new) beta.
+        return jax.vmap(_synced)(inner, replicas, betas)
+
+    return RungMoves(init, explore, renew, sync)
+
+
+def _float_dtype(positions):
+    """The dtype of the ladder: the positions' own when they are real (a flat vector), the
+    default float for discrete values."""
+    dtype = jax.tree.leaves(positions)[0].dtype
+    return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.result_type(float)
+
+
+def _rung(tree, index):
+    return jax.tree.map(lambda leaf: leaf[index], tree)
+
+
+def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None):
+    """Pure ``init``/``step`` of non-reversible parallel tempering for one chain, the replicas
+    moved by ``moves``.
+
+    :param RungMoves moves: the inner kernel (:func:`hmc_moves`, or
+        :func:`~numpyro_extras.exchange.discrete_moves.acs_moves`).
+    :param unravel_fn: a replica's ``position`` -> the ``z`` stored in the state.
+    :param int num_replicas: ``N``, the ladder's length (at least 2).
+    :param tag: the build tag stored in the state.
+    :return: ``(init_fn, step_fn)``: ``init_fn(positions, rng_key, num_warmup, **settings)``
+        with ``positions`` of leading axis ``N`` (one start per rung) and ``settings`` those of
+        ``moves.init``, and ``step_fn(state, num_warmup)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        init_fn, step_fn = replica_exchange(hmc_moves(path), lambda x: x, num_replicas=8)
+        state = init_fn(jnp.zeros((8, 2)), key, 500)
+        state = step_fn(state, 500)
+    """
+
     def state_of(replicas, inner, betas, accept_prob, statistics, iteration, rng_key):
         return ExchangeState(
-            z=unravel_fn(replicas.position[-1]),
+            z=unravel_fn(_rung(replicas.position, -1)),
             potential_energy=-(replicas.log_likelihood[-1] - replicas.reference_potential[-1]),
             log_likelihood=replicas.log_likelihood,
             betas=betas,
@@ -376,21 +459,17 @@ def replica_exchange(path: TemperedPath, unravel_fn, *, num_replicas, algo="NUTS
             rng_key=rng_key,
         )
 
-    def init_fn(positions, rng_key, num_warmup, **hmc_settings):
-        hmc_key, rng_key = jax.random.split(rng_key)
-        betas = initial_ladder(num_replicas, dtype=positions.dtype)
-        replicas = jax.vmap(evaluate)(positions)
-        inner = jax.vmap(
-            lambda position, beta, key: hmc_init(
-                position, num_warmup, model_args=(beta,), rng_key=key, **hmc_settings
-            )
-        )(positions, betas, jax.random.split(hmc_key, num_replicas))
+    def init_fn(positions, rng_key, num_warmup, **settings):
+        inner_key, rng_key = jax.random.split(rng_key)
+        dtype = _float_dtype(positions)
+        betas = initial_ladder(num_replicas, dtype=dtype)
+        replicas, inner = moves.init(positions, betas, inner_key, num_warmup, **settings)
         return state_of(
             replicas,
             inner,
             betas,
-            jnp.ones(num_replicas - 1, positions.dtype),
-            _initial_statistics(num_replicas, positions.dtype),
+            jnp.ones(num_replicas - 1, dtype),
+            _initial_statistics(num_replicas, dtype),
             jnp.zeros((), jnp.int32),
             rng_key,
         )
@@ -403,11 +482,15 @@ def replica_exchange(path: TemperedPath, unravel_fn, *, num_replicas, algo="NUTS
         # discarded, and near the prior the tempered density is widest, so NUTS trees there are
         # the longest that the vmapped rungs wait for: only rungs 1, ..., N - 1 move.
         tail = jax.tree.map(lambda leaf: leaf[1:], (state.replicas, state.inner_state))
-        moved, moved_inner = jax.vmap(explore)(
-            jax.random.split(move_key, num_replicas - 1), *tail, betas[1:]
+        moved, moved_inner = jax.vmap(moves.explore, in_axes=(0, 0, 0, 0, None, None))(
+            jax.random.split(move_key, num_replicas - 1),
+            *tail,
+            betas[1:],
+            state.iteration,
+            num_warmup,
         )
-        fresh = evaluate(path.sample_reference_fn(reference_key).astype(betas.dtype))
-        reference = jax.tree.map(lambda leaf: leaf[0], state.replicas)
+        reference = _rung(state.replicas, 0)
+        fresh = moves.renew(reference_key, reference)
         fresh = select(fresh.finite, fresh, reference)
         replicas = jax.tree.map(lambda new, rest: jnp.concatenate([new[None], rest]), fresh, moved)
         inner = jax.tree.map(
@@ -423,9 +506,7 @@ def replica_exchange(path: TemperedPath, unravel_fn, *, num_replicas, algo="NUTS
         statistics, betas = _retune_ladder(
             statistics, betas, iteration, jnp.asarray(tuning_rounds(num_warmup)), num_warmup
         )
-        # The adaptation state stays with its rung; the point and the cached potential follow
-        # the swapped states and the (possibly new) beta.
-        inner = jax.vmap(_synced)(inner, replicas, betas)
+        inner = moves.sync(inner, replicas, betas)
         return state_of(replicas, inner, betas, accept_prob, statistics, iteration, rng_key)
 
     return init_fn, step_fn

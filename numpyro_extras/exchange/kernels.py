@@ -12,12 +12,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from numpyro.infer import NUTS
+from numpyro.infer import HMC, NUTS
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
 from numpyro_extras.bases import GaussianBase, MixtureBase, validate_base
-from numpyro_extras.exchange.chains import replica_exchange
+from numpyro_extras.discrete.kernels import ACS, DiscreteTarget
+from numpyro_extras.discrete.proposal import decode
+from numpyro_extras.exchange.chains import hmc_moves, replica_exchange
+from numpyro_extras.exchange.discrete_moves import acs_moves
 from numpyro_extras.exchange.path import TemperedPath, prior_path, reference_path
 from numpyro_extras.kernel import (
     ExtrasKernel,
@@ -28,6 +31,7 @@ from numpyro_extras.kernel import (
 from numpyro_extras.potential import (
     FlatModel,
     check_finite_potential,
+    continuous_latent_sites,
     flat_model_from_potential,
     flatten_model,
     split_model,
@@ -43,9 +47,65 @@ DEFAULT_NUM_REPLICAS = 16
 MAX_REPLICA_VALUES = 2_000_000
 
 
+# Why a mixed model cannot be tempered with ACS moves (said where it is found).
+MIXED_MODEL_ERROR = (
+    "ReplicaExchange with ACS/DMALA moves tempers models whose latent sites are all discrete; "
+    "moving continuous sites inside a rung as well (ACS's inner_kernel=NUTS) is not supported. "
+    "Sample the model with nx.ACS(model, inner_kernel=NUTS) without tempering, or sum the "
+    "discrete sites out (numpyro.contrib.funsor enumeration) and use nx.ReplicaExchange(model)."
+)
+
+
+def discrete_inner_kernel(model, inner_kernel, inner_kwargs) -> ACS | None:
+    """The ACS/DMALA kernel whose settings and model plumbing the replicas' moves use, or
+    ``None`` for an HMC/NUTS inner kernel.
+
+    :param model: the model of the replica-exchange kernel (``None`` for a ``potential_fn``).
+    :param inner_kernel: ``nx.ACS``/``nx.DMALA`` (class or instance), ``NUTS``/``HMC``.
+    :param dict inner_kwargs: settings for an inner kernel class.
+    :return: an :class:`~numpyro_extras.ACS` on ``model``, or ``None``.
+    :raises ValueError: for a kernel that cannot take a tempered potential, ACS without a model,
+        or ACS with its own continuous inner kernel.
+    """
+    is_class = isinstance(inner_kernel, type)
+    if isinstance(inner_kernel, ACS) or (is_class and issubclass(inner_kernel, ACS)):
+        if model is None:
+            raise ValueError(
+                "ACS/DMALA moves temper a model's discrete sites: give a model, not a potential_fn."
+            )
+        if is_class:
+            kernel = inner_kernel(model, **inner_kwargs)
+        else:
+            if inner_kwargs:
+                raise ValueError(
+                    "Give the settings of an inner kernel instance to the instance itself, got "
+                    f"{sorted(inner_kwargs)}."
+                )
+            if inner_kernel.model is None:
+                raise ValueError("An ACS/DMALA inner kernel must be built on a model.")
+            kernel = inner_kernel.wrap_model(lambda _: model)
+        if kernel.has_inner_kernel:
+            raise ValueError(MIXED_MODEL_ERROR)
+        if kernel.discrete_steps not in (None, 1):
+            raise ValueError(
+                "Every replica makes one ACS move per scan, between swaps; discrete_steps is "
+                f"not used here (got {kernel.discrete_steps})."
+            )
+        return kernel
+    if isinstance(inner_kernel, HMC) or (is_class and issubclass(inner_kernel, HMC)):
+        return None
+    name = getattr(inner_kernel, "__name__", type(inner_kernel).__name__)
+    raise ValueError(
+        f"inner_kernel {name} cannot take a tempered potential: every replica moves on its own "
+        "tempered density log p0 + beta l with beta passed as data, which "
+        "numpyro.infer.NUTS / HMC (continuous sites) and nx.ACS / nx.DMALA (discrete sites) do. "
+        "Pass one of those, the class or an instance."
+    )
+
+
 class ReplicaExchange(ExtrasKernel):
     """Non-reversible parallel tempering (Syed, Bouchard-Cote, Deligiannidis and Doucet, JRSSB
-    2022) for any NumPyro model with continuous latent sites.
+    2022) for any NumPyro model with continuous latent sites, or with discrete ones only.
 
     Each chain runs ``num_replicas`` copies of the model at inverse temperatures
     ``0 = beta_0 < ... < beta_{N-1} = 1`` of the path ``log r(x) + beta l(x)`` from a reference
@@ -67,12 +127,31 @@ class ReplicaExchange(ExtrasKernel):
     :func:`numpyro_extras.exchange_diagnostics` the swap rates, round trips and the
     communication barrier.
 
-    :param model: a NumPyro model with continuous latent sites.
+    **Discrete models.** With ``inner_kernel=nx.ACS`` (or ``nx.DMALA``) a model whose latent
+    sites are all Bernoulli, Categorical or one-hot categorical is tempered on its prior path:
+    replica ``i`` targets ``log p0(theta) + beta_i l(theta)``, the sample sites' prior times the
+    rest of the model (observed sites and ``numpyro.factor`` terms, so an energy model written
+    with ``factor`` is tempered in its energy) raised to ``beta_i``, and the ``beta = 0`` replica
+    is renewed by exact prior draws. Every other rung makes one ACS move per scan
+    (:mod:`numpyro_extras.exchange.discrete_moves`; ACS paper eq. 5-6) with the model read as
+    ``nx.ACS`` reads it (``grad_mode``). ACS's cyclical schedule is tuned per rung at ``init``
+    (the ACS tuner, Alg. 2-5, on every rung at its starting ``beta``, ``num_tuning_chains``
+    copies each: about ``N x num_tuning_chains x 770`` model evaluations per chain, two per
+    step since ``log p0`` and ``l`` are evaluated apart); as the ladder moves in warm-up each
+    rung reads its schedule at its new ``beta`` by interpolation between the tuned ones, and it
+    is frozen with the ladder for sampling. A DMALA step size, or ACS's ``schedule=``, is used
+    on every rung. Settings of ``nx.ACS`` (``steps_per_cycle``, ``grad_mode``, ...) go as
+    keyword arguments, or pass an instance. Models with continuous sites beside discrete ones
+    are not supported (an error says so).
+
+    :param model: a NumPyro model with continuous latent sites (or, with an ACS/DMALA inner
+        kernel, discrete ones only).
     :param potential_fn: alternatively, ``-log`` of the unnormalised target on flat 1-D
         positions; then ``reference`` must be a :class:`~numpyro_extras.GaussianBase` or
         :class:`~numpyro_extras.MixtureBase`.
-    :param inner_kernel: ``numpyro.infer.NUTS`` or ``numpyro.infer.HMC`` (the class, or an
-        instance whose settings are used), the move of every replica.
+    :param inner_kernel: ``numpyro.infer.NUTS`` or ``numpyro.infer.HMC`` for continuous sites,
+        ``nx.ACS`` or ``nx.DMALA`` for discrete ones (the class, or an instance whose settings
+        are used), the move of every replica.
     :param int num_replicas: replicas per chain (at least 2); about twice the communication
         barrier that :func:`~numpyro_extras.exchange_diagnostics` reports is enough.
     :param reference: ``"fit"`` (a Gaussian mixture with a component on each mode that
@@ -87,7 +166,8 @@ class ReplicaExchange(ExtrasKernel):
         ``reference="fit"``.
     :param int fit_base_seed: seed of the fit, the same for every chain method.
     :param inner_kwargs: settings of the HMC/NUTS move (``step_size``, ``dense_mass``,
-        ``target_accept_prob``, ``max_tree_depth``, ``num_steps``, ...).
+        ``target_accept_prob``, ``max_tree_depth``, ``num_steps``, ...) or of ``nx.ACS`` /
+        ``nx.DMALA`` (``steps_per_cycle``, ``num_tuning_chains``, ``step_size``, ...).
 
     **Example:**
 
@@ -98,6 +178,11 @@ class ReplicaExchange(ExtrasKernel):
         mcmc.print_summary()                   # the posterior, every mode with its mass
         nx.log_marginal_likelihood(mcmc)       # stepping stone over the ladder
         nx.exchange_diagnostics(mcmc)          # swap rates, round trips, barrier
+        # a model whose latent sites are all discrete (here an Ising lattice written with factor)
+        mcmc = MCMC(nx.ReplicaExchange(nx.ising_model, inner_kernel=nx.ACS), num_warmup=1000,
+                    num_samples=5000, num_chains=4)
+        mcmc.run(jax.random.PRNGKey(0), 4, coupling=0.6)
+        nx.log_marginal_likelihood(mcmc)       # nx.ising_lattice(4, 0.6).log_partition()
     """
 
     gibbs_block_error = (
@@ -120,6 +205,12 @@ class ReplicaExchange(ExtrasKernel):
     ):
         super().__init__(model, potential_fn)
         self._num_replicas = check_count("num_replicas", num_replicas, minimum=2)
+        self._acs = discrete_inner_kernel(model, inner_kernel, inner_kwargs)
+        if self._acs is not None and not (isinstance(reference, str) and reference == "prior"):
+            raise ValueError(
+                "With ACS/DMALA moves the path starts from the prior of the discrete sites: "
+                f"reference must be 'prior', got {reference!r}."
+            )
         if isinstance(reference, (GaussianBase, MixtureBase)):
             self._reference = validate_base(reference)
         elif isinstance(reference, str) and reference in ("prior", "fit"):
@@ -134,11 +225,14 @@ class ReplicaExchange(ExtrasKernel):
                 "With `potential_fn`, `reference` must be a GaussianBase or MixtureBase on the "
                 "same flat space: a potential has no prior, and fitting one needs a model."
             )
-        self._algo, self._hmc_settings = hmc_settings(inner_kernel, **inner_kwargs)
+        self._algo, self._hmc_settings = (
+            (None, {}) if self._acs is not None else hmc_settings(inner_kernel, **inner_kwargs)
+        )
         self._init_strategy = init_strategy
         self._fit_base_kwargs = dict(fit_base_kwargs or {})
         self._fit_base_seed = fit_base_seed
         self._flat_model: FlatModel | None = None
+        self._discrete_target: DiscreteTarget | None = None
         self._path: TemperedPath | None = None
         self._fitted_reference = None
         self._reference_fit_problems = ()
@@ -162,7 +256,22 @@ class ReplicaExchange(ExtrasKernel):
 
     @property
     def flat_model(self) -> FlatModel | None:
+        """The flat potential of a model with continuous latent sites (``None`` before ``init``
+        and for ACS/DMALA moves)."""
         return self._flat_model
+
+    @property
+    def discrete_target(self) -> DiscreteTarget | None:
+        """The model as the ACS/DMALA moves read it (``None`` before ``init`` and for HMC/NUTS
+        moves)."""
+        return self._discrete_target
+
+    @property
+    def latent_sites(self) -> tuple[str, ...]:
+        """The names of the latent sites the replicas move (empty before ``init``)."""
+        if self._discrete_target is not None:
+            return tuple(self._discrete_target.variables)
+        return () if self._flat_model is None else self._flat_model.latent_sites
 
     @property
     def reference_fit_problems(self) -> tuple[str, ...]:
@@ -174,31 +283,64 @@ class ReplicaExchange(ExtrasKernel):
 
     @property
     def default_fields(self):
+        if self._acs is not None:
+            return ("z", "log_likelihood", "swap_accept_prob")
         return ("z", "log_likelihood", "swap_accept_prob", "diverging")
 
     def _constrain_fn(self):
+        if self._discrete_target is not None:
+            return self._discrete_target.constrain_fn
         return None if self._flat_model is None else self._flat_model.constrain_fn
 
     def _forget_target(self):
         self._flat_model = self._path = self._fitted_reference = None
+        self._discrete_target = None
         self._reference_fit_problems = ()
+        if self._acs is not None:
+            # The copy's ACS must read the wrapped model, not share the original's plumbing.
+            self._acs = discrete_inner_kernel(self._model, self._acs, {})
+
+    def _prepare_discrete(self, key, model_args, model_kwargs):
+        """The ACS plumbing and the prior path on the discrete sites' values."""
+        continuous = continuous_latent_sites(self._model, model_args, model_kwargs)
+        if continuous:
+            raise ValueError(
+                f"The model has continuous latent sites {continuous}. {MIXED_MODEL_ERROR}"
+            )
+        target = self._acs.discrete_target(model_args, model_kwargs)
+        values = sum(variable.size * variable.num_values for variable in target.variables.values())
+        if values * self._num_replicas > MAX_REPLICA_VALUES:
+            raise ValueError(
+                f"{self._num_replicas} replicas of a model with {values} discrete values (sites "
+                f"x values) exceed the memory bound of {MAX_REPLICA_VALUES} values per chain; "
+                "use fewer replicas."
+            )
+        self._discrete_target = target
+        self._path = self._prior_path(key, lambda: target.split)
 
     def _prepare_target(self, model_args, model_kwargs):
         """Build the flat potential and the tempered path for these model arguments."""
         dimension_limit = MAX_REPLICA_VALUES // self._num_replicas
+        key = jax.random.PRNGKey(self._fit_base_seed)
+        if self._acs is not None:
+            self._prepare_discrete(key, model_args, model_kwargs)
+            return
         if self._model is None:
             base = self._reference
             self._flat_model = flat_model_from_potential(self._potential_fn, base.loc)
             self._path = reference_path(self._potential_fn, base)
             return
-        key = jax.random.PRNGKey(self._fit_base_seed)
         self._flat_model = flatten_model(
             key,
             self._model,
             model_args,
             model_kwargs,
             init_strategy=self._init_strategy,
-            kernel_name=type(self).__name__,
+            kernel_name=f"{type(self).__name__} with HMC/NUTS moves",
+            discrete_advice=(
+                "For a model whose latent sites are all discrete, pass inner_kernel=nx.ACS (or "
+                "nx.DMALA)."
+            ),
         )
         dimension = self._flat_model.dimension
         if dimension > dimension_limit:
@@ -208,7 +350,9 @@ class ReplicaExchange(ExtrasKernel):
                 "use fewer replicas."
             )
         if self._reference == "prior":
-            self._path = self._prior_path(key, model_args, model_kwargs)
+            self._path = self._prior_path(
+                key, lambda: split_model(key, self._model, model_args, model_kwargs)
+            )
             return
         if self._reference == "fit":
             fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
@@ -220,9 +364,10 @@ class ReplicaExchange(ExtrasKernel):
             base = validate_base(self._reference, dimension)
         self._path = reference_path(self._flat_model.potential_fn, base)
 
-    def _prior_path(self, key, model_args, model_kwargs):
+    def _prior_path(self, key, split_fn):
+        """The prior path of the model's split (``split_fn()``), checked at a prior draw."""
         try:
-            split = split_model(key, self._model, model_args, model_kwargs)
+            split = split_fn()
             path = prior_path(split)
             draw = path.sample_reference_fn(key)
         except NotImplementedError as error:
@@ -232,7 +377,7 @@ class ReplicaExchange(ExtrasKernel):
                 "replica). Use reference='fit' (a fitted Gaussian mixture) or pass a "
                 "GaussianBase."
             ) from error
-        if split.dimension != self._flat_model.dimension:
+        if self._flat_model is not None and split.dimension != self._flat_model.dimension:
             raise ValueError(
                 f"The model's prior/likelihood split has {split.dimension} unconstrained "
                 f"dimensions but its potential {self._flat_model.dimension}."
@@ -245,20 +390,44 @@ class ReplicaExchange(ExtrasKernel):
         return path
 
     def _build(self, num_warmup, tag):
+        if self._acs is not None:
+            target = self._discrete_target
+            moves = acs_moves(
+                self._path,
+                target.variables,
+                schedule=self._acs.schedule,
+                settings=self._acs.tuning_settings,
+                num_tuning_chains=self._acs.num_tuning_chains,
+            )
+            unravel_fn = target.site_values_fn
+        else:
+            moves = hmc_moves(self._path, self._algo)
+            unravel_fn = self._flat_model.unravel_fn
         init_fn, step_fn = replica_exchange(
-            self._path,
-            self._flat_model.unravel_fn,
-            num_replicas=self._num_replicas,
-            algo=self._algo,
-            tag=tag,
+            moves, unravel_fn, num_replicas=self._num_replicas, tag=tag
         )
-
         return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
+
+    def _discrete_positions(self, rng_key, init_params):
+        """One chain's starting states, index arrays with leading axis ``N``: ``init_params``
+        for every rung if given, else prior draws."""
+        target = self._discrete_target
+        if init_params is None:
+            return target.sample_initial_fn(rng_key, self._num_replicas)[1]
+        missing = [name for name in target.variables if name not in init_params]
+        if missing:
+            raise ValueError(f"init_params lack the discrete sites {missing}.")
+        indices = decode(target.variables, init_params)
+        return jax.tree.map(
+            lambda index: jnp.broadcast_to(index, (self._num_replicas,) + index.shape), indices
+        )
 
     def _initial_positions(self, rng_key, init_params):
         """One chain's starting points, ``(N, D)``: ``init_params`` for every rung if given, else
         reference draws, each replaced by the model's initial point where the rung's tempered
         density is not finite there."""
+        if self._discrete_target is not None:
+            return self._discrete_positions(rng_key, init_params)
         fallback = self._flat_model.initial_position
         if init_params is not None:
             position = init_params if self._model is None else ravel_pytree(init_params)[0]
@@ -283,6 +452,9 @@ class ReplicaExchange(ExtrasKernel):
             chain_key, draw_key = jax.random.split(rng_key)
             positions = self._initial_positions(draw_key, init_params)
             chain_keys = chain_key
+        if self._discrete_target is not None:
+            # Checked after init, where every rung has its tuned starting state.
+            return positions, chain_keys
         if positions.shape[-1] != self._flat_model.dimension:
             raise ValueError(
                 f"init_params have {positions.shape[-1]} unconstrained dimensions, the model "
@@ -298,12 +470,26 @@ class ReplicaExchange(ExtrasKernel):
                 )
         return positions, chain_keys
 
+    def _check_initial_state(self, state):
+        if self._discrete_target is None or not not_jax_tracer(state.log_likelihood):
+            return
+        finite = np.asarray(state.replicas.finite)
+        if not finite.all():
+            raise ValueError(
+                "The tempered log density is not finite at the starting state of a replica "
+                "(after tuning); check the model's support and data, or give init_params."
+            )
+
     def get_diagnostics_str(self, state):
         statistics = state.statistics
         scans = max(int(statistics.num_scans), 1)
         swap_rate = float(np.mean(np.asarray(statistics.accept_sum))) / scans
+        moves = (
+            ""
+            if self._acs is not None
+            else f"{int(state.num_steps)} steps of size {float(state.step_size):.2e}. "
+        )
         return (
-            f"{int(state.num_steps)} steps of size {float(state.step_size):.2e}. "
-            f"acc. prob={float(state.mean_accept_prob):.2f} swap rate={swap_rate:.2f} "
+            f"{moves}acc. prob={float(state.mean_accept_prob):.2f} swap rate={swap_rate:.2f} "
             f"round trips={int(statistics.num_round_trips)}"
         )

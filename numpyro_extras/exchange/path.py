@@ -14,6 +14,12 @@ path is the geometric one of continuous tempering, ``(1 - beta) log q + beta log
 
 A replica's potential is ``U_beta(x) = reference_potential(x) - beta l(x)``; a swap and the
 stepping-stone estimate of ``log Z`` need only ``l``.
+
+For a model whose latent sites are all discrete, the same prior path runs on the sites' values
+(a dict by site name) instead of a flat vector: ``log r`` is the log probability of the sample
+sites and ``l`` every observed site and ``factor`` term, so a discrete energy model written
+with ``numpyro.factor`` is tempered in its energy and its ``beta = 0`` replica is the base
+distribution of its sample sites.
 """
 
 from __future__ import annotations
@@ -53,12 +59,19 @@ class TemperedPath(NamedTuple):
 
 
 def prior_path(split: SplitModel) -> TemperedPath:
-    """The path from the model's prior to its posterior: ``log p0(x) + beta log p(y | x)``.
+    """The path from the model's prior to its posterior: ``log p0(x) + beta log p(y | x)``
+    (Syed et al. eq. 2).
+
+    A position is the flat unconstrained vector of a model with continuous latent sites, or,
+    for a model whose latent sites are all discrete, the dict of their values (the model's
+    values: floats are accepted where the model uses them arithmetically, so that the path can
+    be differentiated in them).
 
     :param SplitModel split: the model's prior/likelihood split
         (:func:`~numpyro_extras.potential.split_model`).
     :return: a :class:`TemperedPath` whose reference draws are exact prior draws (a seeded trace
-        of the model moved to the unconstrained space).
+        of the model, moved to the unconstrained space for continuous sites).
+    :raises ValueError: for a model with both discrete and continuous latent sites.
 
     **Example:**
 
@@ -66,17 +79,31 @@ def prior_path(split: SplitModel) -> TemperedPath:
 
         path = prior_path(split_model(key, model, (x, y)))
         path.potential_fn(0.5)(x0)   # -log p0(x0) - 0.5 log p(y | x0)
+        ising = prior_path(split_model(key, nx.ising_model, (4,)))
+        ising.log_likelihood_fn({"white": w, "black": b})  # -E(s) + 16 log 2
     """
+    discrete = bool(split.discrete_sites)
+    if discrete and split.dimension:
+        raise ValueError(
+            "A prior path runs on continuous or on discrete latent sites, but the model has "
+            f"both (continuous {list(split.continuous_sites)}, discrete "
+            f"{list(split.discrete_sites)})."
+        )
+    no_continuous = jnp.zeros((0,))
+
+    def parts(position):
+        """``(x, discrete values)`` of a position."""
+        return (no_continuous, position) if discrete else (position, {})
 
     def reference_potential_fn(position):
-        return -split.log_prior_fn(position, {})
+        return -split.log_prior_fn(*parts(position))
 
     def log_likelihood_fn(position):
-        return split.log_likelihood_fn(position, {})
+        return split.log_likelihood_fn(*parts(position))
 
     def sample_reference_fn(rng_key):
-        positions, _ = split.sample_prior_fn(rng_key, 1)
-        return positions[0]
+        positions, values = split.sample_prior_fn(rng_key, 1)
+        return jax.tree.map(lambda value: value[0], values) if discrete else positions[0]
 
     return TemperedPath(reference_potential_fn, log_likelihood_fn, sample_reference_fn, "prior")
 

@@ -47,7 +47,7 @@ def plot_exchange(mcmc, site=None, axes=None):
     axes[1].set(xlabel="beta", ylabel="Lambda(beta)", title="Communication barrier")
     samples = mcmc.get_samples(group_by_chain=True)
     if isinstance(samples, dict):
-        site = site or kernel.flat_model.latent_sites[0]
+        site = site or kernel.latent_sites[0]
         values = samples[site]
     else:
         site = site or "x[0]"

@@ -1,11 +1,16 @@
 """Targets with closed-form answers for the replica-exchange tests."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import MCMC
+
+from numpyro_extras.exchange.chains import swap_log_ratios
+from numpyro_extras.metropolis import acceptance_probability
 
 CONJUGATE_DATA = jnp.array([1.0, -2.0, 0.5])
 CONJUGATE_NOISE = 0.5
@@ -60,3 +65,28 @@ def run(
     )
     mcmc.run(jax.random.PRNGKey(seed), *args, **kwargs)
     return mcmc
+
+
+def swap_matrix(betas, log_likelihood, parity):
+    """The exact transition matrix of one swap step on the joint states of the rungs (each rung
+    in one of ``len(log_likelihood)`` states, joint states in itertools.product order), from the
+    kernel's own acceptance ratios and its pairing rule (every accept pattern of the offered
+    gaps, with its probability)."""
+    log_likelihood = np.asarray(log_likelihood)
+    states = list(itertools.product(range(log_likelihood.size), repeat=len(betas)))
+    index = {state: i for i, state in enumerate(states)}
+    matrix = np.zeros((len(states), len(states)))
+    offered = [gap for gap in range(len(betas) - 1) if gap % 2 == parity]
+    for state in states:
+        ratios = swap_log_ratios(jnp.asarray(betas), jnp.asarray(log_likelihood[list(state)]))
+        accept = np.asarray(acceptance_probability(ratios))
+        for pattern in itertools.product([False, True], repeat=len(offered)):
+            probability = np.prod(
+                [accept[g] if a else 1 - accept[g] for g, a in zip(offered, pattern, strict=True)]
+            )
+            new = list(state)
+            for gap, accepted in zip(offered, pattern, strict=True):
+                if accepted:
+                    new[gap], new[gap + 1] = new[gap + 1], new[gap]
+            matrix[index[state], index[tuple(new)]] += probability
+    return matrix

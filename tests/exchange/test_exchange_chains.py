@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from exchange_targets import swap_matrix
 
 from numpyro_extras.exchange import equalized_ladder, even_odd_swap, initial_ladder
 from numpyro_extras.exchange.chains import (
@@ -36,25 +37,7 @@ def _product_target(betas):
 
 
 def _swap_matrix(betas, parity):
-    """The exact transition matrix of one swap step, from the kernel's own acceptance ratios
-    and its pairing rule (every accept pattern of the offered gaps, with its probability)."""
-    states = list(itertools.product(range(3), repeat=len(betas)))
-    index = {state: i for i, state in enumerate(states)}
-    matrix = np.zeros((len(states), len(states)))
-    offered = [gap for gap in range(len(betas) - 1) if gap % 2 == parity]
-    for state in states:
-        ratios = swap_log_ratios(jnp.asarray(betas), jnp.asarray(LOG_LIKELIHOOD[list(state)]))
-        accept = np.asarray(acceptance_probability(ratios))
-        for pattern in itertools.product([False, True], repeat=len(offered)):
-            probability = np.prod(
-                [accept[g] if a else 1 - accept[g] for g, a in zip(offered, pattern, strict=True)]
-            )
-            new = list(state)
-            for gap, accepted in zip(offered, pattern, strict=True):
-                if accepted:
-                    new[gap], new[gap + 1] = new[gap + 1], new[gap]
-            matrix[index[state], index[tuple(new)]] += probability
-    return matrix
+    return swap_matrix(betas, LOG_LIKELIHOOD, parity)
 
 
 @pytest.mark.parametrize("parity", [0, 1])
