@@ -261,6 +261,12 @@ class ReplicaExchange(ExtrasKernel):
         return self._flat_model
 
     @property
+    def acs_kernel(self) -> ACS | None:
+        """The ACS/DMALA kernel whose settings and model plumbing the replicas' moves use
+        (``None`` for HMC/NUTS moves)."""
+        return self._acs
+
+    @property
     def discrete_target(self) -> DiscreteTarget | None:
         """The model as the ACS/DMALA moves read it (``None`` before ``init`` and for HMC/NUTS
         moves)."""
