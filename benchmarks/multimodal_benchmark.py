@@ -4,8 +4,10 @@ answers.
 Runs, exactly as a user would, ``MCMC(nx.JointContinuousTempering(model), num_warmup=1000,
 num_samples=2000, num_chains=4, chain_method=...)`` (the base fitted by the kernel with
 ``nx.fit_base``'s defaults), the same with ``nx.GibbsContinuousTempering`` and with
-``nx.ReplicaExchange`` (method ``exchange``: 16 replicas from the prior, NUTS inside), and plain
-NUTS as the anchor, on the three families of :mod:`numpyro_extras.targets.multimodal`:
+``nx.ReplicaExchange`` (method ``exchange``: 16 replicas from the prior, NUTS inside), plain
+NUTS, and BlackJAX adaptive tempered SMC from the prior (method ``smc``, HMC mutations, given the
+gradient evaluations of the same seed's ``exchange`` run, split over 4 independent runs) as
+anchors, on the three families of :mod:`numpyro_extras.targets.multimodal`:
 
 * ``mixture``: separated two-component Gaussian mixture posteriors, ``D`` from 6 to 20, minor
   weight 0.25-0.35, minor mode twice as narrow;
@@ -27,6 +29,7 @@ Usage::
     python benchmarks/multimodal_benchmark.py --families mixture --seeds 0 1 \\
         --fit-base-kwargs '{"bootstrap_rounds": 0}'
     python benchmarks/multimodal_benchmark.py --report-from runs.jsonl   # tables of saved runs
+    python benchmarks/multimodal_benchmark.py --methods exchange smc      # SMC at exchange's budget
 """
 
 from __future__ import annotations
@@ -56,11 +59,13 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from common import publish_report, read_runs, save_run  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
+from scipy.special import logsumexp  # noqa: E402
+from smc_anchor import TemperedSMC  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
 import numpyro_extras.exchange.kernels as exchange_kernels_module  # noqa: E402
 import numpyro_extras.tempering.kernels as kernels_module  # noqa: E402
-from numpyro_extras.potential import arguments_fingerprint  # noqa: E402
+from numpyro_extras.potential import arguments_fingerprint, split_model  # noqa: E402
 from numpyro_extras.targets import (  # noqa: E402
     boltzmann_target,
     gaussian_mixture_target,
@@ -69,7 +74,7 @@ from numpyro_extras.targets import (  # noqa: E402
 )
 
 FAMILIES = ("mixture", "signs", "boltzmann")
-METHODS = ("joint", "gibbs", "exchange", "nuts")
+METHODS = ("joint", "gibbs", "exchange", "nuts", "smc")
 # Mixture dimensions of seeds 0-9: the range 6-20, twice at the top.
 MIXTURE_DIMENSIONS = (6, 8, 10, 12, 14, 16, 18, 20, 12, 20)
 
@@ -137,6 +142,69 @@ class TimedFit:
         return base
 
 
+def exchange_gradient_evaluations(mcmc):
+    """Gradient evaluations of a replica-exchange run, warm-up included: the sampling phase's
+    leapfrog steps over every rung (the reference rung makes no move), scaled by the run's
+    length over the sampling phase's."""
+    steps = np.asarray(mcmc.get_extra_fields()["inner_state.num_steps"])[..., 1:]
+    return int(steps.sum() * (NUM_WARMUP + NUM_SAMPLES) / NUM_SAMPLES)
+
+
+def run_smc(target, seed, budget):
+    """BlackJAX adaptive tempered SMC from the prior with ``budget`` gradient evaluations,
+    split over ``NUM_CHAINS`` independent runs (as replica exchange splits its budget over
+    chains): ``log Z`` is the log of the runs' mean ``Z`` estimate (each unbiased), its stderr
+    the runs' spread (delta method); the mode weights pool the runs' weighted particles, each run
+    weighted by its ``Z`` estimate."""
+    split = split_model(jax.random.PRNGKey(0), target.model, target.model_args, target.model_kwargs)
+    smc = TemperedSMC(
+        lambda _, x: split.log_prior_fn(x, {}), lambda _, x: split.log_likelihood_fn(x, {})
+    )
+
+    def draw_prior(rng_key, num_particles):
+        return split.sample_prior_fn(rng_key, num_particles)[0]
+
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), METHODS.index("smc"))
+    pilot_key, key = jax.random.split(key)
+    start = time.perf_counter()
+    num_particles, step_size = smc.particles_for_budget(
+        pilot_key, draw_prior, None, budget / NUM_CHAINS, multiple=64
+    )
+    runs = []
+    for run_key in jax.random.split(key, NUM_CHAINS):
+        init_key, run_key = jax.random.split(run_key)
+        runs.append(
+            smc.run(run_key, draw_prior(init_key, num_particles), None, step_size=step_size)
+        )
+    seconds = time.perf_counter() - start
+    log_zs = np.array([run.log_z for run in runs])
+    log_z = logsumexp(log_zs) - math.log(len(runs))
+    relative = np.exp(log_zs - log_z)
+    stderr = float(np.std(relative, ddof=1) / math.sqrt(len(runs)))
+    run_weights = np.exp(log_zs - logsumexp(log_zs))
+    particles = np.concatenate([run.particles for run in runs])
+    weights = np.concatenate([w * run.weights for w, run in zip(run_weights, runs, strict=True)])
+    mode_weights = target.empirical_mode_weights(particles, weights)
+    return {
+        "method": "smc",
+        "run_seconds": seconds,
+        "fit_seconds": 0.0,
+        "mode_weights": mode_weights.tolist(),
+        "mode_weight_error": mode_weight_error(mode_weights, target.mode_weights),
+        "posterior_mode_weight_error": mode_weight_error(mode_weights, target.mode_weights),
+        "log_z_error": log_z - target.log_z,
+        "stderr": stderr,
+        "log_zeta_error": float("nan"),
+        "near_base": float("nan"),
+        "near_target": float("nan"),
+        "gradient_evaluations": int(sum(run.gradient_evaluations for run in runs)),
+        "num_particles": num_particles,
+        "num_temperatures": int(np.mean([run.num_temperatures for run in runs])),
+        "warned": False,
+        "warnings": [],
+    }
+
+
 def run_method(
     method, target, seed, chain_method, fit_base_kwargs, timed_fit, exchange_reference="prior"
 ):
@@ -163,6 +231,8 @@ def run_method(
         chain_method=chain_method,
         progress_bar=False,
     )
+    # The leapfrog steps of every rung: the gradient budget SMC gets beside replica exchange.
+    extra_fields = ("inner_state.num_steps",) if method == "exchange" else ()
     timed_fit.fit_seconds = timed_fit.spent_seconds = 0.0
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -170,6 +240,7 @@ def run_method(
         mcmc.run(
             jax.random.fold_in(jax.random.PRNGKey(seed), METHODS.index(method)),
             *target.model_args,
+            extra_fields=extra_fields,
             **target.model_kwargs,
         )
         jax.block_until_ready(mcmc.get_samples())
@@ -196,6 +267,7 @@ def run_method(
             round_trips=int(np.sum(diagnostics.round_trips)),
             barrier=float(np.mean(diagnostics.barrier)),
             posterior_ess=diagnostics.posterior_ess,
+            gradient_evaluations=exchange_gradient_evaluations(mcmc),
         )
     else:
         weights = weighted_mode_weights(mcmc, target)
@@ -312,14 +384,40 @@ def per_seed_table(results):
     return "\n".join(lines)
 
 
+def budget_table(results):
+    """Replica exchange and SMC per seed, with the gradient evaluations each spent."""
+    lines = [
+        "| Family | Target | Seed | Method | Mode-weight error | log Z error | Stderr "
+        "| Gradient evaluations | Particles x runs, temperatures | Run s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if "gradient_evaluations" not in r:
+            continue
+        cells = [
+            r["family"],
+            r["target"],
+            str(r["seed"]),
+            r["method"],
+            f"{r['mode_weight_error']:.3f}",
+            f"{r['log_z_error']:+.3f}",
+            f"{r['stderr']:.3f}",
+            f"{r['gradient_evaluations'] / 1e6:.2f} M",
+            f"{r['num_particles']} x {NUM_CHAINS}, {r['num_temperatures']}"
+            if r["method"] == "smc"
+            else "-",
+            f"{r['run_seconds']:.0f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def result_tables(results):
     """The report's summary and per-seed tables, as lines."""
-    return ["## Summary", "", summary_table(results), ""] + [
-        "## Per seed",
-        "",
-        per_seed_table(results),
-        "",
-    ]
+    lines = ["## Summary", "", summary_table(results), ""]
+    if any(r["method"] == "smc" for r in results):
+        return lines + ["## Per seed, with the gradient budget", "", budget_table(results), ""]
+    return lines + ["## Per seed", "", per_seed_table(results), ""]
 
 
 def environment(args):
@@ -361,6 +459,11 @@ def main(argv=None):
         choices=("prior", "fit"),
         help="reference of nx.ReplicaExchange (method exchange)",
     )
+    parser.add_argument(
+        "--smc-budget-from",
+        default=None,
+        help="a --json file of exchange runs whose gradient evaluations set SMC's budget",
+    )
     parser.add_argument("--output", default=None, help="also write the report here")
     parser.add_argument("--json", default=None, help="append one JSON line per run here")
     parser.add_argument(
@@ -374,21 +477,37 @@ def main(argv=None):
     fit_base_kwargs = json.loads(args.fit_base_kwargs)
     timed_fit = TimedFit(kernels_module.fit_base)
     kernels_module.fit_base = exchange_kernels_module.fit_base = timed_fit
+    exchange_budgets = {}
+    if args.smc_budget_from:
+        for run in read_runs(args.smc_budget_from):
+            if run["method"] == "exchange" and "gradient_evaluations" in run:
+                exchange_budgets[run["family"], run["seed"]] = run["gradient_evaluations"]
     results = []
     start = time.perf_counter()
     for family in args.families:
         for seed in seeds:
             target = make_target(family, seed)
-            for method in args.methods:
-                result = run_method(
-                    method,
-                    target,
-                    seed,
-                    args.chain_method,
-                    fit_base_kwargs,
-                    timed_fit,
-                    args.exchange_reference,
-                )
+            for method in sorted(args.methods, key=METHODS.index):
+                if method == "smc":
+                    budget = exchange_budgets.get((family, seed))
+                    if budget is None:
+                        raise SystemExit(
+                            f"smc needs the gradient budget of an exchange run of {family} seed "
+                            f"{seed}: add --methods exchange, or --smc-budget-from runs.jsonl."
+                        )
+                    result = run_smc(target, seed, budget)
+                else:
+                    result = run_method(
+                        method,
+                        target,
+                        seed,
+                        args.chain_method,
+                        fit_base_kwargs,
+                        timed_fit,
+                        args.exchange_reference,
+                    )
+                if method == "exchange":
+                    exchange_budgets[family, seed] = result["gradient_evaluations"]
                 result.update(family=family, seed=seed, target=target.name)
                 if method == "exchange":
                     result.update(reference=args.exchange_reference)
@@ -401,6 +520,12 @@ def main(argv=None):
                     message += (
                         f", log Z error {result['log_z_error']:+.3f} +- {result['stderr']:.3f}"
                         f", barrier {result['barrier']:.1f}, round trips {result['round_trips']}"
+                    )
+                elif method == "smc":
+                    message += (
+                        f", log Z error {result['log_z_error']:+.3f} +- {result['stderr']:.3f}"
+                        f", {result['num_particles']} particles x {NUM_CHAINS} runs, "
+                        f"{result['num_temperatures']} temperatures"
                     )
                 elif method != "nuts":
                     message += (

@@ -47,7 +47,6 @@ import blackjax  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from blackjax.smc import resampling  # noqa: E402
 from common import (  # noqa: E402
     COMPILE_SECONDS,
     compile_clock,
@@ -59,6 +58,7 @@ from common import (  # noqa: E402
 )
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 from scipy.special import logsumexp  # noqa: E402
+from smc_anchor import SMCSettings, TemperedSMC  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
 from numpyro_extras import targets  # noqa: E402
@@ -444,88 +444,52 @@ class SMCRunner:
     """BlackJAX adaptive tempered SMC from the base (``lambda = 0``) to the target (``lambda = 1``).
 
     The tempered density is ``base(x)^(1 - lambda) exp(-phi(x))^lambda``: log prior ``-psi``,
-    log likelihood ``psi - phi``. The base is normalised, so
-    ``log Z = sum_t log mean_i w_t^i`` = the sum of BlackJAX's ``log_likelihood_increment``.
-    Mutations are HMC with the base covariance as inverse mass matrix; the step size adapts
-    between temperatures towards an acceptance rate of 0.65. One jitted step per problem
-    (the target's arrays are an argument), compiled once per particle count.
+    log likelihood ``psi - phi``. The base is normalised, so ``log Z`` is the sum of BlackJAX's
+    ``log_likelihood_increment`` (:class:`smc_anchor.TemperedSMC`). Mutations are HMC with the
+    base covariance as inverse mass matrix; the step size adapts between temperatures towards an
+    acceptance rate of 0.65. One jitted step per problem shape (the target's arrays and the base
+    are an argument), compiled once per particle count.
     """
 
     def __init__(self, smc_potential, settings: Settings):
         self.settings = settings
-
-        def step(rng_key, state, step_size, params, base):
-            def log_prior(x):
-                return -base.potential(x)
-
-            def log_likelihood(x):
-                return base.potential(x) - smc_potential(params, x)
-
-            kernel = blackjax.adaptive_tempered_smc.build_kernel(
-                log_prior,
-                log_likelihood,
-                blackjax.hmc.build_kernel(),
-                blackjax.hmc.init,
-                resampling.systematic,
-                settings.smc_target_ess,
-            )
-            mutation_parameters = {
-                "step_size": jnp.reshape(step_size, (1,)),
-                "inverse_mass_matrix": base.covariance[None],
-                "num_integration_steps": jnp.array([settings.smc_leapfrog_steps]),
-            }
-            state, info = kernel(rng_key, state, settings.smc_mutation_steps, mutation_parameters)
-            acceptance = jnp.mean(info.update_info.acceptance_rate)
-            return state, info.log_likelihood_increment, acceptance
-
-        self._step = jax.jit(step)
+        self._smc = TemperedSMC(
+            lambda params, x: -params[1].potential(x),
+            lambda params, x: params[1].potential(x) - smc_potential(params[0], x),
+            SMCSettings(
+                pilot_particles=settings.smc_pilot_particles,
+                mutation_steps=settings.smc_mutation_steps,
+                leapfrog_steps=settings.smc_leapfrog_steps,
+                target_ess=settings.smc_target_ess,
+                target_acceptance=settings.smc_target_acceptance,
+            ),
+        )
 
     def gradient_evaluations_per_particle_and_temperature(self):
-        return self.settings.smc_mutation_steps * self.settings.smc_leapfrog_steps + 1
+        return self._smc.gradient_evaluations_per_particle_and_temperature()
 
-    def run(self, rng_key, problem, num_particles, step_size=0.5, max_temperatures=500):
+    def run(self, rng_key, problem, num_particles, step_size=0.5):
         """One SMC run: ``(log Z, number of temperatures, gradient evaluations, final step
         size, particles, weights)``."""
         init_key, rng_key = jax.random.split(rng_key)
-        particles = problem.base.sample(init_key, (num_particles,))
-        state = blackjax.adaptive_tempered_smc.init(particles)
-        # A strongly typed 0.0, so that the first step does not compile a second version.
-        state = state._replace(tempering_param=jnp.zeros((), jnp.float64))
-        log_z, num_temperatures = 0.0, 0
-        while float(state.tempering_param) < 1.0:
-            if num_temperatures == max_temperatures:
-                raise RuntimeError(f"SMC did not reach the target in {max_temperatures} steps.")
-            rng_key, step_key = jax.random.split(rng_key)
-            with compile_clock("SMC"):
-                state, increment, acceptance = self._step(
-                    step_key, state, jnp.asarray(step_size), problem.smc_params, problem.base
-                )
-            log_z += float(increment)
-            num_temperatures += 1
-            adjustment = math.exp(2.0 * (float(acceptance) - self.settings.smc_target_acceptance))
-            step_size *= min(2.0, max(0.5, adjustment))
-        gradient_evaluations = (
-            num_particles
-            * num_temperatures
-            * self.gradient_evaluations_per_particle_and_temperature()
-        )
-        return (
-            log_z,
-            num_temperatures,
-            gradient_evaluations,
-            step_size,
-            np.asarray(state.particles),
-            np.asarray(state.weights),
+        return self._smc.run(
+            rng_key,
+            problem.base.sample(init_key, (num_particles,)),
+            (problem.smc_params, problem.base),
+            inverse_mass_matrix=problem.base.covariance,
+            step_size=step_size,
         )
 
     def particles_for_budget(self, rng_key, problem, budget):
-        """Particle count for ``budget`` gradient evaluations, from a pilot run that counts the
-        temperatures the adaptive schedule takes; also the pilot's final step size. The count is
-        rounded to a multiple of 512 so that few particle counts (compilations) occur."""
-        pilot = self.run(rng_key, problem, self.settings.smc_pilot_particles)
-        _, num_temperatures, _, step_size, _, _ = pilot
-        per_particle = num_temperatures * self.gradient_evaluations_per_particle_and_temperature()
-        return max(512, 512 * round(budget / per_particle / 512)), step_size
+        """Particle count for ``budget`` gradient evaluations and the pilot's final step size
+        (:meth:`smc_anchor.TemperedSMC.particles_for_budget`)."""
+        return self._smc.particles_for_budget(
+            rng_key,
+            lambda key, n: problem.base.sample(key, (n,)),
+            (problem.smc_params, problem.base),
+            budget,
+            inverse_mass_matrix=problem.base.covariance,
+        )
 
 
 def run_smc(runner, problem, seeds, budgets):
