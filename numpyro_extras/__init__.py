@@ -34,6 +34,19 @@ from numpyro_extras.evidence import Evidence
 from numpyro_extras.exchange import ReplicaExchange, plot_exchange
 from numpyro_extras.exchange.diagnostics import ExchangeDiagnostics, exchange_diagnostics
 from numpyro_extras.potential import FlatModel, flatten_model
+from numpyro_extras.slmc import (
+    VAESLMC,
+    AnnealingHistory,
+    AnnealingSettings,
+    IsometryWarning,
+    SLMCState,
+    VAEProposal,
+    fit_vae_proposal,
+    isometry_factors,
+    load_proposal,
+    plot_annealing,
+    save_proposal,
+)
 from numpyro_extras.tempering import (
     BaseCoverageWarning,
     BaseMomentCheck,
@@ -106,4 +119,15 @@ __all__ = [
     "tempering_diagnostics",
     "tempering_log_normalizer",
     "to_inference_data",
+    "AnnealingHistory",
+    "AnnealingSettings",
+    "IsometryWarning",
+    "SLMCState",
+    "VAEProposal",
+    "VAESLMC",
+    "fit_vae_proposal",
+    "isometry_factors",
+    "load_proposal",
+    "plot_annealing",
+    "save_proposal",
 ]

@@ -1,8 +1,8 @@
 """The estimators a user calls on any finished run, whichever kernel made it.
 
 ``nx.log_marginal_likelihood(mcmc)`` and ``nx.to_inference_data(mcmc)`` read the run's kernel
-and hand it to its family: continuous tempering (eq. 20 of Graham & Storkey) or replica exchange
-(stepping stone over the ladder).
+and hand it to its family: continuous tempering (eq. 20 of Graham & Storkey), replica exchange
+(stepping stone over the ladder) or VAE-SLMC (the proposals' importance weights).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from numpyro_extras.exchange.diagnostics import (
     exchange_log_marginal_likelihood,
 )
 from numpyro_extras.exchange.kernels import ReplicaExchange
+from numpyro_extras.slmc.evidence import slmc_inference_data, slmc_log_marginal_likelihood
+from numpyro_extras.slmc.kernels import VAESLMC
 from numpyro_extras.tempering import diagnostics as tempering_diagnostics
 from numpyro_extras.tempering import posterior as tempering_posterior
 
@@ -30,8 +32,8 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
 
     :param mcmc: a finished :class:`~numpyro.infer.MCMC` run with
         :class:`~numpyro_extras.JointContinuousTempering`,
-        :class:`~numpyro_extras.GibbsContinuousTempering` or
-        :class:`~numpyro_extras.ReplicaExchange`.
+        :class:`~numpyro_extras.GibbsContinuousTempering`,
+        :class:`~numpyro_extras.ReplicaExchange` or :class:`~numpyro_extras.VAESLMC`.
     :param bool check_base: (continuous tempering) include the base-moment check (eq. 22).
     :param bool warn: emit the warnings.
     :return: :class:`~numpyro_extras.Evidence` (``log_z``, ``stderr``, ...).
@@ -46,6 +48,8 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
     """
     if isinstance(mcmc.sampler, ReplicaExchange):
         return exchange_log_marginal_likelihood(mcmc, warn=warn)
+    if isinstance(mcmc.sampler, VAESLMC):
+        return slmc_log_marginal_likelihood(mcmc, warn=warn)
     return tempering_diagnostics.log_marginal_likelihood(mcmc, check_base=check_base, warn=warn)
 
 
@@ -60,4 +64,6 @@ def to_inference_data(mcmc, rng_key=None):
     """
     if isinstance(mcmc.sampler, ReplicaExchange):
         return exchange_inference_data(mcmc)
+    if isinstance(mcmc.sampler, VAESLMC):
+        return slmc_inference_data(mcmc)
     return tempering_posterior.to_inference_data(mcmc, rng_key)

@@ -1,0 +1,638 @@
+"""Training the VAE proposal along an annealing path: ``nx.fit_vae_proposal``.
+
+The target is tempered, ``p~(x)^beta`` on the model's flat unconstrained space (eq. 4; the
+Jacobians of the constraining transforms are tempered too, and ``beta = 1`` is exact). The
+driver follows Algorithms 3-5 of Ichikawa et al.:
+
+1. ``J`` models are trained on draws of NUTS at ``beta_0`` (the local sampler of the first rung);
+2. each round, every model searches its next ``beta`` (Algorithm 4, vectorised: one batch of
+   proposals and shared uniforms scores every candidate ``beta_final, beta_final - eps, ...``
+   at once, and the largest whose acceptance rate lies in ``[AR_min, AR_max]`` is taken; with
+   none, ``beta`` stays and the model is retrained, which repairs under-learning);
+3. the models run VAE-SLMC side by side at their new ``beta`` with the previous parameters,
+   exchanging states between neighbours (Algorithm 6, eq. 5), so a model that collapsed onto
+   some modes is fed draws of the others;
+4. each model is retrained, warm-started, on its own chain's thinned draws (Algorithm 3).
+
+The round repeats until every model (or the first, ``stop="first"``) reaches ``beta_final``;
+the proposal returned is the model with the highest acceptance rate at ``beta_final``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import MCMC, NUTS
+from tqdm.auto import tqdm
+
+from numpyro_extras.potential import FlatModel, flat_model_from_potential, flatten_model
+from numpyro_extras.slmc.chains import (
+    ACCEPTANCES,
+    draw_proposal,
+    exchange_source,
+    independence_move,
+    new_point,
+    refresh_latent,
+    shared_uniform_rates,
+)
+from numpyro_extras.slmc.vae import (
+    PAPER_DECODER_SIZES,
+    PAPER_ENCODER_SIZES,
+    VAEConfig,
+    VAEProposal,
+    init_proposal,
+    train_vae,
+)
+from numpyro_extras.validation import check_count, check_real
+
+__all__ = [
+    "AnnealingSettings",
+    "AnnealingRung",
+    "AnnealingHistory",
+    "fit_vae_proposal",
+    "candidate_betas",
+    "select_beta",
+    "site_shapes",
+]
+
+# Below this acceptance rate a chain is thinned by at most 1 / MIN_THINNING_RATE.
+MIN_THINNING_RATE = 0.01
+# Radius of the uniform starts of the first rung's NUTS chains (as numpyro's init_to_uniform).
+INITIAL_RADIUS = 2.0
+
+
+class AnnealingSettings(NamedTuple):
+    """The settings of the annealing (Table 7, Gaussian-mixture rows) and of the VAE (Table 8).
+
+    :param float beta_0: the first rung's inverse temperature.
+    :param float beta_final: where the annealing ends (1: the posterior).
+    :param float ar_min: the smallest acceptance rate a new rung may have; ``None``: 0.1 for
+        one model (AA-VAE-SLMC), 0.2 for several (AA-VAE-ESLMC).
+    :param float ar_max: the largest (1: never binds, as in the paper's runs).
+    :param float beta_step: ``eps``, the spacing of the candidate betas.
+    :param int num_check_steps: ``T_check``, steps of each check chain of the beta search.
+    :param int num_check_chains: check chains per model, started from its training data.
+    :param int epochs: training epochs per rung.
+    :param int initial_epochs: training epochs on the first rung's NUTS draws.
+    :param int training_size: ``n(D_k)``, training points per model and rung.
+    :param int initial_size: training points per model from NUTS at ``beta_0``.
+    :param int num_data_chains: parallel VAE-SLMC chains per model that make the training data.
+    :param float burn_in_fraction: share of each data chain discarded as burn-in.
+    :param int max_retrains: consecutive rounds in which no model climbs before giving up.
+    :param int batch_size: Adam batch size.
+    :param float learning_rate: Adam learning rate.
+    :param int initial_chains: NUTS chains of the first rung.
+    :param int initial_warmup: their warm-up steps.
+    :param bool exchange: swap states between the models' chains (eq. 5).
+    :param str stop: ``"all"`` (every model reaches ``beta_final``) or ``"first"``.
+    :param float beta_vae: the KL weight of eq. 2 (Table 8: 1/120 for Gaussian mixtures).
+    :param int latent_dim: ``M`` (``None``: ``D``, as in the paper).
+    :param tuple encoder_sizes: the encoder's hidden widths (App. F.3).
+    :param tuple decoder_sizes: the decoder's hidden widths.
+    :param float decoder_scale: the extended proposal's decoder noise in standardised units
+        (``None``: ``sqrt(beta_vae / 2)``).
+    """
+
+    beta_0: float = 0.1
+    beta_final: float = 1.0
+    ar_min: float | None = None
+    ar_max: float = 1.0
+    beta_step: float = 0.01
+    num_check_steps: int = 2000
+    num_check_chains: int = 10
+    epochs: int = 150
+    initial_epochs: int = 300
+    training_size: int = 15_000
+    initial_size: int = 40_000
+    num_data_chains: int = 100
+    burn_in_fraction: float = 0.1
+    max_retrains: int = 5
+    batch_size: int = 512
+    learning_rate: float = 1e-3
+    initial_chains: int = 8
+    initial_warmup: int = 500
+    exchange: bool = True
+    stop: str = "all"
+    beta_vae: float = 1.0 / 120.0
+    latent_dim: int | None = None
+    encoder_sizes: tuple = PAPER_ENCODER_SIZES
+    decoder_sizes: tuple = PAPER_DECODER_SIZES
+    decoder_scale: float | None = None
+
+    def checked(self, num_models) -> AnnealingSettings:
+        """The settings validated, with ``ar_min`` filled in for ``num_models`` models."""
+        for name in (
+            "num_check_steps",
+            "num_check_chains",
+            "epochs",
+            "training_size",
+            "initial_size",
+            "num_data_chains",
+            "batch_size",
+            "initial_chains",
+        ):
+            check_count(name, getattr(self, name))
+        for name in ("initial_epochs", "max_retrains", "initial_warmup"):
+            check_count(name, getattr(self, name), minimum=0)
+        beta_0 = check_real("beta_0", self.beta_0, "a positive number", low=0.0)
+        beta_final = check_real("beta_final", self.beta_final, "a positive number", low=0.0)
+        if beta_0 > beta_final:
+            raise ValueError(f"beta_0 ({beta_0}) must not exceed beta_final ({beta_final}).")
+        ar_min = self.ar_min if self.ar_min is not None else (0.1 if num_models == 1 else 0.2)
+        ar_min = check_real(
+            "ar_min", ar_min, "a number in [0, 1)", low=0.0, high=1.0, open_low=False
+        )
+        ar_max = check_real(
+            "ar_max", self.ar_max, "a number in (0, 1]", low=0, high=1, open_high=False
+        )
+        if ar_min > ar_max:
+            raise ValueError(f"ar_min ({ar_min}) must not exceed ar_max ({ar_max}).")
+        check_real("beta_step", self.beta_step, "a positive number", low=0.0)
+        check_real("learning_rate", self.learning_rate, "a positive number", low=0.0)
+        check_real(
+            "burn_in_fraction",
+            self.burn_in_fraction,
+            "a number in [0, 1)",
+            low=0,
+            high=1,
+            open_low=False,
+        )
+        if self.stop not in ("all", "first"):
+            raise ValueError(f"stop must be 'all' or 'first', got {self.stop!r}.")
+        return self._replace(ar_min=ar_min, beta_0=beta_0, beta_final=beta_final)
+
+
+class AnnealingRung(NamedTuple):
+    """One model's step of one annealing round.
+
+    :param int round: the round (0: the first rung, trained on NUTS draws).
+    :param int model: which model.
+    :param float beta: the rung it sampled and trained at.
+    :param float accept_rate: the mean acceptance probability of the beta search at ``beta``
+        (NaN for round 0).
+    :param bool retrained: no candidate passed, so ``beta`` stayed (under-learning repaired by
+        retraining).
+    :param float loss: the last epoch's training loss.
+    :param float swap_rate: the mean exchange acceptance probability of the round's data run.
+    """
+
+    round: int
+    model: int
+    beta: float
+    accept_rate: float
+    retrained: bool
+    loss: float
+    swap_rate: float
+
+
+class AnnealingHistory(NamedTuple):
+    """What the annealing did (hashable, so it can ride in a proposal's static data).
+
+    :param tuple rungs: every :class:`AnnealingRung`.
+    :param int num_models: models annealed side by side.
+    :param tuple final_accept_rates: each model's mean acceptance probability at ``beta_final``
+        after its last training (NaN for a model that did not get there).
+    :param int chosen_model: the model returned.
+    :param float ar_min: the acceptance floor used.
+    """
+
+    rungs: tuple
+    num_models: int
+    final_accept_rates: tuple
+    chosen_model: int
+    ar_min: float
+
+    def betas(self, model=0) -> list[float]:
+        """The beta path of ``model``, one entry per round."""
+        return [rung.beta for rung in self.rungs if rung.model == model]
+
+    @property
+    def num_retrains(self) -> int:
+        return sum(rung.retrained for rung in self.rungs)
+
+
+def site_shapes(flat_model: FlatModel) -> tuple:
+    """``((name, unconstrained shape), ...)`` of a flat model's latent sites (empty for a
+    ``potential_fn``), what a proposal must match."""
+    if not flat_model.latent_sites:
+        return ()
+    values = flat_model.unravel_fn(flat_model.initial_position)
+    return tuple((name, tuple(np.shape(values[name]))) for name in flat_model.latent_sites)
+
+
+def candidate_betas(beta_0, beta_final, step):
+    """The grid of Algorithm 4 (as the paper ran it): ``beta_final, beta_final - eps, ...``
+    down to ``beta_0``, plus ``beta_0``; a model at ``beta`` considers the entries above it.
+
+    :return: descending array.
+    """
+    count = int(math.floor((beta_final - beta_0) / step + 1e-9)) + 1
+    # Rounded so that the grid's entries read as the decimals they stand for (0.3, not
+    # 0.29999999999999993).
+    grid = np.round(beta_final - step * np.arange(count), 12)
+    grid = grid[grid > beta_0 + 1e-12]
+    return np.concatenate([grid, [beta_0]])
+
+
+def select_beta(grid, rates, beta, ar_min, ar_max):
+    """The largest candidate above ``beta`` whose acceptance rate lies in ``[ar_min, ar_max]``,
+    or ``beta`` when none does (retrain at the same beta).
+
+    :param grid: candidate betas (any order).
+    :param rates: their acceptance rates.
+    :param float beta: the current beta.
+    :return: the new beta (a float).
+    """
+    grid, rates = np.asarray(grid), np.asarray(rates)
+    passing = (grid > beta) & (rates >= ar_min) & (rates <= ar_max)
+    return float(np.max(grid[passing])) if passing.any() else float(beta)
+
+
+def _take_rows(rng_key, data, count):
+    """``count`` rows of ``data`` ``(N, D)``, drawn without replacement when there are enough."""
+    replace = count > data.shape[0]
+    return data[jax.random.choice(rng_key, data.shape[0], (count,), replace=replace)]
+
+
+def _initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
+    """Per model, ``initial_size`` NUTS draws at ``beta_0``, shape ``(J, N, D)``: each model gets
+    its own chains (round-robin) when there are at least as many chains as models."""
+    beta_0 = settings.beta_0
+    potential_fn = flat_model.potential_fn
+    chains = settings.initial_chains
+    start_key, run_key, pick_key = jax.random.split(rng_key, 3)
+    dimension = flat_model.dimension
+    dtype = flat_model.initial_position.dtype
+    starts = jax.random.uniform(
+        start_key, (chains, dimension), dtype, -INITIAL_RADIUS, INITIAL_RADIUS
+    )
+    finite = jax.vmap(lambda x: jnp.isfinite(potential_fn(x)))(starts)
+    starts = jnp.where(finite[:, None], starts, flat_model.initial_position)
+    draws_per_chain = math.ceil(num_models * settings.initial_size / chains)
+    mcmc = MCMC(
+        NUTS(potential_fn=lambda x: beta_0 * potential_fn(x)),
+        num_warmup=settings.initial_warmup,
+        num_samples=draws_per_chain,
+        num_chains=chains,
+        chain_method="vectorized",
+        progress_bar=progress_bar,
+    )
+    mcmc.run(run_key, init_params=starts)
+    draws = np.asarray(mcmc.get_samples(group_by_chain=True))
+    keys = jax.random.split(pick_key, num_models)
+    per_model = []
+    for model in range(num_models):
+        own = draws[model::num_models] if chains >= num_models else draws
+        own = own.reshape(-1, dimension)
+        per_model.append(_take_rows(keys[model], jnp.asarray(own), settings.initial_size))
+    return jnp.stack(per_model)
+
+
+class _Machinery(NamedTuple):
+    """The compiled pieces of one annealing run (jitted once per run)."""
+
+    train: object
+    train_initial: object
+    search: object
+    run: object
+
+
+def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
+    """Jit the vmapped-over-models training, beta search and data run."""
+
+    def train(epochs):
+        one = partial(
+            train_vae,
+            epochs=epochs,
+            batch_size=settings.batch_size,
+            learning_rate=settings.learning_rate,
+        )
+        return jax.jit(jax.vmap(one))
+
+    def search_one(rng_key, proposal, data, grid):
+        start_key, latent_key, proposal_key, uniform_key = jax.random.split(rng_key, 4)
+        chains, steps = settings.num_check_chains, settings.num_check_steps
+        starts = _take_rows(start_key, data, chains)
+        start_points = jax.vmap(
+            lambda x, key: refresh_latent(
+                key,
+                new_point(proposal, acceptance, log_density_fn, x, jnp.zeros(proposal.latent_dim)),
+                proposal,
+                acceptance,
+            )
+        )(starts, jax.random.split(latent_key, chains))
+        keys = jax.random.split(proposal_key, chains * steps)
+        proposed = jax.lax.map(
+            lambda key: draw_proposal(key, proposal, acceptance, log_density_fn),
+            keys,
+            batch_size=1024,
+        )
+        parts = (
+            proposed.log_density.reshape(chains, steps),
+            proposed.correction.reshape(chains, steps),
+        )
+        uniforms = jax.random.uniform(uniform_key, (chains, steps), proposed.log_density.dtype)
+        return shared_uniform_rates(
+            parts, (start_points.log_density, start_points.correction), grid, uniforms
+        )
+
+    num_records = math.ceil(settings.training_size / settings.num_data_chains)
+
+    def run(rng_key, proposals, betas, data, burn, thin):
+        """The models' VAE-SLMC chains at ``betas`` with exchanges (Algorithm 6); ``(J, n, D)``
+        thinned draws per model and each model's mean acceptance and swap probabilities."""
+        num_models = betas.shape[0]
+        chains = settings.num_data_chains
+        start_key, run_key = jax.random.split(rng_key)
+        starts = jax.vmap(lambda key, rows: _take_rows(key, rows, chains))(
+            jax.random.split(start_key, num_models), data
+        )
+        zeros = jnp.zeros((num_models, chains, proposals.latent_dim), starts.dtype)
+        points = jax.vmap(
+            lambda proposal, xs, latents: jax.vmap(
+                lambda x, latent: new_point(proposal, acceptance, log_density_fn, x, latent)
+            )(xs, latents)
+        )(proposals, starts, zeros)
+
+        def move(points, key):
+            move_key, swap_key = jax.random.split(key)
+            keys = jax.random.split(move_key, (num_models, chains))
+            points, _, _, accept_prob = jax.vmap(
+                lambda keys_j, points_j, proposal, beta: jax.vmap(
+                    lambda k, p: independence_move(k, p, proposal, acceptance, log_density_fn, beta)
+                )(keys_j, points_j)
+            )(keys, points, proposals, betas)
+            if num_models > 1 and settings.exchange:
+                source, swap_prob = jax.vmap(
+                    lambda k, log_density: exchange_source(k, betas, log_density),
+                    in_axes=(0, 1),
+                    out_axes=(1, 0),
+                )(jax.random.split(swap_key, chains), points.log_density)
+                points = jax.tree.map(
+                    lambda leaf: jnp.take_along_axis(
+                        leaf, source.reshape(source.shape + (1,) * (leaf.ndim - 2)), 0
+                    ),
+                    points,
+                )
+            else:
+                swap_prob = jnp.zeros((chains,), accept_prob.dtype)
+            return points, (accept_prob, swap_prob)
+
+        def steps(points, key, count):
+            def body(i, carry):
+                points, accept_sum, swap_sum = carry
+                points, (accept_prob, swap_prob) = move(points, jax.random.fold_in(key, i))
+                return points, accept_sum + accept_prob.mean(1), swap_sum + swap_prob.mean()
+
+            zero = jnp.zeros((num_models,), starts.dtype)
+            return jax.lax.fori_loop(0, count, body, (points, zero, jnp.zeros((), starts.dtype)))
+
+        burn_key, record_key = jax.random.split(run_key)
+        points, _, _ = steps(points, burn_key, burn)
+
+        def record(carry, key):
+            points, accept_sum, swap_sum = carry
+            points, accept_add, swap_add = steps(points, key, thin)
+            return (points, accept_sum + accept_add, swap_sum + swap_add), points.position
+
+        zero = jnp.zeros((num_models,), starts.dtype)
+        (_, accept_sum, swap_sum), positions = jax.lax.scan(
+            record,
+            (points, zero, jnp.zeros((), starts.dtype)),
+            jax.random.split(record_key, num_records),
+        )
+        total = num_records * thin
+        draws = jnp.moveaxis(positions, 1, 0).reshape(num_models, -1, positions.shape[-1])
+        return draws, accept_sum / total, swap_sum / total
+
+    return _Machinery(
+        train=train(settings.epochs),
+        train_initial=train(settings.initial_epochs) if settings.initial_epochs else None,
+        search=jax.jit(jax.vmap(search_one, in_axes=(0, 0, 0, None))),
+        run=jax.jit(run),
+    )
+
+
+def fit_vae_proposal(
+    rng_key,
+    model=None,
+    model_args=(),
+    model_kwargs=None,
+    *,
+    potential_fn=None,
+    initial_position=None,
+    num_models=1,
+    acceptance="exact",
+    initial_data=None,
+    progress_bar=True,
+    **settings,
+) -> VAEProposal:
+    """Train a VAE proposal for ``model`` by parallel adaptive annealing (Algorithms 3-6).
+
+    :param rng_key: key.
+    :param model: a NumPyro model with continuous latent sites.
+    :param tuple model_args: its positional arguments.
+    :param dict model_kwargs: its keyword arguments.
+    :param potential_fn: alternatively, ``-log p~`` on flat 1-D points (with
+        ``initial_position``).
+    :param initial_position: a flat point where ``potential_fn`` is finite.
+    :param int num_models: models annealed side by side, exchanging states (the paper found two
+        enough to repair a model that collapsed onto some modes).
+    :param str acceptance: ``"exact"`` or ``"isometric"``, the acceptance of the annealing's
+        own chains (the beta search and the training data).
+    :param initial_data: optional flat draws at ``beta_0``, ``(N, D)`` or per model
+        ``(J, N, D)``, used instead of the first rung's NUTS run.
+    :param bool progress_bar: show progress bars.
+    :param settings: any field of :class:`AnnealingSettings` (``beta_0``, ``ar_min``,
+        ``epochs``, ``beta_vae``, ``encoder_sizes``, ...).
+    :return: the :class:`~numpyro_extras.slmc.vae.VAEProposal` of the model with the highest
+        acceptance rate at ``beta_final``; its ``history`` is an :class:`AnnealingHistory`.
+    :raises RuntimeError: when no model climbs for ``max_retrains`` consecutive rounds.
+
+    **Example:**
+
+    .. code-block:: python
+
+        proposal = nx.fit_vae_proposal(jax.random.PRNGKey(0), model, (data,), num_models=2)
+        nx.plot_annealing(proposal)
+        kernel = nx.VAESLMC(model, proposal=proposal)
+    """
+    num_models = check_count("num_models", num_models)
+    if acceptance not in ACCEPTANCES:
+        raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {acceptance!r}.")
+    unknown = sorted(set(settings) - set(AnnealingSettings._fields))
+    if unknown:
+        raise TypeError(
+            f"Unknown settings {unknown}; fit_vae_proposal accepts "
+            f"{list(AnnealingSettings._fields)}."
+        )
+    settings = AnnealingSettings(**settings).checked(num_models)
+    init_key, data_key, loop_key = jax.random.split(rng_key, 3)
+    flat_model = _flat_target(
+        init_key, model, model_args, model_kwargs, potential_fn, initial_position
+    )
+    log_density_fn = lambda x: -flat_model.potential_fn(x)  # noqa: E731
+    dimension = flat_model.dimension
+    config = VAEConfig(
+        dimension=dimension,
+        latent_dim=settings.latent_dim or dimension,
+        encoder_sizes=settings.encoder_sizes,
+        decoder_sizes=settings.decoder_sizes,
+        beta_vae=settings.beta_vae,
+        decoder_scale=settings.decoder_scale,
+    )
+    sites = site_shapes(flat_model)
+    if initial_data is None:
+        data = _initial_draws(data_key, flat_model, settings, num_models, progress_bar)
+    else:
+        data = _checked_data(initial_data, num_models, dimension)
+    data = data.astype(flat_model.initial_position.dtype)
+    machinery = _machinery(log_density_fn, settings, acceptance)
+    proposals = jax.vmap(lambda key: init_proposal(key, config, sites=sites))(
+        jax.random.split(init_key, num_models)
+    )
+    proposals = jax.tree.map(lambda leaf: leaf.astype(data.dtype), proposals)
+    betas = np.full(num_models, settings.beta_0)
+    rungs = []
+    train_key, loop_key = jax.random.split(loop_key)
+    train_fn = machinery.train_initial or machinery.train
+    proposals, losses = train_fn(jax.random.split(train_key, num_models), proposals, data)
+    for model_index in range(num_models):
+        rungs.append(
+            AnnealingRung(
+                0,
+                model_index,
+                float(betas[model_index]),
+                math.nan,
+                False,
+                float(losses[model_index, -1]),
+                math.nan,
+            )
+        )
+    grid = candidate_betas(settings.beta_0, settings.beta_final, settings.beta_step)
+    grid_array = jnp.asarray(grid, data.dtype)
+    stalled = 0
+    round_index = 0
+    span = settings.beta_final - settings.beta_0
+    with tqdm(
+        total=1.0,
+        desc="VAE-SLMC annealing",
+        disable=not progress_bar,
+        leave=False,
+        bar_format="{l_bar}{bar}| beta {postfix}",
+    ) as bar:
+        while not _finished(betas, settings):
+            round_index += 1
+            search_key, run_key, train_key, loop_key = jax.random.split(loop_key, 4)
+            rates, _ = machinery.search(
+                jax.random.split(search_key, num_models), proposals, data, grid_array
+            )
+            rates = np.asarray(rates)
+            new_betas = np.array(
+                [
+                    select_beta(grid, rates[j], betas[j], settings.ar_min, settings.ar_max)
+                    for j in range(num_models)
+                ]
+            )
+            climbed = new_betas > betas
+            finished = betas >= settings.beta_final
+            stalled = 0 if climbed.any() else stalled + 1
+            if stalled > settings.max_retrains:
+                raise RuntimeError(
+                    f"VAE-SLMC annealing made no progress in {stalled} consecutive rounds: no "
+                    f"model's acceptance rate above beta = {betas.min():.3g} reached "
+                    f"ar_min = {settings.ar_min} after retraining. Train longer (epochs), use "
+                    "a larger network or more data (training_size), lower ar_min, or raise "
+                    "max_retrains."
+                )
+            chosen_rates = np.array(
+                [rates[j][np.argmin(np.abs(grid - new_betas[j]))] for j in range(num_models)]
+            )
+            thin = int(math.ceil(1.0 / max(float(chosen_rates.min()), MIN_THINNING_RATE)))
+            records = math.ceil(settings.training_size / settings.num_data_chains)
+            fraction = settings.burn_in_fraction
+            burn = int(math.ceil(fraction / (1.0 - fraction) * records * thin))
+            data, _, swap_rate = machinery.run(
+                run_key, proposals, jnp.asarray(new_betas, data.dtype), data, burn, thin
+            )
+            proposals, losses = machinery.train(
+                jax.random.split(train_key, num_models), proposals, data
+            )
+            for j in range(num_models):
+                rungs.append(
+                    AnnealingRung(
+                        round_index,
+                        j,
+                        float(new_betas[j]),
+                        float(chosen_rates[j]),
+                        not (climbed[j] or finished[j]),
+                        float(losses[j, -1]),
+                        float(swap_rate),
+                    )
+                )
+            betas = new_betas
+            bar.n = float((betas.max() - settings.beta_0) / span) if span > 0 else 1.0
+            bar.set_postfix_str(
+                " ".join(f"{beta:.2f}" for beta in betas)
+                + f", acceptance {' '.join(f'{rate:.2f}' for rate in chosen_rates)}"
+            )
+            bar.refresh()
+    final_rates, _ = machinery.search(
+        jax.random.split(loop_key, num_models),
+        proposals,
+        data,
+        jnp.asarray([settings.beta_final], data.dtype),
+    )
+    final_rates = np.where(betas >= settings.beta_final, np.asarray(final_rates)[:, 0], np.nan)
+    chosen = int(np.nanargmax(final_rates))
+    if final_rates[chosen] < settings.ar_min:
+        warnings.warn(
+            f"The trained VAE proposal's acceptance rate at beta = {settings.beta_final} is "
+            f"{final_rates[chosen]:.3f}, below ar_min = {settings.ar_min}: the sampler stays "
+            "exact but will mix slowly. Train longer or with more data.",
+            stacklevel=2,
+        )
+    history = AnnealingHistory(
+        rungs=tuple(rungs),
+        num_models=num_models,
+        final_accept_rates=tuple(float(rate) for rate in final_rates),
+        chosen_model=chosen,
+        ar_min=float(settings.ar_min),
+    )
+    proposal = jax.tree.map(lambda leaf: leaf[chosen], proposals)
+    return proposal.replace(history=history)
+
+
+def _finished(betas, settings):
+    reached = betas >= settings.beta_final
+    return bool(reached.all() if settings.stop == "all" else reached.any())
+
+
+def _flat_target(key, model, model_args, model_kwargs, potential_fn, initial_position):
+    if (model is None) == (potential_fn is None):
+        raise ValueError("Give exactly one of `model` or `potential_fn`.")
+    if model is not None:
+        return flatten_model(key, model, model_args, model_kwargs or {}, kernel_name="VAE-SLMC")
+    if initial_position is None:
+        raise ValueError("With `potential_fn`, give `initial_position` (a flat 1-D point).")
+    return flat_model_from_potential(potential_fn, initial_position)
+
+
+def _checked_data(initial_data, num_models, dimension):
+    data = jnp.asarray(initial_data)
+    if data.ndim == 2:
+        data = jnp.broadcast_to(data, (num_models,) + data.shape)
+    if data.ndim != 3 or data.shape[0] != num_models or data.shape[-1] != dimension:
+        raise ValueError(
+            f"initial_data must have shape (N, {dimension}) or ({num_models}, N, {dimension}), "
+            f"got {tuple(jnp.shape(initial_data))}."
+        )
+    if not bool(jnp.all(jnp.isfinite(data))):
+        raise ValueError("initial_data has non-finite values.")
+    return data

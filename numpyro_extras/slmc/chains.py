@@ -1,0 +1,354 @@
+"""The functional core of VAE self-learning Monte Carlo: pure, jittable independence
+Metropolis-Hastings moves on NamedTuple states, under the kernel of
+:mod:`numpyro_extras.slmc.kernels` and the annealing driver of
+:mod:`numpyro_extras.slmc.annealing`.
+
+**Exact acceptance (the default).** The chain lives on the extended space ``(x, z)`` with target
+``p~(x)^beta r(z | x)``, ``r`` the encoder; its ``x``-marginal is ``p(x)^beta`` for any network,
+since ``r(. | x)`` integrates to one. A move is
+
+1. a Gibbs refresh ``z ~ r(. | x)`` (the exact conditional);
+2. an independence proposal ``(x', z') ~ q``, ``q(x, z) = N(z; 0, I) N(x; Dec(z), s^2 I)``,
+   accepted with probability ``min(1, W(x', z') / W(x, z))``, where
+   ``log W = beta log p~(x) + log r(z | x) - log q(x, z)``.
+
+**Isometric acceptance** (the paper's eq. 6): ``x' = Dec(z')`` and
+``log W = beta log p~(x) - log Gamma(x)`` with ``Gamma`` of eq. 3, exact only when the VAE is
+isometric.
+
+Since proposals do not depend on the state, ``W(x', z')`` at ``beta = 1`` is an importance weight
+of the target against ``q``: its mean over proposals is an unbiased estimate of ``Z`` (the
+normalising constant of ``p~``), kept as each step's ``proposal_log_weight``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from numpyro_extras.compiled_chain import BuildTag
+from numpyro_extras.kernel import field_lookup
+from numpyro_extras.metropolis import (
+    acceptance_probability,
+    metropolis_accept,
+    running_accept_mean,
+    select,
+)
+from numpyro_extras.slmc.vae import (
+    VAEProposal,
+    encode,
+    isometric_log_density,
+    log_encoder_density,
+    log_proposal_density,
+    sample_extended,
+    sample_isometric,
+)
+
+__all__ = [
+    "ACCEPTANCES",
+    "ChainPoint",
+    "SLMCState",
+    "SLMC_FIELDS",
+    "log_correction",
+    "draw_proposal",
+    "refresh_latent",
+    "new_point",
+    "independence_move",
+    "vae_slmc",
+    "shared_uniform_rates",
+    "exchange_source",
+]
+
+ACCEPTANCES = ("exact", "isometric")
+
+
+class ChainPoint(NamedTuple):
+    """A state of the extended chain with what its acceptance needs.
+
+    :param position: flat unconstrained point ``x``, ``(D,)``.
+    :param latent: ``z``, ``(M,)`` (in isometric mode, the latent the proposal came from; not
+        part of the target).
+    :param log_density: ``log p~(x)``, the model's log density (``-`` potential energy).
+    :param correction: ``log r(z | x) - log q(x, z)`` (exact) or ``-log p_theta(x)``
+        (isometric), so that ``log W = beta log_density + correction``.
+    """
+
+    position: jax.Array
+    latent: jax.Array
+    log_density: jax.Array
+    correction: jax.Array
+
+    def log_weight(self, beta):
+        """``log W`` of the point on the tempered target ``p~^beta``."""
+        return beta * self.log_density + self.correction
+
+
+def _finite_or(value, fallback):
+    # A NaN density (numerical failure) or correction counts as zero weight: the point is
+    # rejected, and an importance weight of NaN would poison the log Z estimate.
+    return jnp.where(jnp.isnan(value), fallback, value)
+
+
+def log_correction(proposal: VAEProposal, acceptance, position, latent):
+    """The part of ``log W`` that does not depend on ``beta``.
+
+    :param proposal: the VAE proposal.
+    :param str acceptance: ``"exact"`` or ``"isometric"``.
+    :param position: ``x``, ``(D,)``.
+    :param latent: ``z``, ``(M,)`` (ignored when isometric).
+    :return: ``log r(z | x) - log q(x, z)``, or ``-log p_theta(x)`` (eq. 12).
+    """
+    if acceptance == "isometric":
+        return -isometric_log_density(proposal, position)
+    return log_encoder_density(proposal, position, latent) - log_proposal_density(
+        proposal, position, latent
+    )
+
+
+def new_point(proposal, acceptance, log_density_fn, position, latent):
+    """A :class:`ChainPoint` at ``(position, latent)``, the model and the network evaluated."""
+    log_density = _finite_or(log_density_fn(position), -jnp.inf)
+    correction = _finite_or(log_correction(proposal, acceptance, position, latent), -jnp.inf)
+    return ChainPoint(position, latent, log_density, correction)
+
+
+def draw_proposal(rng_key, proposal, acceptance, log_density_fn) -> ChainPoint:
+    """An independent proposal ``(x', z') ~ q`` (exact) or ``x' = Dec(z')`` (isometric, eq. 6),
+    evaluated.
+
+    :return: :class:`ChainPoint`.
+    """
+    sample = sample_isometric if acceptance == "isometric" else sample_extended
+    position, latent = sample(rng_key, proposal)
+    return new_point(proposal, acceptance, log_density_fn, position, latent)
+
+
+def refresh_latent(rng_key, point: ChainPoint, proposal, acceptance) -> ChainPoint:
+    """The exact Gibbs move ``z ~ r(. | x)`` of the extended target (exact mode), with the
+    correction recomputed; in isometric mode the correction is recomputed for ``proposal`` (after
+    an exchange a point may come from another model's chain).
+    """
+    latent = point.latent
+    if acceptance == "exact":
+        mean, log_var = encode(proposal, point.position)
+        noise = jax.random.normal(rng_key, mean.shape, mean.dtype)
+        latent = (mean + jnp.exp(0.5 * log_var) * noise).astype(point.latent.dtype)
+    correction = log_correction(proposal, acceptance, point.position, latent)
+    return point._replace(latent=latent, correction=_finite_or(correction, -jnp.inf))
+
+
+def independence_move(rng_key, point: ChainPoint, proposal, acceptance, log_density_fn, beta):
+    """One move on ``p~^beta r``: a latent refresh, then an independence Metropolis-Hastings
+    step (eq. 6 with the extended-space weights, or with ``Gamma``).
+
+    :param rng_key: key.
+    :param ChainPoint point: the current state.
+    :param proposal: the VAE proposal.
+    :param str acceptance: ``"exact"`` or ``"isometric"``.
+    :param log_density_fn: ``x -> log p~(x)``.
+    :param beta: inverse temperature of the target.
+    :return: ``(point, proposed, accept, accept_prob)``: the new state, the proposal (with its
+        ``log_weight(1.0)`` the importance weight of ``p~`` against ``q``), whether it was
+        accepted, and its acceptance probability.
+
+    **Example:**
+
+    .. code-block:: python
+
+        point, proposed, accept, prob = independence_move(key, point, proposal, "exact",
+                                                          log_density_fn, 1.0)
+    """
+    refresh_key, proposal_key, accept_key = jax.random.split(rng_key, 3)
+    point = refresh_latent(refresh_key, point, proposal, acceptance)
+    proposed = draw_proposal(proposal_key, proposal, acceptance, log_density_fn)
+    log_ratio = proposed.log_weight(beta) - point.log_weight(beta)
+    accept, accept_prob = metropolis_accept(accept_key, log_ratio)
+    return select(accept, proposed, point), proposed, accept, accept_prob
+
+
+class SLMCState(NamedTuple):
+    """State of one VAE-SLMC chain.
+
+    :param z: the current draw (dict of unconstrained site values for a model, the flat position
+        for a ``potential_fn``): the ``sample_field``.
+    :param point: the :class:`ChainPoint` (flat position, latent, cached log weight parts).
+    :param potential_energy: ``-log p~(x)``.
+    :param proposal_log_weight: this step's proposal's log importance weight
+        ``log p~(x') + log r(z' | x') - log q(x', z')``: the mean of its exponential over
+        proposals estimates ``Z``.
+    :param accept_prob: this step's acceptance probability.
+    :param accepted: whether the proposal was accepted.
+    :param mean_accept_prob: running mean of ``accept_prob`` (restarted after warm-up).
+    :param iteration: steps so far, warm-up included.
+    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param rng_key: random key.
+    """
+
+    z: Any
+    point: ChainPoint
+    potential_energy: jax.Array
+    proposal_log_weight: jax.Array
+    accept_prob: jax.Array
+    accepted: jax.Array
+    mean_accept_prob: jax.Array
+    iteration: jax.Array
+    build: BuildTag
+    rng_key: jax.Array
+
+    @property
+    def position(self):
+        return self.point.position
+
+    @property
+    def latent(self):
+        return self.point.latent
+
+    __getattr__, __getitem__ = field_lookup("A VAE-SLMC state", lambda: SLMC_FIELDS)
+
+
+SLMC_FIELDS = SLMCState._fields[:8] + ("position", "latent")
+
+
+def vae_slmc(
+    proposal: VAEProposal,
+    log_density_fn: Callable,
+    unravel_fn: Callable,
+    *,
+    acceptance="exact",
+    tag: BuildTag | None = None,
+):
+    """``(init, step)`` of one VAE-SLMC chain on ``p~`` (``beta = 1``) with a frozen proposal.
+
+    Warm-up is burn-in only: the proposal does not adapt, so every step is a move of the same
+    kernel and every proposal is an independent draw of ``q``.
+
+    :param VAEProposal proposal: the trained proposal.
+    :param log_density_fn: ``x -> log p~(x)`` on flat unconstrained points.
+    :param unravel_fn: flat ``x`` -> the sample field (site values, or ``x`` itself).
+    :param str acceptance: ``"exact"`` (extended space) or ``"isometric"`` (eq. 6 with eq. 3).
+    :param tag: the build tag the states carry.
+    :return: ``init(position, rng_key, num_warmup=0)`` (``num_warmup`` unused: there is nothing
+        to adapt) and ``step(state, num_warmup)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        init_fn, step_fn = vae_slmc(proposal, lambda x: -potential_fn(x), lambda x: x)
+        state = init_fn(x0, key)
+        state = step_fn(state, 0)
+    """
+    if acceptance not in ACCEPTANCES:
+        raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {acceptance!r}.")
+
+    def init(position, rng_key, num_warmup=0):
+        state_key, latent_key = jax.random.split(rng_key)
+        dtype = position.dtype
+        latent = jnp.zeros((proposal.latent_dim,), dtype)
+        point = new_point(proposal, acceptance, log_density_fn, position, latent)
+        point = refresh_latent(latent_key, point, proposal, acceptance)
+        zero = jnp.zeros((), dtype)
+        return SLMCState(
+            z=unravel_fn(position),
+            point=point,
+            potential_energy=-point.log_density,
+            proposal_log_weight=zero,
+            accept_prob=zero,
+            accepted=jnp.zeros((), bool),
+            mean_accept_prob=zero,
+            iteration=jnp.zeros((), jnp.int32),
+            build=tag,
+            rng_key=state_key,
+        )
+
+    def step(state: SLMCState, num_warmup):
+        rng_key, move_key = jax.random.split(state.rng_key)
+        point, proposed, accept, accept_prob = independence_move(
+            move_key, state.point, proposal, acceptance, log_density_fn, 1.0
+        )
+        iteration = state.iteration + 1
+        accept_prob = accept_prob.astype(state.accept_prob.dtype)
+        return SLMCState(
+            z=unravel_fn(point.position),
+            point=point,
+            potential_energy=-point.log_density,
+            proposal_log_weight=proposed.log_weight(1.0).astype(state.accept_prob.dtype),
+            accept_prob=accept_prob,
+            accepted=accept,
+            mean_accept_prob=running_accept_mean(
+                state.mean_accept_prob, accept_prob, iteration, num_warmup
+            ),
+            iteration=iteration,
+            build=state.build,
+            rng_key=rng_key,
+        )
+
+    return init, step
+
+
+def shared_uniform_rates(log_weight_parts, start_parts, betas, uniforms):
+    """Acceptance rates of independence chains on every candidate ``beta`` at once, from one
+    batch of proposals and shared uniforms (the vectorised form of Algorithm 4's search: every
+    candidate sees the same proposals and random numbers, so the rates are comparable and the
+    model is evaluated once for the whole grid).
+
+    :param log_weight_parts: ``(log p~(x'_t), correction_t)`` of the proposals, each
+        ``(C, T)`` for ``C`` chains of ``T`` steps.
+    :param start_parts: ``(log p~(x_0), correction_0)`` of the chains' starting points, ``(C,)``.
+    :param betas: candidate inverse temperatures, ``(G,)``.
+    :param uniforms: ``(C, T)`` uniforms in ``[0, 1)``, shared by every candidate.
+    :return: ``(mean_accept_prob, accept_fraction)``, each ``(G,)``, averaged over chains and
+        steps.
+    """
+    proposal_density, proposal_correction = log_weight_parts
+    start_density, start_correction = start_parts
+
+    def rate(beta):
+        proposed = beta * proposal_density + proposal_correction
+
+        def chain(current, inputs):
+            candidate, uniform = inputs
+            prob = acceptance_probability(candidate - current)
+            accept = uniform < prob
+            return jnp.where(accept, candidate, current), (prob, accept)
+
+        def one_chain(start, candidates, chain_uniforms):
+            _, (prob, accept) = jax.lax.scan(chain, start, (candidates, chain_uniforms))
+            return prob, accept
+
+        start = beta * start_density + start_correction
+        prob, accept = jax.vmap(one_chain)(start, proposed, uniforms)
+        return jnp.mean(prob), jnp.mean(accept.astype(prob.dtype))
+
+    return jax.lax.map(rate, betas)
+
+
+def exchange_source(rng_key, betas, log_densities):
+    """One exchange of the parallel annealing (Algorithm 6, eq. 5): a uniformly chosen adjacent
+    pair ``(j, j + 1)`` of models swaps states with probability
+    ``min(1, exp((beta_j - beta_{j+1}) (log p~(x_{j+1}) - log p~(x_j))))`` (always when the
+    betas are equal).
+
+    :param rng_key: key.
+    :param betas: the models' inverse temperatures, ``(J,)`` with ``J >= 2``.
+    :param log_densities: ``log p~`` of the models' current states, ``(J,)``.
+    :return: ``(source, accept_prob)``: model ``j`` takes the state of model ``source[j]``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        source, _ = exchange_source(key, betas, points.log_density)
+        points = jax.tree.map(lambda leaf: leaf[source], points)
+    """
+    pair_key, accept_key = jax.random.split(rng_key)
+    num_models = betas.shape[0]
+    pair = jax.random.randint(pair_key, (), 0, num_models - 1)
+    log_ratio = (betas[pair] - betas[pair + 1]) * (log_densities[pair + 1] - log_densities[pair])
+    accept, accept_prob = metropolis_accept(accept_key, log_ratio)
+    models = jnp.arange(num_models)
+    swapped = jnp.where(models == pair, pair + 1, jnp.where(models == pair + 1, pair, models))
+    return jnp.where(accept, swapped, models), accept_prob

@@ -1,0 +1,289 @@
+"""VAE self-learning Monte Carlo as a NumPyro kernel: ``nx.VAESLMC``.
+
+A thin :class:`~numpyro_extras.kernel.ExtrasKernel` over the functional core of
+:mod:`numpyro_extras.slmc.chains`: it reads the model, trains the proposal once per set of model
+arguments (:func:`~numpyro_extras.slmc.annealing.fit_vae_proposal`) or checks a given one, and
+starts the chains at draws of the proposal.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.util import not_jax_tracer
+
+from numpyro_extras.kernel import ExtrasKernel, calling_mcmc_progress_bar, fixed_target_functions
+from numpyro_extras.potential import (
+    FlatModel,
+    check_finite_potential,
+    flat_model_from_potential,
+    flatten_model,
+)
+from numpyro_extras.slmc.annealing import fit_vae_proposal, site_shapes
+from numpyro_extras.slmc.chains import ACCEPTANCES, vae_slmc
+from numpyro_extras.slmc.vae import VAEProposal, isometry_factors, sample_extended
+from numpyro_extras.validation import check_count
+
+__all__ = ["VAESLMC", "check_proposal_matches", "ISOMETRY_TOLERANCE", "IsometryWarning"]
+
+# The paper's isometric factors lie within 0.974 and 1.025 (its Table 2); beyond 5% eq. 3 is
+# not to be trusted.
+ISOMETRY_TOLERANCE = 0.05
+
+
+class IsometryWarning(UserWarning):
+    """The VAE is not isometric enough for the paper's acceptance (eq. 3) to be exact."""
+
+
+def check_proposal_matches(proposal: VAEProposal, flat_model: FlatModel, has_model=True):
+    """Raise a clear ``ValueError`` when ``proposal`` was not trained for ``flat_model``: other
+    latent sites, other unconstrained shapes or another dimension.
+
+    :param VAEProposal proposal: the proposal.
+    :param FlatModel flat_model: the model's flat potential.
+    :param bool has_model: whether the kernel reads a model (then the sites must agree).
+    """
+    if not isinstance(proposal, VAEProposal):
+        raise TypeError(f"proposal must be a VAEProposal, got {type(proposal).__name__}.")
+    expected = site_shapes(flat_model)
+    if has_model and proposal.sites != expected:
+        raise ValueError(
+            "The VAE proposal was trained for other latent sites: it has "
+            f"{_describe(proposal.sites)}, the model {_describe(expected)} (unconstrained "
+            "shapes). Train a proposal for this model with nx.fit_vae_proposal."
+        )
+    if proposal.dimension != flat_model.dimension:
+        raise ValueError(
+            f"The VAE proposal works on {proposal.dimension} unconstrained dimensions, the "
+            f"target has {flat_model.dimension}."
+        )
+
+
+def _describe(sites):
+    if not sites:
+        return "no named sites (a potential_fn)"
+    return ", ".join(f"{name} {tuple(shape)}" for name, shape in sites)
+
+
+class VAESLMC(ExtrasKernel):
+    """VAE self-learning Monte Carlo (Ichikawa, Nakagawa, Masayuki and Umeda, "Toward unlimited
+    self-learning MCMC with parallel adaptive annealing"): an independence sampler whose
+    proposal is a VAE trained on the target along an annealing path, so that the chain can jump
+    between modes at every accepted step.
+
+    **Exact acceptance** (``acceptance="exact"``, the default). The chain runs on ``(x, z)`` with
+    target ``p(x) r(z | x)``, ``r`` the encoder; every step refreshes ``z ~ r(. | x)`` and
+    proposes ``z' ~ N(0, I)``, ``x' ~ N(Dec(z'), s^2 I)`` independently of the state, accepted by
+    Metropolis-Hastings on the extended space. The ``x``-marginal is exactly the posterior for
+    any network; a poor network only lowers the acceptance rate.
+
+    **Isometric acceptance** (``acceptance="isometric"``): the paper's eq. 6 with ``x' = Dec(z')``
+    and the density ``Gamma`` of eq. 3, exact only for an isometric VAE. The isometric factors of
+    eq. 16 are computed at ``init`` (:attr:`isometry_factors`) and an :class:`IsometryWarning` is
+    raised when any is off by more than 5%.
+
+    **log Z.** Proposals are independent draws of ``q``, so their importance weights
+    ``p~(x') r(z' | x') / q(x', z')`` (the extra field ``proposal_log_weight``) average to ``Z``:
+    :func:`numpyro_extras.log_marginal_likelihood` returns it with its standard error.
+
+    **Training.** Without ``proposal`` the first ``init`` trains one with
+    :func:`~numpyro_extras.fit_vae_proposal` (fixed seed ``fit_seed``, the calling ``MCMC``'s
+    progress bar), once per set of model arguments and for every chain method; warm-up is then
+    burn-in only (the proposal is frozen).
+
+    :param model: a NumPyro model with continuous latent sites.
+    :param potential_fn: alternatively, ``-log p~`` on flat 1-D points (needs ``proposal``).
+    :param VAEProposal proposal: a trained proposal (:func:`~numpyro_extras.fit_vae_proposal`,
+        :func:`~numpyro_extras.load_proposal`); checked against the model's sites and shapes.
+    :param str acceptance: ``"exact"`` or ``"isometric"``.
+    :param int num_models: models annealed side by side when training (exchange repairs mode
+        collapse).
+    :param dict fit_kwargs: other keyword arguments of :func:`~numpyro_extras.fit_vae_proposal`
+        (settings of :class:`~numpyro_extras.slmc.annealing.AnnealingSettings`).
+    :param int fit_seed: seed of the training.
+    :param init_strategy: NumPyro init strategy for the model's reference point (the fallback
+        start of a chain whose proposal draw has no finite density).
+    :param int isometry_samples: draws of the isometry diagnostic (isometric acceptance).
+
+    **Example:**
+
+    .. code-block:: python
+
+        kernel = nx.VAESLMC(model)                 # trains the proposal in init, then freezes it
+        mcmc = MCMC(kernel, num_warmup=2000, num_samples=5000, num_chains=4)
+        mcmc.run(jax.random.PRNGKey(0), data)
+        nx.log_marginal_likelihood(mcmc)           # from the proposals' importance weights
+        kernel.proposal.history                    # the annealing path
+    """
+
+    gibbs_block_error = (
+        "its proposal is trained for one fixed target, and the conditional a Gibbs block "
+        "samples changes at every step."
+    )
+
+    def __init__(
+        self,
+        model=None,
+        potential_fn=None,
+        *,
+        proposal=None,
+        acceptance="exact",
+        num_models=1,
+        fit_kwargs=None,
+        fit_seed=0,
+        init_strategy=init_to_uniform,
+        isometry_samples=10_000,
+    ):
+        super().__init__(model, potential_fn)
+        if acceptance not in ACCEPTANCES:
+            raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {acceptance!r}.")
+        if potential_fn is not None and proposal is None:
+            raise ValueError(
+                "With `potential_fn`, give `proposal=` (train one with nx.fit_vae_proposal("
+                "key, potential_fn=..., initial_position=...)): a kernel cannot train from a "
+                "potential without a starting point."
+            )
+        if proposal is not None and not isinstance(proposal, VAEProposal):
+            raise TypeError(f"proposal must be a VAEProposal, got {type(proposal).__name__}.")
+        self._user_proposal = proposal
+        self._proposal = proposal
+        self._acceptance = acceptance
+        self._num_models = check_count("num_models", num_models)
+        self._fit_kwargs = dict(fit_kwargs or {})
+        self._fit_seed = fit_seed
+        self._init_strategy = init_strategy
+        self._isometry_samples = check_count("isometry_samples", isometry_samples)
+        self._isometry_factors = None
+        self._flat_model: FlatModel | None = None
+
+    @property
+    def proposal(self) -> VAEProposal | None:
+        """The proposal in use (trained at the first ``init`` when none was given)."""
+        return self._proposal
+
+    @property
+    def acceptance(self) -> str:
+        return self._acceptance
+
+    @property
+    def flat_model(self) -> FlatModel | None:
+        return self._flat_model
+
+    @property
+    def isometry_factors(self):
+        """The isometric factors of eq. 16 (isometric acceptance, after ``init``), else ``None``."""
+        return self._isometry_factors
+
+    @property
+    def default_fields(self):
+        return ("z", "proposal_log_weight", "accept_prob")
+
+    def _constrain_fn(self):
+        return None if self._flat_model is None else self._flat_model.constrain_fn
+
+    def _forget_target(self):
+        self._flat_model = None
+        self._proposal = self._user_proposal
+        self._isometry_factors = None
+
+    def _prepare_target(self, model_args, model_kwargs):
+        key = jax.random.PRNGKey(self._fit_seed)
+        if self._model is None:
+            self._flat_model = flat_model_from_potential(
+                self._potential_fn, self._user_proposal.loc
+            )
+        else:
+            self._flat_model = flatten_model(
+                key,
+                self._model,
+                model_args,
+                model_kwargs,
+                init_strategy=self._init_strategy,
+                kernel_name="VAESLMC",
+            )
+        if self._user_proposal is None:
+            fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_kwargs}
+            self._proposal = fit_vae_proposal(
+                key,
+                self._model,
+                model_args,
+                model_kwargs,
+                num_models=self._num_models,
+                acceptance=self._acceptance,
+                **fit_kwargs,
+            )
+        else:
+            check_proposal_matches(self._user_proposal, self._flat_model, self._model is not None)
+            self._proposal = self._user_proposal
+        dtype = self._flat_model.initial_position.dtype
+        self._proposal = jax.tree.map(lambda leaf: jnp.asarray(leaf, dtype), self._proposal)
+        if self._acceptance == "isometric":
+            self._check_isometry(key)
+
+    def _check_isometry(self, key):
+        factors = np.asarray(isometry_factors(key, self._proposal, self._isometry_samples))
+        self._isometry_factors = factors
+        worst = int(np.argmax(np.abs(factors - 1.0)))
+        if abs(factors[worst] - 1.0) > ISOMETRY_TOLERANCE:
+            warnings.warn(
+                f"The VAE is not isometric: latent dimension {worst} has isometric factor "
+                f"{factors[worst]:.3f} (eq. 16; within {ISOMETRY_TOLERANCE:.0%} of 1 is needed), "
+                "so the isometric acceptance (eq. 3) does not leave the posterior invariant. "
+                "Use acceptance='exact'.",
+                IsometryWarning,
+                stacklevel=6,
+            )
+
+    def _build(self, num_warmup, tag):
+        potential_fn = self._flat_model.potential_fn
+        init_fn, step_fn = vae_slmc(
+            self._proposal,
+            lambda x: -potential_fn(x),
+            self._flat_model.unravel_fn,
+            acceptance=self._acceptance,
+            tag=tag,
+        )
+        return fixed_target_functions(init_fn, step_fn, num_warmup, {})
+
+    def _initial_position(self, rng_key, init_params):
+        """One chain's start: ``init_params`` if given, else a draw of the proposal (the
+        model's reference point where the density is not finite there)."""
+        fallback = self._flat_model.initial_position
+        if init_params is not None:
+            position = init_params if self._model is None else ravel_pytree(init_params)[0]
+            return jnp.asarray(position, fallback.dtype)
+        draw = sample_extended(rng_key, self._proposal)[0].astype(fallback.dtype)
+        finite = jnp.isfinite(self._flat_model.potential_fn(draw))
+        return jnp.where(finite, draw, fallback)
+
+    def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
+        if batched:
+            keys = jax.vmap(jax.random.split)(rng_key)
+            positions = jax.jit(jax.vmap(self._initial_position))(keys[:, 1], init_params)
+            chain_keys = keys[:, 0]
+        else:
+            chain_key, draw_key = jax.random.split(rng_key)
+            positions = self._initial_position(draw_key, init_params)
+            chain_keys = chain_key
+        if positions.shape[-1] != self._flat_model.dimension:
+            raise ValueError(
+                f"init_params have {positions.shape[-1]} unconstrained dimensions, the model "
+                f"{self._flat_model.dimension}."
+            )
+        if not_jax_tracer(positions):
+            flat = np.reshape(np.asarray(positions), (-1, positions.shape[-1]))
+            for chain, position in enumerate(flat):
+                check_finite_potential(
+                    self._flat_model.potential_fn,
+                    jnp.asarray(position),
+                    f"the start of chain {chain}",
+                )
+        return positions, chain_keys
+
+    def get_diagnostics_str(self, state):
+        return f"acc. prob={float(state.mean_accept_prob):.2f}"

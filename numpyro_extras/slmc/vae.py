@@ -1,0 +1,413 @@
+"""The VAE of self-learning Monte Carlo: a flax module, its pure apply functions, the
+:class:`VAEProposal` container and the proposal densities on the model's flat unconstrained space.
+
+The network follows Ichikawa et al., "Toward unlimited self-learning MCMC with parallel adaptive
+annealing" (App. F.3): a GELU encoder with two linear heads (the mean ``mu(x)`` and
+``log sigma^2(x)`` of ``r(z | x) = N(z; mu(x), diag sigma^2(x))``) and a GELU decoder with a
+linear output ``Dec(z)``, trained on standardised data with the loss of eq. 2 (sum of squared
+errors plus ``beta_VAE`` times the KL divergence to ``N(0, I)``).
+
+Two proposals are built from it:
+
+- the **extended** one, ``q(x, z) = N(z; 0, I) N(x; Dec(z), s^2 I)`` with ``s^2 = beta_VAE / 2``
+  (the decoder variance that makes eq. 2 an ELBO), whose importance weight against the extended
+  target ``p(x) r(z | x)`` is exact for any network;
+- the **isometric** one, ``x = Dec(z)``, with the density ``Gamma(x)`` of eq. 3, exact only for a
+  perfectly isometric VAE (eq. 10-12).
+
+Densities are on the unconstrained space, so the standardisation ``x = loc + scale * u`` adds its
+log-Jacobian ``-sum(log scale)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from numpyro_extras.validation import check_count, check_real
+
+__all__ = [
+    "VAEConfig",
+    "VAEProposal",
+    "Encoder",
+    "Decoder",
+    "gelu_trunk",
+    "init_proposal",
+    "encode",
+    "decode",
+    "standardize",
+    "sample_extended",
+    "sample_isometric",
+    "log_prior_latent",
+    "log_proposal_density",
+    "log_encoder_density",
+    "isometric_log_density",
+    "vae_loss",
+    "train_vae",
+    "isometry_factors",
+    "PAPER_ENCODER_SIZES",
+    "PAPER_DECODER_SIZES",
+    "LOG_VAR_BOUNDS",
+]
+
+# App. F.3: the same network for every experiment of the paper.
+PAPER_ENCODER_SIZES = (256, 256, 128, 128, 64, 32)
+PAPER_DECODER_SIZES = (32, 64, 128, 128, 256, 256)
+# log sigma^2 is clipped so that a collapsed or exploding head cannot give inf or 0 variances.
+LOG_VAR_BOUNDS = (-30.0, 10.0)
+LOG_2PI = math.log(2 * math.pi)
+
+
+@dataclasses.dataclass(frozen=True)
+class VAEConfig:
+    """The architecture and loss scaling of the VAE (static: hashable, not a pytree leaf).
+
+    :param int dimension: ``D``, the number of unconstrained dimensions of the target.
+    :param int latent_dim: ``M``; the paper sets ``M = D``.
+    :param tuple encoder_sizes: widths of the encoder's GELU layers (before the two heads).
+    :param tuple decoder_sizes: widths of the decoder's GELU layers (before the linear output).
+    :param float beta_vae: the weight of the KL term of eq. 2 (Table 8: 1/120 for the Gaussian
+        mixtures), with the SSE summed over ``D`` and the KL over ``M``.
+    :param float decoder_scale: ``s``, the decoder noise of the extended proposal in standardised
+        units; ``sqrt(beta_vae / 2)``, the variance eq. 2 implies, by default.
+    """
+
+    dimension: int
+    latent_dim: int
+    encoder_sizes: tuple[int, ...] = PAPER_ENCODER_SIZES
+    decoder_sizes: tuple[int, ...] = PAPER_DECODER_SIZES
+    beta_vae: float = 1.0 / 120.0
+    decoder_scale: float | None = None
+
+    def __post_init__(self):
+        check_count("dimension", self.dimension)
+        check_count("latent_dim", self.latent_dim)
+        for name in ("encoder_sizes", "decoder_sizes"):
+            sizes = tuple(getattr(self, name))
+            for size in sizes:
+                check_count(f"every entry of {name}", size)
+            object.__setattr__(self, name, sizes)
+        check_real("beta_vae", self.beta_vae, "a positive number", low=0.0)
+        scale = self.decoder_scale
+        if scale is None:
+            scale = math.sqrt(self.beta_vae / 2)
+        object.__setattr__(
+            self, "decoder_scale", check_real("decoder_scale", scale, "a positive number", low=0.0)
+        )
+
+
+def gelu_trunk(hidden, sizes):
+    """Dense layers of the given widths, each followed by GELU (App. F.3)."""
+    for size in sizes:
+        hidden = nn.gelu(nn.Dense(size)(hidden))
+    return hidden
+
+
+class Encoder(nn.Module):
+    """GELU trunk with two linear heads, ``mu(u)`` and ``log sigma^2(u)`` (clipped)."""
+
+    sizes: tuple[int, ...]
+    latent_dim: int
+
+    @nn.compact
+    def __call__(self, u):
+        hidden = gelu_trunk(u, self.sizes)
+        mean = nn.Dense(self.latent_dim, name="mean")(hidden)
+        log_var = nn.Dense(self.latent_dim, name="log_var")(hidden)
+        return mean, jnp.clip(log_var, *LOG_VAR_BOUNDS)
+
+
+class Decoder(nn.Module):
+    """GELU trunk with a linear output ``Dec(z)`` (a GELU output could not reach negative
+    coordinates below about -0.17)."""
+
+    sizes: tuple[int, ...]
+    dimension: int
+
+    @nn.compact
+    def __call__(self, z):
+        hidden = gelu_trunk(z, self.sizes)
+        return nn.Dense(self.dimension, name="output")(hidden)
+
+
+@struct.dataclass
+class VAEProposal:
+    """A trained VAE proposal: a pytree of its parameters and standardisation, with its
+    configuration and the model's sites as static data.
+
+    :param params: ``{"encoder": ..., "decoder": ...}`` flax parameters.
+    :param loc: standardisation offset, shape ``(D,)``.
+    :param scale: standardisation scale, shape ``(D,)`` (``x = loc + scale * u``).
+    :param VAEConfig config: architecture and loss scaling.
+    :param tuple sites: ``((name, unconstrained shape), ...)`` of the model it was trained on
+        (empty for a ``potential_fn``).
+    :param history: the :class:`~numpyro_extras.slmc.annealing.AnnealingHistory` of its
+        training, or ``None``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        proposal = nx.fit_vae_proposal(key, model, (data,))
+        x, z = sample_extended(key, proposal)
+    """
+
+    params: Any
+    loc: jax.Array
+    scale: jax.Array
+    config: VAEConfig = struct.field(pytree_node=False)
+    sites: tuple = struct.field(pytree_node=False, default=())
+    history: Any = struct.field(pytree_node=False, default=None)
+
+    @property
+    def dimension(self) -> int:
+        return self.config.dimension
+
+    @property
+    def latent_dim(self) -> int:
+        return self.config.latent_dim
+
+
+def _encoder(config: VAEConfig) -> Encoder:
+    return Encoder(config.encoder_sizes, config.latent_dim)
+
+
+def _decoder(config: VAEConfig) -> Decoder:
+    return Decoder(config.decoder_sizes, config.dimension)
+
+
+def init_proposal(rng_key, config: VAEConfig, loc=None, scale=None, sites=()) -> VAEProposal:
+    """A VAE proposal with freshly initialised (untrained) parameters.
+
+    :param rng_key: key for the initialisation.
+    :param VAEConfig config: the architecture.
+    :param loc: standardisation offset ``(D,)`` (zeros by default).
+    :param scale: standardisation scale ``(D,)`` (ones by default).
+    :param tuple sites: the model's ``((name, shape), ...)``.
+    :return: :class:`VAEProposal`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        proposal = init_proposal(jax.random.PRNGKey(0), VAEConfig(dimension=2, latent_dim=2))
+    """
+    encoder_key, decoder_key = jax.random.split(rng_key)
+    dimension, latent_dim = config.dimension, config.latent_dim
+    params = {
+        "encoder": _encoder(config).init(encoder_key, jnp.zeros((dimension,)))["params"],
+        "decoder": _decoder(config).init(decoder_key, jnp.zeros((latent_dim,)))["params"],
+    }
+    loc = jnp.zeros(dimension) if loc is None else jnp.asarray(loc)
+    scale = jnp.ones(dimension) if scale is None else jnp.asarray(scale)
+    return VAEProposal(params, loc, scale, config, tuple(sites))
+
+
+def standardize(proposal: VAEProposal, x):
+    """``u = (x - loc) / scale``, the coordinates the network sees."""
+    return (x - proposal.loc) / proposal.scale
+
+
+def encode(proposal: VAEProposal, x):
+    """The encoder at a flat point ``x``: ``(mu(x), log sigma^2(x))``, each ``(..., M)``."""
+    return _encoder(proposal.config).apply(
+        {"params": proposal.params["encoder"]}, standardize(proposal, x)
+    )
+
+
+def decode(proposal: VAEProposal, z):
+    """The decoder mean in the flat unconstrained space: ``loc + scale * Dec(z)``."""
+    u = _decoder(proposal.config).apply({"params": proposal.params["decoder"]}, z)
+    return proposal.loc + proposal.scale * u
+
+
+def _log_jacobian(proposal: VAEProposal):
+    return -jnp.sum(jnp.log(proposal.scale))
+
+
+def log_prior_latent(z):
+    """``log N(z; 0, I)`` over the last axis."""
+    return -0.5 * jnp.sum(z**2, -1) - 0.5 * z.shape[-1] * LOG_2PI
+
+
+def _log_normal(value, mean, log_var):
+    return -0.5 * jnp.sum((value - mean) ** 2 * jnp.exp(-log_var) + log_var + LOG_2PI, -1)
+
+
+def sample_extended(rng_key, proposal: VAEProposal):
+    """One draw ``(x, z)`` of the extended proposal: ``z ~ N(0, I_M)``,
+    ``x ~ N(Dec(z), s^2 I)`` in standardised units.
+
+    :return: ``(x, z)`` of shapes ``(D,)`` and ``(M,)``.
+    """
+    latent_key, noise_key = jax.random.split(rng_key)
+    config = proposal.config
+    z = jax.random.normal(latent_key, (config.latent_dim,), dtype=proposal.loc.dtype)
+    noise = config.decoder_scale * jax.random.normal(noise_key, (config.dimension,), z.dtype)
+    return decode(proposal, z) + proposal.scale * noise, z
+
+
+def sample_isometric(rng_key, proposal: VAEProposal):
+    """One draw of the paper's proposal: ``x = Dec(z)``, ``z ~ N(0, I_M)`` (eq. 6, no decoder
+    noise: ``Gamma`` is the density of this push-forward).
+
+    :return: ``(x, z)``.
+    """
+    z = jax.random.normal(rng_key, (proposal.config.latent_dim,), dtype=proposal.loc.dtype)
+    return decode(proposal, z), z
+
+
+def log_proposal_density(proposal: VAEProposal, x, z):
+    """``log q(x, z) = log N(z; 0, I) + log N(x; Dec(z), s^2 I)`` on the flat space (the
+    standardisation's Jacobian included).
+
+    :param x: flat point ``(D,)``.
+    :param z: latent ``(M,)``.
+    :return: scalar.
+    """
+    config = proposal.config
+    u = standardize(proposal, x)
+    mean = _decoder(config).apply({"params": proposal.params["decoder"]}, z)
+    log_var = jnp.full_like(u, 2 * math.log(config.decoder_scale))
+    return log_prior_latent(z) + _log_normal(u, mean, log_var) + _log_jacobian(proposal)
+
+
+def log_encoder_density(proposal: VAEProposal, x, z):
+    """``log r(z | x) = log N(z; mu(x), diag sigma^2(x))``, the extended target's conditional.
+
+    :return: scalar.
+    """
+    mean, log_var = encode(proposal, x)
+    return _log_normal(z, mean, log_var)
+
+
+def isometric_log_density(proposal: VAEProposal, x):
+    """``log p_theta(x)`` of eq. 12: ``log Gamma(x)`` (eq. 3,
+    ``log N(mu(x); 0, I) + sum_m log sigma_m(x)``) plus ``-(M/2) log(beta_VAE / 2)`` and the
+    standardisation's Jacobian: the density of ``Dec#N(0, I)`` when the VAE is isometric.
+
+    :param x: flat point ``(D,)``.
+    :return: scalar.
+    """
+    mean, log_var = encode(proposal, x)
+    config = proposal.config
+    log_gamma = log_prior_latent(mean) + 0.5 * jnp.sum(log_var, -1)
+    return (
+        log_gamma
+        - 0.5 * config.latent_dim * math.log(config.beta_vae / 2)
+        + _log_jacobian(proposal)
+    )
+
+
+def vae_loss(params, proposal: VAEProposal, u, rng_key):
+    """The loss of eq. 2 on a batch of standardised points ``u`` ``(B, D)``: the mean over the
+    batch of ``||u - Dec(mu + sigma eps)||^2 + beta_VAE KL(r(z | u) || N(0, I))``, one
+    reparameterised sample per point.
+
+    :return: scalar loss.
+    """
+    config = proposal.config
+    mean, log_var = _encoder(config).apply({"params": params["encoder"]}, u)
+    noise = jax.random.normal(rng_key, mean.shape, mean.dtype)
+    z = mean + jnp.exp(0.5 * log_var) * noise
+    reconstruction = _decoder(config).apply({"params": params["decoder"]}, z)
+    squared_error = jnp.sum((u - reconstruction) ** 2, -1)
+    kl = 0.5 * jnp.sum(mean**2 + jnp.exp(log_var) - log_var - 1.0, -1)
+    return jnp.mean(squared_error + config.beta_vae * kl)
+
+
+def train_vae(rng_key, proposal: VAEProposal, data, *, epochs, batch_size, learning_rate):
+    """Train the VAE on ``data`` with Adam (warm start from ``proposal.params``), after
+    standardising the data per dimension. Jittable; ``epochs`` and ``batch_size`` are static.
+
+    :param rng_key: key for shuffling and the reparameterisation noise.
+    :param VAEProposal proposal: the model to start from.
+    :param data: flat points ``(N, D)``.
+    :param int epochs: passes over the data.
+    :param int batch_size: points per Adam step (the last partial batch of an epoch is dropped).
+    :param float learning_rate: Adam's learning rate.
+    :return: ``(proposal, losses)``: the trained proposal with the data's standardisation, and
+        the mean loss of every epoch.
+
+    **Example:**
+
+    .. code-block:: python
+
+        proposal, losses = train_vae(key, proposal, draws, epochs=150, batch_size=512,
+                                     learning_rate=1e-3)
+    """
+    loc = jnp.mean(data, 0)
+    scale = jnp.std(data, 0)
+    # A coordinate that never moves in the data keeps unit scale rather than dividing by zero.
+    scale = jnp.where(scale > 0, scale, 1.0)
+    proposal = proposal.replace(loc=loc.astype(proposal.loc.dtype), scale=scale)
+    u = standardize(proposal, data)
+    num_points = u.shape[0]
+    batch_size = min(batch_size, num_points)
+    num_batches = num_points // batch_size
+    optimizer = optax.adam(learning_rate)
+    loss_and_grad = jax.value_and_grad(vae_loss)
+
+    def adam_step(carry, inputs):
+        params, opt_state = carry
+        batch, key = inputs
+        loss, grads = loss_and_grad(params, proposal, batch, key)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    def epoch(carry, key):
+        order_key, noise_key = jax.random.split(key)
+        order = jax.random.permutation(order_key, num_points)[: num_batches * batch_size]
+        batches = u[order].reshape(num_batches, batch_size, -1)
+        keys = jax.random.split(noise_key, num_batches)
+        carry, losses = jax.lax.scan(adam_step, carry, (batches, keys))
+        return carry, jnp.mean(losses)
+
+    params = proposal.params
+    (params, _), losses = jax.lax.scan(
+        epoch, (params, optimizer.init(params)), jax.random.split(rng_key, epochs)
+    )
+    return proposal.replace(params=params), losses
+
+
+def isometry_factors(rng_key, proposal: VAEProposal, num_samples=10_000):
+    """The isometric factor of every latent dimension (eq. 16):
+    ``Iso_m = E_x[sqrt(2 sigma_m^2(x) / beta_VAE) ||d Dec / d z_m (mu(x))||]`` over
+    ``x = Dec(z)``, ``z ~ N(0, I)``, in standardised units. The derivative is exact (forward mode)
+    where the paper takes a finite difference with step 0.001. Eq. 3 holds when every factor is
+    near 1 (the paper's Table 2: 0.974 to 1.025).
+
+    :param rng_key: key for the latent draws.
+    :param VAEProposal proposal: the trained proposal.
+    :param int num_samples: draws to average over (the paper uses 100,000).
+    :return: array ``(M,)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        factors = isometry_factors(key, proposal)
+        bool(jnp.all(jnp.abs(factors - 1) < 0.05))
+    """
+    config = proposal.config
+    decoder = _decoder(config)
+    decoder_params = {"params": proposal.params["decoder"]}
+    encoder = _encoder(config)
+    encoder_params = {"params": proposal.params["encoder"]}
+
+    def factor(z):
+        u = decoder.apply(decoder_params, z)
+        mean, log_var = encoder.apply(encoder_params, u)
+        jacobian = jax.jacfwd(lambda latent: decoder.apply(decoder_params, latent))(mean)
+        column_norms = jnp.sqrt(jnp.sum(jacobian**2, 0))
+        return jnp.sqrt(2 * jnp.exp(log_var) / config.beta_vae) * column_norms
+
+    draws = jax.random.normal(rng_key, (num_samples, config.latent_dim), proposal.loc.dtype)
+    return jnp.mean(jax.lax.map(factor, draws, batch_size=1024), 0)

@@ -1,0 +1,215 @@
+"""The functional core of VAE-SLMC: the extended-space weights and acceptance against hand
+computations, invariance of the target under a fixed (untrained) network, log Z against a closed
+form, the exchange rule and the vectorised beta search."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from arviz import mcse
+from numpyro.infer import MCMC
+from scipy.stats import multivariate_normal, norm
+
+import numpyro_extras as nx
+from numpyro_extras.slmc.annealing import candidate_betas, select_beta
+from numpyro_extras.slmc.chains import (
+    draw_proposal,
+    exchange_source,
+    independence_move,
+    new_point,
+    refresh_latent,
+    shared_uniform_rates,
+)
+from numpyro_extras.slmc.vae import VAEConfig, decode, encode, init_proposal, train_vae
+
+MEAN = np.array([1.0, -0.5])
+COVARIANCE = np.array([[1.5**2, 0.6], [0.6, 0.7**2]])
+PRECISION = np.linalg.inv(COVARIANCE)
+LOG_OFFSET = 1.3  # log p~(x) = log N(x; MEAN, COVARIANCE) + LOG_OFFSET, so log Z = LOG_OFFSET
+
+
+def gaussian_potential(x):
+    centred = x - MEAN
+    log_norm = -0.5 * np.log(np.linalg.det(2 * np.pi * COVARIANCE))
+    return 0.5 * centred @ PRECISION @ centred - log_norm - LOG_OFFSET
+
+
+def log_density(x):
+    return -gaussian_potential(x)
+
+
+def broad_proposal(seed=0, decoder_scale=0.8):
+    """An untrained network whose proposal is broad enough to cover the Gaussian target."""
+    config = VAEConfig(
+        dimension=2,
+        latent_dim=2,
+        encoder_sizes=(8,),
+        decoder_sizes=(8,),
+        decoder_scale=decoder_scale,
+    )
+    return init_proposal(
+        jax.random.PRNGKey(seed), config, loc=jnp.array([0.5, 0.0]), scale=jnp.array([2.0, 1.2])
+    )
+
+
+def hand_log_weight(proposal, x, z, beta=1.0):
+    """beta log p~(x) + log r(z | x) - log q(x, z), with scipy densities."""
+    mean, log_var = (np.asarray(a) for a in encode(proposal, x))
+    log_r = norm.logpdf(z, mean, np.exp(0.5 * log_var)).sum()
+    centre = np.asarray(decode(proposal, z))
+    noise_sd = np.asarray(proposal.scale) * proposal.config.decoder_scale
+    log_q = norm.logpdf(z).sum() + norm.logpdf(x, centre, noise_sd).sum()
+    return beta * float(log_density(x)) + log_r - log_q
+
+
+def test_extended_weight_and_acceptance_match_hand_computation():
+    proposal = broad_proposal()
+    x, z = jnp.array([0.3, -1.1]), jnp.array([0.4, -0.2])
+    point = new_point(proposal, "exact", log_density, x, z)
+    assert float(point.log_weight(0.7)) == pytest.approx(hand_log_weight(proposal, x, z, 0.7))
+
+    key = jax.random.PRNGKey(3)
+    refresh_key, proposal_key, _ = jax.random.split(key, 3)
+    refreshed = refresh_latent(refresh_key, point, proposal, "exact")
+    proposed = draw_proposal(proposal_key, proposal, "exact", log_density)
+    for beta in (0.3, 1.0):
+        _, moved_proposal, accept, accept_prob = independence_move(
+            key, point, proposal, "exact", log_density, beta
+        )
+        np.testing.assert_allclose(moved_proposal.position, proposed.position)
+        hand_ratio = hand_log_weight(
+            proposal, proposed.position, proposed.latent, beta
+        ) - hand_log_weight(proposal, x, refreshed.latent, beta)
+        assert float(accept_prob) == pytest.approx(min(1.0, np.exp(hand_ratio)), rel=1e-9)
+
+
+def test_isometric_density_matches_eq_12():
+    proposal = broad_proposal()
+    x = jnp.array([0.3, -1.1])
+    mean, log_var = (np.asarray(a) for a in encode(proposal, x))
+    beta_vae = proposal.config.beta_vae
+    hand = (
+        -0.5 * mean @ mean
+        - np.log(2 * np.pi)
+        + 0.5 * log_var.sum()
+        - np.log(beta_vae / 2)
+        - np.log(np.asarray(proposal.scale)).sum()
+    )
+    point = new_point(proposal, "isometric", log_density, x, jnp.zeros(2))
+    assert float(point.correction) == pytest.approx(-hand)
+
+
+def test_non_finite_proposal_is_a_rejection():
+    proposal = broad_proposal()
+    point = new_point(proposal, "exact", log_density, jnp.array([0.3, -1.1]), jnp.zeros(2))
+    moved, proposed, accept, accept_prob = independence_move(
+        jax.random.PRNGKey(0), point, proposal, "exact", lambda x: jnp.nan, 1.0
+    )
+    assert not bool(accept) and float(accept_prob) == 0.0
+    assert float(proposed.log_weight(1.0)) == -np.inf
+
+
+@pytest.fixture(scope="module")
+def gaussian_run():
+    kernel = nx.VAESLMC(potential_fn=gaussian_potential, proposal=broad_proposal())
+    mcmc = MCMC(
+        kernel,
+        num_warmup=200,
+        num_samples=10_000,
+        num_chains=4,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(0))
+    return mcmc
+
+
+def test_fixed_untrained_network_leaves_target_invariant(gaussian_run):
+    draws = np.asarray(gaussian_run.get_samples(group_by_chain=True))
+    accept = float(np.mean(gaussian_run.get_extra_fields()["accept_prob"]))
+    assert 0.05 < accept < 0.95  # the network is poor but the chain moves
+    for statistic, truth in (
+        (draws, MEAN),
+        (draws**2, MEAN**2 + np.diag(COVARIANCE)),
+        (draws[..., 0] * draws[..., 1], MEAN[0] * MEAN[1] + COVARIANCE[0, 1]),
+    ):
+        statistic = statistic.reshape(statistic.shape[:2] + (-1,))
+        truth = np.atleast_1d(truth)
+        for i in range(statistic.shape[-1]):
+            error = float(mcse(statistic[..., i]))
+            assert abs(statistic[..., i].mean() - truth[i]) < 4 * error
+
+
+def test_log_z_against_closed_form():
+    """With a network trained on the target (the default beta_VAE), the proposals' weights give
+    log Z within 4 stderr, and a small stderr."""
+    data = jax.random.multivariate_normal(jax.random.PRNGKey(5), MEAN, COVARIANCE, (4000,))
+    config = VAEConfig(dimension=2, latent_dim=2, encoder_sizes=(16, 16), decoder_sizes=(16, 16))
+    proposal = init_proposal(jax.random.PRNGKey(0), config)
+    proposal, losses = jax.jit(
+        lambda key, proposal, data: train_vae(
+            key, proposal, data, epochs=100, batch_size=256, learning_rate=3e-3
+        )
+    )(jax.random.PRNGKey(2), proposal, data)
+    assert losses[-1] < losses[0]
+    kernel = nx.VAESLMC(potential_fn=gaussian_potential, proposal=proposal)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=100,
+        num_samples=5000,
+        num_chains=2,
+        progress_bar=False,
+        chain_method="vectorized",
+    )
+    mcmc.run(jax.random.PRNGKey(1))
+    evidence = nx.log_marginal_likelihood(mcmc)
+    assert evidence.log_weights.shape == (2, 5000)
+    assert evidence.ess > 2000
+    assert evidence.stderr < 0.02
+    assert abs(evidence.log_z - LOG_OFFSET) < 4 * evidence.stderr
+
+
+def test_exchange_rule():
+    key = jax.random.PRNGKey(0)
+    equal = jnp.array([0.4, 0.4, 0.4])
+    for k in jax.random.split(key, 20):
+        source, prob = exchange_source(k, equal, jnp.array([-1.0, -50.0, 3.0]))
+        assert float(prob) == 1.0 and sorted(np.asarray(source).tolist()) == [0, 1, 2]
+        assert (np.asarray(source) != np.arange(3)).sum() == 2
+    # The colder model holds the better state: beta_0 - beta_1 = -0.5, l1 - l0 = 2.
+    source, prob = exchange_source(key, jnp.array([0.5, 1.0]), jnp.array([-3.0, -1.0]))
+    assert float(prob) == pytest.approx(np.exp(-0.5 * 2.0))
+
+
+def test_vectorised_search_equals_per_candidate_runs():
+    rng = np.random.default_rng(0)
+    density, correction = rng.normal(size=(2, 3, 50)) * 3
+    start = rng.normal(size=(2, 3))
+    uniforms = rng.uniform(size=(3, 50))
+    betas = jnp.array([1.0, 0.6, 0.2])
+    probs, fractions = shared_uniform_rates((density, correction), tuple(start), betas, uniforms)
+    for beta, prob, fraction in zip(np.asarray(betas), probs, fractions, strict=True):
+        accepted, total_prob = 0, 0.0
+        for chain in range(3):
+            current = beta * start[0, chain] + start[1, chain]
+            for t in range(50):
+                candidate = beta * density[chain, t] + correction[chain, t]
+                p = min(1.0, np.exp(candidate - current))
+                total_prob += p
+                if uniforms[chain, t] < p:
+                    accepted += 1
+                    current = candidate
+        assert float(prob) == pytest.approx(total_prob / 150)
+        assert float(fraction) == pytest.approx(accepted / 150)
+
+
+def test_beta_selection_rule():
+    grid = candidate_betas(0.1, 1.0, 0.1)
+    np.testing.assert_allclose(grid, [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1])
+    rates = np.linspace(0.05, 0.9, grid.size)  # falls as beta rises
+    assert select_beta(grid, rates, 0.1, 0.3, 1.0) == pytest.approx(0.7)
+    assert select_beta(grid, rates, 0.8, 0.3, 1.0) == 0.8  # none above 0.8 passes: retrain
+    assert select_beta(grid, rates, 0.1, 0.4, 0.5) == pytest.approx(0.6)  # ar_max binds
+    assert multivariate_normal(MEAN, COVARIANCE).logpdf(MEAN) == pytest.approx(
+        float(log_density(jnp.asarray(MEAN))) - LOG_OFFSET
+    )
