@@ -583,11 +583,9 @@ def fit_vae_proposal(
                 + f", acceptance {' '.join(f'{rate:.2f}' for rate in chosen_rates)}"
             )
             bar.refresh()
+    # The whole grid again (its first entry is beta_final), so the search is not compiled anew.
     final_rates, _ = machinery.search(
-        jax.random.split(loop_key, num_models),
-        proposals,
-        data,
-        jnp.asarray([settings.beta_final], data.dtype),
+        jax.random.split(loop_key, num_models), proposals, data, grid_array
     )
     final_rates = np.where(betas >= settings.beta_final, np.asarray(final_rates)[:, 0], np.nan)
     chosen = int(np.nanargmax(final_rates))
