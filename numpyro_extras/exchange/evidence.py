@@ -9,17 +9,27 @@ selection", Syst. Biol. 2011, eq. 5)
 for a normalised reference. By Jensen's inequality this forward sum is low in expectation; the
 reverse sum ``-sum_i log mean_t exp(-(beta_{i+1} - beta_i) l(x^(i+1)_t))`` is high, so the two
 bracket ``log Z``. The estimate is their mean; its standard error is the larger of the Monte
-Carlo error (delta method, ArviZ's MCSE per gap, the gaps' variances summed) and half the
-bracket, so a ladder too coarse for the run's length shows in the error bar.
+Carlo error and half the bracket, so a ladder too coarse for the run's length shows in the error
+bar. The Monte Carlo error is the delta method's for the whole sum: ArviZ's MCSE of the mean of
+the draws' influences summed over the gaps. Neighbouring rungs exchange states, so their gaps'
+weights are correlated within a scan and across scans; adding the gaps' variances as if they
+were independent would understate the error.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import arviz as az
 import numpy as np
 
-from numpyro_extras.evidence import Evidence, agreement_of, chains_disagree, log_mean_exp
+from numpyro_extras.evidence import (
+    Evidence,
+    agreement_of,
+    chains_disagree,
+    log_mean_and_influence,
+    log_mean_exp,
+)
 
 __all__ = ["SteppingStone", "stepping_stone", "chain_stepping_stone"]
 
@@ -67,7 +77,8 @@ def chain_stepping_stone(log_likelihood, betas):
     :param betas: the chain's ladder, shape ``(N,)``.
     :return: ``(forward, reverse, stderr, gap_log_ratios, gap_stderr, ess)``: ``stderr`` is the
         Monte Carlo error of the bracket's midpoint (the larger of the two sums' errors, since
-        they are correlated), ``ess`` the smallest of the gaps'.
+        they are correlated), each sum's from its draws' influences summed over the gaps;
+        ``gap_stderr`` the gaps' own errors; ``ess`` the smallest of the gaps'.
     """
     log_likelihood = np.asarray(log_likelihood, dtype=np.float64)
     betas = np.asarray(betas, dtype=np.float64)
@@ -80,11 +91,31 @@ def chain_stepping_stone(log_likelihood, betas):
     gap_stderr = np.array([term[1] for term in forward_terms])
     forward = float(np.sum(gap_log_ratios))
     reverse = -float(np.sum([term[0] for term in reverse_terms]))
-    forward_stderr = float(np.sqrt(np.sum(gap_stderr**2)))
-    reverse_stderr = float(np.sqrt(np.sum([term[1] ** 2 for term in reverse_terms])))
+    forward_stderr = _sum_stderr(gaps[None, :] * log_likelihood[:, :-1])
+    reverse_stderr = _sum_stderr(-gaps[None, :] * log_likelihood[:, 1:])
     ess = float(np.min([term[2] for term in forward_terms + reverse_terms]))
     stderr = max(forward_stderr, reverse_stderr)
     return forward, reverse, stderr, gap_log_ratios, gap_stderr, ess
+
+
+def _sum_stderr(log_weights):
+    """Delta-method standard error of ``sum_i log mean_t exp(a_ti)`` from one chain's draws.
+
+    To first order the sum's error is the mean over draws of ``sum_i (influence of draw t on
+    gap i)``; ArviZ's MCSE of that one series counts the correlation between gaps as well as
+    along the chain.
+
+    :param log_weights: ``a``, shape ``(num_draws, num_gaps)``.
+    :return: the standard error (NaN with fewer than 4 draws, 0 when no weight varies).
+    """
+    if log_weights.shape[0] < 4:
+        return float("nan")
+    influence = np.zeros(log_weights.shape[0])
+    for gap_log_weights in log_weights.T:
+        influence += log_mean_and_influence(gap_log_weights)[1]
+    if not np.std(influence) > 0:
+        return 0.0
+    return float(az.mcse(influence[None], method="mean"))
 
 
 def stepping_stone(log_likelihood, betas) -> SteppingStone:

@@ -43,3 +43,37 @@ def test_chains_that_disagree_widen_the_error():
     estimate = stepping_stone(log_likelihood, betas)
     assert estimate.chains_disagree
     assert estimate.stderr >= np.std(estimate.chain_log_z, ddof=1) / 2 - 1e-12
+
+
+def test_gaps_that_move_together_add_their_errors():
+    """Rungs that share their states (as swaps make them) give gap weights that rise and fall
+    together: the error of the sum is then the sum of the gaps' errors, not their root sum of
+    squares."""
+    betas = np.linspace(0, 1, 5)
+    one_rung = _exact_draws([0.0], 1, 2000, 3)[0, :, 0]
+    log_likelihood = np.repeat(one_rung[:, None], len(betas), axis=1)
+    estimate = stepping_stone(log_likelihood, betas)
+    # the chain's Monte Carlo error is the larger of the forward and reverse sums' errors
+    monte_carlo = estimate.chain_stderr[0]
+    assert monte_carlo >= np.sum(estimate.gap_stderr) * (1 - 1e-9)
+    assert monte_carlo > 1.9 * np.sqrt(np.sum(estimate.gap_stderr**2))
+
+
+def test_the_error_covers_the_spread_of_correlated_chains():
+    """An autoregressive state shared by neighbouring rungs: over many independent chains, the
+    estimates scatter as their reported errors say."""
+    rng = np.random.default_rng(4)
+    betas = np.linspace(0, 1, 6) ** 2
+    num_chains, num_draws, rho = 200, 1000, 0.9
+    innovations = rng.normal(size=(num_chains, num_draws))
+    shared = np.zeros((num_chains, num_draws))
+    for t in range(1, num_draws):
+        shared[:, t] = rho * shared[:, t - 1] + np.sqrt(1 - rho**2) * innovations[:, t]
+    # every rung sees the same standard normal state, scaled to its own N(0, 1 / (1 + beta))
+    x = shared[:, :, None] / np.sqrt(1 + betas)
+    estimates = [stepping_stone(-0.5 * x[c] ** 2, betas) for c in range(num_chains)]
+    errors = np.array([e.log_z for e in estimates]) - LOG_Z
+    stderrs = np.array([e.stderr for e in estimates])
+    # the reported errors match the chains' actual scatter within the scatter's own noise
+    ratio = np.std(errors) / np.sqrt(np.mean(stderrs**2))
+    assert 0.8 < ratio < 1.25, ratio
