@@ -15,7 +15,8 @@ driver follows Algorithms 3-5 of Ichikawa et al.:
 4. each model is retrained, warm-started, on its own chain's thinned draws (Algorithm 3).
 
 The round repeats until every model (or the first, ``stop="first"``) reaches ``beta_final``;
-the proposal returned is the model with the highest acceptance rate at ``beta_final``.
+the proposal returned is the model whose proposals find the most mass at ``beta_final`` (the
+largest importance-sampling estimate of ``log Z``).
 """
 
 from __future__ import annotations
@@ -197,14 +198,18 @@ class AnnealingHistory(NamedTuple):
     :param tuple rungs: every :class:`AnnealingRung`.
     :param int num_models: models annealed side by side.
     :param tuple final_accept_rates: each model's mean acceptance probability at ``beta_final``
-        after its last training (NaN for a model that did not get there).
-    :param int chosen_model: the model returned.
+        after its last training, from check chains started at every model's draws (NaN for a
+        model that did not get there).
+    :param tuple final_log_z: each model's estimate of ``log Z`` at ``beta_final`` from the
+        check's proposals (NaN for a model that did not get there).
+    :param int chosen_model: the model returned: the largest ``final_log_z``.
     :param float ar_min: the acceptance floor used.
     """
 
     rungs: tuple
     num_models: int
     final_accept_rates: tuple
+    final_log_z: tuple
     chosen_model: int
     ar_min: float
 
@@ -338,9 +343,14 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
             proposed.correction.reshape(chains, steps),
         )
         uniforms = jax.random.uniform(uniform_key, (chains, steps), proposed.log_density.dtype)
-        return shared_uniform_rates(
+        probs, _ = shared_uniform_rates(
             parts, (start_points.log_density, start_points.correction), grid, uniforms
         )
+        # log of the mean importance weight at grid[0] (beta_final): the proposals' estimate of
+        # log Z there. A model that misses modes misses their mass, so this is low for it.
+        log_weights = proposed.log_weight(grid[0])
+        log_z = jax.scipy.special.logsumexp(log_weights) - jnp.log(log_weights.size)
+        return probs, log_z
 
     num_records = math.ceil(settings.training_size / settings.num_data_chains)
 
@@ -451,8 +461,9 @@ def fit_vae_proposal(
     :param bool progress_bar: show progress bars.
     :param settings: any field of :class:`AnnealingSettings` (``beta_0``, ``ar_min``,
         ``epochs``, ``beta_vae``, ``encoder_sizes``, ...).
-    :return: the :class:`~numpyro_extras.slmc.vae.VAEProposal` of the model with the highest
-        acceptance rate at ``beta_final``; its ``history`` is an :class:`AnnealingHistory`.
+    :return: the :class:`~numpyro_extras.slmc.vae.VAEProposal` of the model whose proposals
+        give the largest estimate of ``log Z`` at ``beta_final``; its ``history`` is an
+        :class:`AnnealingHistory`.
     :raises RuntimeError: when no model climbs for ``max_retrains`` consecutive rounds.
 
     **Example:**
@@ -583,12 +594,23 @@ def fit_vae_proposal(
                 + f", acceptance {' '.join(f'{rate:.2f}' for rate in chosen_rates)}"
             )
             bar.refresh()
-    # The whole grid again (its first entry is beta_final), so the search is not compiled anew.
-    final_rates, _ = machinery.search(
-        jax.random.split(loop_key, num_models), proposals, data, grid_array
+    # Every model is checked from states of every model's chain, and the model returned is the one
+    # whose proposals find the most mass (the largest estimate of log Z at beta_final): a model
+    # that collapsed onto some modes can have the best acceptance rate, from its own states, yet
+    # misses the other modes' mass. The whole grid is passed again (its first entry is
+    # beta_final), so nothing is compiled anew.
+    pool_key, check_key = jax.random.split(loop_key)
+    pooled = data.reshape(-1, dimension)
+    pooled = jnp.stack(
+        [_take_rows(key, pooled, data.shape[1]) for key in jax.random.split(pool_key, num_models)]
     )
-    final_rates = np.where(betas >= settings.beta_final, np.asarray(final_rates)[:, 0], np.nan)
-    chosen = int(np.nanargmax(final_rates))
+    final_rates, final_log_z = machinery.search(
+        jax.random.split(check_key, num_models), proposals, pooled, grid_array
+    )
+    finished = betas >= settings.beta_final
+    final_rates = np.where(finished, np.asarray(final_rates)[:, 0], np.nan)
+    final_log_z = np.where(finished, np.asarray(final_log_z), np.nan)
+    chosen = int(np.nanargmax(final_log_z))
     if final_rates[chosen] < settings.ar_min:
         warnings.warn(
             f"The trained VAE proposal's acceptance rate at beta = {settings.beta_final} is "
@@ -600,6 +622,7 @@ def fit_vae_proposal(
         rungs=tuple(rungs),
         num_models=num_models,
         final_accept_rates=tuple(float(rate) for rate in final_rates),
+        final_log_z=tuple(float(value) for value in final_log_z),
         chosen_model=chosen,
         ar_min=float(settings.ar_min),
     )

@@ -112,6 +112,7 @@ def load_proposal(path) -> VAEProposal:
                 **history,
                 "rungs": tuple(AnnealingRung(*rung) for rung in history["rungs"]),
                 "final_accept_rates": tuple(history["final_accept_rates"]),
+                "final_log_z": tuple(history["final_log_z"]),
             }
         )
     arrays = jax.tree.map(jnp.asarray, arrays)

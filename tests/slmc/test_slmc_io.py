@@ -30,6 +30,7 @@ def proposal_for_model():
         rungs=(AnnealingRung(0, 0, 0.1, float("nan"), False, 1.5, float("nan")),),
         num_models=1,
         final_accept_rates=(0.4,),
+        final_log_z=(1.2,),
         chosen_model=0,
         ar_min=0.1,
     )

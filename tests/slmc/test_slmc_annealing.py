@@ -1,0 +1,80 @@
+"""The annealing driver: parallel annealing with exchange repairs a model trained on one mode,
+the retrain cap gives a clear error, progress bars can be silenced, and the isometric acceptance
+warns when the VAE is not isometric."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro.infer import MCMC
+from slmc_targets import TINY, WEIGHT, mixture_model
+
+import numpyro_extras as nx
+from numpyro_extras.slmc.vae import VAEConfig, init_proposal, sample_extended
+
+
+def beta_0_draws(key, count, left_only=False):
+    """Exact draws of the mixture tempered to beta = 0.1 (each mode's sd grows by sqrt(10));
+    with ``left_only``, draws of the left mode only."""
+    mode_key, noise_key = jax.random.split(key)
+    left = jax.random.uniform(mode_key, (count,)) < (1.0 if left_only else WEIGHT)
+    centre = jnp.where(left[:, None], -2.0, 2.0)
+    return centre + 0.3 * np.sqrt(10.0) * jax.random.normal(noise_key, (count, 2))
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_exchange_repairs_a_collapsed_model(exchange):
+    """Model 0 starts from draws of the left mode only (log Z of the model is 0; a proposal that
+    misses the right mode finds log 0.7 = -0.36). With exchange its chain is fed right-mode
+    states by model 1 and it learns both modes; without, it stays collapsed, and the driver
+    returns model 1 because its proposals find more mass."""
+    collapsed = beta_0_draws(jax.random.PRNGKey(0), 1000, left_only=True)
+    healthy = beta_0_draws(jax.random.PRNGKey(1), 1000)
+    proposal = nx.fit_vae_proposal(
+        jax.random.PRNGKey(2),
+        mixture_model,
+        num_models=2,
+        initial_data=jnp.stack([collapsed, healthy]),
+        exchange=exchange,
+        progress_bar=False,
+        **TINY,
+    )
+    history = proposal.history
+    assert history.num_models == 2
+    log_z = np.array(history.final_log_z)
+    if exchange:
+        assert np.all(np.abs(log_z) < 0.15)
+        assert all(rung.swap_rate > 0 for rung in history.rungs if rung.round > 0)
+    else:
+        assert log_z[0] < np.log(WEIGHT) + 0.1 and abs(log_z[1]) < 0.15
+        assert history.chosen_model == 1
+    draws = jax.vmap(lambda k: sample_extended(k, proposal)[0])(
+        jax.random.split(jax.random.PRNGKey(3), 4000)
+    )
+    assert abs(float(jnp.mean(draws[:, 0] < 0)) - WEIGHT) < 0.1
+
+
+def test_no_progress_raises_after_the_retrain_cap(capsys):
+    with pytest.raises(RuntimeError, match="no progress in 2 consecutive rounds"):
+        nx.fit_vae_proposal(
+            jax.random.PRNGKey(0),
+            mixture_model,
+            initial_data=beta_0_draws(jax.random.PRNGKey(1), 1000),
+            ar_min=0.999,
+            max_retrains=1,
+            progress_bar=False,
+            **{**TINY, "epochs": 1, "initial_epochs": 1},
+        )
+    assert capsys.readouterr().err == ""
+
+
+def test_isometric_acceptance_warns_for_a_non_isometric_vae():
+    config = VAEConfig(dimension=2, latent_dim=2, encoder_sizes=(8,), decoder_sizes=(8,))
+    proposal = init_proposal(jax.random.PRNGKey(0), config, sites=(("x", (2,)),))
+    kernel = nx.VAESLMC(mixture_model, proposal=proposal, acceptance="isometric")
+    mcmc = MCMC(kernel, num_warmup=10, num_samples=100, progress_bar=False)
+    with pytest.warns(nx.IsometryWarning, match="not isometric"):
+        mcmc.run(jax.random.PRNGKey(0))
+    assert kernel.isometry_factors.shape == (2,)
+    with pytest.warns(UserWarning, match="approximate"):
+        nx.log_marginal_likelihood(mcmc)
