@@ -17,8 +17,24 @@ from numpyro_extras.slmc.evidence import slmc_inference_data, slmc_log_marginal_
 from numpyro_extras.slmc.kernels import VAESLMC
 from numpyro_extras.tempering import diagnostics as tempering_diagnostics
 from numpyro_extras.tempering import posterior as tempering_posterior
+from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
 
 __all__ = ["log_marginal_likelihood", "to_inference_data"]
+
+_ESTIMATING_KERNELS = (
+    "nx.JointContinuousTempering, nx.GibbsContinuousTempering, nx.ReplicaExchange or nx.VAESLMC"
+)
+
+
+def _check_estimating_kernel(mcmc):
+    if not isinstance(
+        mcmc.sampler,
+        JointContinuousTempering | GibbsContinuousTempering | ReplicaExchange | VAESLMC,
+    ):
+        raise TypeError(
+            f"{type(mcmc.sampler).__name__} gives no log Z: run the model with "
+            f"{_ESTIMATING_KERNELS} (nx.ais estimates it without an MCMC run)."
+        )
 
 
 def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
@@ -46,6 +62,7 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
         mcmc.run(jax.random.PRNGKey(0), x, y)
         nx.log_marginal_likelihood(mcmc)  # Evidence(log_z=..., stderr=...)
     """
+    _check_estimating_kernel(mcmc)
     if isinstance(mcmc.sampler, ReplicaExchange):
         return exchange_log_marginal_likelihood(mcmc, warn=warn)
     if isinstance(mcmc.sampler, VAESLMC):
@@ -58,10 +75,11 @@ def to_inference_data(mcmc, rng_key=None):
     ``az.summary``, ``az.loo`` and ``az.compare`` work as after NUTS) plus what the kernel adds
     (the tempered chain, or the ladder's swap rates) and ``log Z`` in ``attrs``.
 
-    :param mcmc: a run with a continuous tempering or replica-exchange kernel.
+    :param mcmc: a run with a continuous tempering, replica-exchange or VAE-SLMC kernel.
     :param rng_key: unused; kept so that existing calls keep working.
     :return: :class:`arviz.InferenceData`.
     """
+    _check_estimating_kernel(mcmc)
     if isinstance(mcmc.sampler, ReplicaExchange):
         return exchange_inference_data(mcmc)
     if isinstance(mcmc.sampler, VAESLMC):

@@ -50,6 +50,7 @@ __all__ = [
     "fixed_target_functions",
     "hmc_settings",
     "rejected_move",
+    "starting_positions",
     "without_conditioning",
 ]
 
@@ -359,6 +360,43 @@ def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
     if algo == "HMC" and merged["num_steps"] is None and merged["trajectory_length"] is None:
         raise ValueError("HMC needs num_steps or trajectory_length.")
     return algo, merged
+
+
+def starting_positions(rng_key, init_params, batched, draw_position, dimension=None):
+    """Each chain's state key and starting position, as a kernel's ``init`` needs them.
+
+    Every chain's key is split into the key its state keeps and a key for its starting draw;
+    ``draw_position(draw_key, init_params)`` makes the position of one chain (vmapped, and
+    compiled, over the chains of a batched init).
+
+    :param rng_key: one key, or one per chain when ``batched``.
+    :param init_params: the user's ``init_params`` (one chain's, or one per chain), or ``None``.
+    :param bool batched: whether the keys and ``init_params`` have a leading chain axis.
+    :param draw_position: ``(draw_key, init_params) -> flat position`` of one chain.
+    :param int dimension: the model's number of unconstrained dimensions, to check the
+        positions against; ``None`` skips the check.
+    :return: ``(positions, chain_keys)``.
+    :raises ValueError: for positions of another dimension.
+
+    **Example:**
+
+    .. code-block:: python
+
+        positions, keys = starting_positions(key, None, False, draw, dimension=3)
+    """
+    if batched:
+        keys = jax.vmap(jax.random.split)(rng_key)
+        positions = jax.jit(jax.vmap(draw_position))(keys[:, 1], init_params)
+        chain_keys = keys[:, 0]
+    else:
+        chain_keys, draw_key = jax.random.split(rng_key)
+        positions = draw_position(draw_key, init_params)
+    if dimension is not None and jnp.shape(positions)[-1] != dimension:
+        raise ValueError(
+            f"init_params have {jnp.shape(positions)[-1]} unconstrained dimensions, the model "
+            f"{dimension}."
+        )
+    return positions, chain_keys
 
 
 def rejected_move(previous, moved):

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 __all__ = [
+    "finished_kernel",
     "posterior_convergence",
     "inference_data",
     "MIN_ROUND_TRIPS",
@@ -20,6 +21,32 @@ __all__ = [
 MIN_ROUND_TRIPS = 2
 MAX_DIVERGENT_FRACTION = 0.01
 MAX_RHAT = 1.05
+
+
+def finished_kernel(mcmc, kernel_types, names, ran=None):
+    """The kernel of a finished run, checked to be of the family that reads it.
+
+    :param mcmc: a :class:`~numpyro.infer.MCMC`.
+    :param kernel_types: the kernel class, or a tuple of classes, the caller reads.
+    :param str names: how the error names them, e.g. ``"nx.ReplicaExchange"``.
+    :param ran: ``kernel -> bool``, whether the kernel has what a run leaves (default: only that
+        the MCMC has a last state).
+    :return: ``mcmc.sampler``.
+    :raises TypeError: if the run used another kernel.
+    :raises ValueError: if the MCMC has not been run yet.
+
+    **Example:**
+
+    .. code-block:: python
+
+        kernel = finished_kernel(mcmc, nx.ReplicaExchange, "nx.ReplicaExchange")
+    """
+    kernel = mcmc.sampler
+    if not isinstance(kernel, kernel_types):
+        raise TypeError(f"Expected an MCMC run with {names}, got {type(kernel).__name__}.")
+    if mcmc.last_state is None or (ran is not None and not ran(kernel)):
+        raise ValueError("Run the MCMC first: `mcmc.run(rng_key, ...)`.")
+    return kernel
 
 
 def posterior_convergence(mcmc):

@@ -15,6 +15,7 @@ from numpyro_extras.runs import (
     MAX_DIVERGENT_FRACTION,
     MAX_RHAT,
     MIN_ROUND_TRIPS,
+    finished_kernel,
     inference_data,
     posterior_convergence,
 )
@@ -68,12 +69,7 @@ def exchange_kernel(mcmc) -> ReplicaExchange:
     :raises TypeError: if the run used another kernel.
     :raises ValueError: if the MCMC has not been run yet.
     """
-    kernel = mcmc.sampler
-    if not isinstance(kernel, ReplicaExchange):
-        raise TypeError(f"Expected an MCMC run with nx.ReplicaExchange, got {type(kernel)}.")
-    if mcmc.last_state is None:
-        raise ValueError("Run the MCMC first: `mcmc.run(rng_key, ...)`.")
-    return kernel
+    return finished_kernel(mcmc, ReplicaExchange, "nx.ReplicaExchange")
 
 
 def _chain_fields(mcmc, name):

@@ -27,6 +27,7 @@ from numpyro_extras.kernel import (
     calling_mcmc_progress_bar,
     fixed_target_functions,
     hmc_settings,
+    starting_positions,
 )
 from numpyro_extras.potential import (
     FlatModel,
@@ -450,22 +451,17 @@ class ReplicaExchange(ExtrasKernel):
         return jnp.where(finite[:, None], draws, fallback)
 
     def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
-        if batched:
-            keys = jax.vmap(jax.random.split)(rng_key)
-            positions = jax.jit(jax.vmap(self._initial_positions))(keys[:, 1], init_params)
-            chain_keys = keys[:, 0]
-        else:
-            chain_key, draw_key = jax.random.split(rng_key)
-            positions = self._initial_positions(draw_key, init_params)
-            chain_keys = chain_key
-        if self._discrete_target is not None:
+        discrete = self._discrete_target is not None
+        positions, chain_keys = starting_positions(
+            rng_key,
+            init_params,
+            batched,
+            self._initial_positions,
+            None if discrete else self._flat_model.dimension,
+        )
+        if discrete:
             # Checked after init, where every rung has its tuned starting state.
             return positions, chain_keys
-        if positions.shape[-1] != self._flat_model.dimension:
-            raise ValueError(
-                f"init_params have {positions.shape[-1]} unconstrained dimensions, the model "
-                f"{self._flat_model.dimension}."
-            )
         if not_jax_tracer(positions):
             top = np.reshape(np.asarray(positions), (-1, self._num_replicas, positions.shape[-1]))
             for chain, position in enumerate(top[:, -1]):

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from numpyro_extras.evidence import Evidence, log_mean_and_influence, log_mean_exp
-from numpyro_extras.runs import inference_data
+from numpyro_extras.runs import finished_kernel, inference_data
 from numpyro_extras.slmc.kernels import VAESLMC
 
 __all__ = ["slmc_kernel", "slmc_log_marginal_likelihood", "slmc_inference_data", "MIN_WEIGHT_ESS"]
@@ -29,12 +29,7 @@ def slmc_kernel(mcmc) -> VAESLMC:
     :raises TypeError: if the run used another kernel.
     :raises ValueError: if the MCMC has not been run yet.
     """
-    kernel = mcmc.sampler
-    if not isinstance(kernel, VAESLMC):
-        raise TypeError(f"Expected an MCMC run with nx.VAESLMC, got {type(kernel)}.")
-    if mcmc.last_state is None:
-        raise ValueError("Run the MCMC first: `mcmc.run(rng_key, ...)`.")
-    return kernel
+    return finished_kernel(mcmc, VAESLMC, "nx.VAESLMC")
 
 
 def proposal_log_weights(mcmc):

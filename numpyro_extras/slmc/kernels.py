@@ -17,7 +17,12 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
-from numpyro_extras.kernel import ExtrasKernel, calling_mcmc_progress_bar, fixed_target_functions
+from numpyro_extras.kernel import (
+    ExtrasKernel,
+    calling_mcmc_progress_bar,
+    fixed_target_functions,
+    starting_positions,
+)
 from numpyro_extras.potential import (
     FlatModel,
     check_finite_potential,
@@ -262,19 +267,9 @@ class VAESLMC(ExtrasKernel):
         return jnp.where(finite, draw, fallback)
 
     def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
-        if batched:
-            keys = jax.vmap(jax.random.split)(rng_key)
-            positions = jax.jit(jax.vmap(self._initial_position))(keys[:, 1], init_params)
-            chain_keys = keys[:, 0]
-        else:
-            chain_key, draw_key = jax.random.split(rng_key)
-            positions = self._initial_position(draw_key, init_params)
-            chain_keys = chain_key
-        if positions.shape[-1] != self._flat_model.dimension:
-            raise ValueError(
-                f"init_params have {positions.shape[-1]} unconstrained dimensions, the model "
-                f"{self._flat_model.dimension}."
-            )
+        positions, chain_keys = starting_positions(
+            rng_key, init_params, batched, self._initial_position, self._flat_model.dimension
+        )
         if not_jax_tracer(positions):
             flat = np.reshape(np.asarray(positions), (-1, positions.shape[-1]))
             for chain, position in enumerate(flat):

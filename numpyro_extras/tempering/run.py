@@ -14,6 +14,7 @@ import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from numpyro_extras.runs import finished_kernel
 from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 
@@ -39,15 +40,12 @@ def tempering_kernel(mcmc):
     :raises TypeError: if the run used another kernel.
     :raises ValueError: if the MCMC has not been run yet.
     """
-    kernel = mcmc.sampler
-    if not isinstance(kernel, _KERNELS):
-        raise TypeError(
-            "Expected an MCMC run with nx.JointContinuousTempering or "
-            f"nx.GibbsContinuousTempering, got {type(kernel).__name__}."
-        )
-    if kernel.base is None or mcmc.last_state is None:
-        raise ValueError("Run the MCMC first: `mcmc.run(rng_key, ...)`.")
-    return kernel
+    return finished_kernel(
+        mcmc,
+        _KERNELS,
+        "nx.JointContinuousTempering or nx.GibbsContinuousTempering",
+        ran=lambda kernel: kernel.base is not None,
+    )
 
 
 def chain_field(mcmc, name):
