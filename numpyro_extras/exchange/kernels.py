@@ -437,8 +437,11 @@ class ReplicaExchange(ExtrasKernel):
             return self._discrete_positions(rng_key, init_params)
         fallback = self._flat_model.initial_position
         if init_params is not None:
-            position = init_params if self._model is None else ravel_pytree(init_params)[0]
-            return jnp.broadcast_to(jnp.asarray(position), (self._num_replicas, fallback.shape[0]))
+            position = jnp.asarray(
+                init_params if self._model is None else ravel_pytree(init_params)[0]
+            )
+            # Its own length, so that a wrong one reaches the dimension check with a clear error.
+            return jnp.broadcast_to(position, (self._num_replicas,) + position.shape[-1:])
         keys = jax.random.split(rng_key, self._num_replicas)
         draws = jax.vmap(self._path.sample_reference_fn)(keys).astype(fallback.dtype)
         betas = jnp.linspace(0.0, 1.0, self._num_replicas, dtype=fallback.dtype)

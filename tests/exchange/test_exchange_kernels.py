@@ -171,6 +171,15 @@ def test_bad_input_gets_a_clear_error():
         )
     with pytest.raises(ValueError, match="discrete latent sites"):
         run(nx.ReplicaExchange(_mixed_model, num_replicas=2), num_warmup=2, num_samples=2)
+    with pytest.raises(ValueError, match="init_params have 2 unconstrained dimensions"):
+        run(
+            nx.ReplicaExchange(conjugate_model, num_replicas=2),
+            CONJUGATE_DATA,
+            num_warmup=2,
+            num_samples=2,
+            num_chains=1,
+            init_params={"x": jnp.zeros(2)},
+        )
     with pytest.raises(NotImplementedError, match="cannot be a block"):
         Gibbs(
             [(nx.ReplicaExchange(_mixed_model), discrete_latent_sites), (NUTS(_mixed_model), None)]
