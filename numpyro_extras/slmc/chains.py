@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_extras.compiled_chain import BuildTag
+from numpyro_extras.exchange.chains import swap_log_ratios
 from numpyro_extras.kernel import field_lookup
 from numpyro_extras.metropolis import (
     acceptance_probability,
@@ -347,7 +348,7 @@ def exchange_source(rng_key, betas, log_densities):
     pair_key, accept_key = jax.random.split(rng_key)
     num_models = betas.shape[0]
     pair = jax.random.randint(pair_key, (), 0, num_models - 1)
-    log_ratio = (betas[pair] - betas[pair + 1]) * (log_densities[pair + 1] - log_densities[pair])
+    log_ratio = swap_log_ratios(betas, log_densities)[pair]
     accept, accept_prob = metropolis_accept(accept_key, log_ratio)
     models = jnp.arange(num_models)
     swapped = jnp.where(models == pair, pair + 1, jnp.where(models == pair + 1, pair, models))
