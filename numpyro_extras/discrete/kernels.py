@@ -25,23 +25,19 @@ from numpyro_extras.discrete.proposal import (
     KINDS,
     ChainState,
     DiscreteVariable,
-    acs_step,
     decode,
     init_chain,
     local_differences_fn,
+    scheduled_steps,
 )
-from numpyro_extras.discrete.schedule import (
-    CyclicalSchedule,
-    check_schedule,
-    cosine_balancing,
-    cyclical_step_sizes,
-)
+from numpyro_extras.discrete.schedule import CyclicalSchedule, check_schedule
 from numpyro_extras.discrete.tuning import (
     TuningResult,
     TuningSettings,
     fixed_tuning,
     resolve_settings,
     tune_schedule,
+    untuned_schedule,
 )
 from numpyro_extras.kernel import (
     ExtrasKernel,
@@ -306,10 +302,36 @@ class ACS(ExtrasKernel):
         """ACS moves per transition as given (``None``: the default)."""
         return self._discrete_steps
 
+    def moves_per_transition(self, mixed: bool) -> int:
+        """ACS moves of the discrete sites per transition: ``discrete_steps`` if given, else one
+        whole cycle of the schedule beside continuous sites (``mixed``: moved by an inner
+        kernel, or by another block of a Gibbs kernel), from the large exploring steps to the
+        small refining ones, and one step alone.
+
+        :param bool mixed: whether continuous sites move between the discrete moves.
+        :return: the number of moves.
+        """
+        if self._discrete_steps is not None:
+            return self._discrete_steps
+        if not mixed:
+            return 1
+        schedule = self._schedule
+        return self._settings.steps_per_cycle if schedule is None else len(schedule.step_sizes)
+
     @property
     def has_inner_kernel(self) -> bool:
         """Whether an HMC/NUTS move of continuous sites was asked for."""
         return self._inner is not None
+
+    @property
+    def inner_settings(self) -> tuple[str, dict] | None:
+        """``(algo, settings)`` of the HMC/NUTS move of continuous sites (``None`` without)."""
+        return self._inner
+
+    @property
+    def num_tuning_sweeps(self) -> int:
+        """Sweeps ``init`` runs before tuning, with an inner kernel."""
+        return self._num_tuning_sweeps
 
     def discrete_target(self, model_args=(), model_kwargs=None) -> DiscreteTarget:
         """The model (or potential) read into the sampler's terms for these arguments: the
@@ -504,14 +526,7 @@ class ACS(ExtrasKernel):
         settings = self._settings
         num_copies = 1 if schedule is not None else self._num_tuning_chains
         inner = self._inner
-        discrete_steps = self._discrete_steps
-        if discrete_steps is None:
-            # Beside continuous sites (moved by the inner kernel, or by another block of a
-            # Gibbs kernel) a transition makes one whole cycle of discrete moves, from the
-            # large exploring steps to the small refining ones; alone, one step per draw.
-            mixed = inner is not None or target.conditioned
-            cycle = settings.steps_per_cycle if schedule is None else len(schedule.step_sizes)
-            discrete_steps = cycle if mixed else 1
+        discrete_steps = self.moves_per_transition(inner is not None or target.conditioned)
         # The discrete conditional, and so the schedule the tuner finds, can depend strongly on
         # the continuous sites: with an inner kernel they first leave their prior draw.
         num_sweeps = self._num_tuning_sweeps if inner is not None and schedule is None else 0
@@ -541,19 +556,8 @@ class ACS(ExtrasKernel):
         def discrete_moves(key, chain, schedule, first_position, evaluate):
             """``discrete_steps`` ACS moves at consecutive positions of the cyclical schedule
             (eq. 7-8)."""
-
-            def discrete_move(chain, inputs):
-                key, position = inputs
-                k = position % schedule.step_sizes.shape[0]
-                alpha, beta = schedule.step_sizes[k], schedule.balancing[k]
-                chain, accept_prob = acs_step(key, chain, alpha, beta, evaluate, variables)
-                return chain, (alpha, beta, accept_prob)
-
-            positions = first_position + jnp.arange(discrete_steps)
-            chain, (alphas, betas, accept_probs) = jax.lax.scan(
-                discrete_move, chain, (jax.random.split(key, discrete_steps), positions)
-            )
-            return chain, (alphas[-1], betas[-1], jnp.mean(accept_probs))
+            keys = jax.random.split(key, discrete_steps)
+            return scheduled_steps(keys, chain, schedule, first_position, evaluate, variables)
 
         def sweep(keys, chain, inner_state, schedule, first_position, model_args, model_kwargs):
             """Discrete moves given the continuous sites, then one inner kernel move of the
@@ -575,12 +579,7 @@ class ACS(ExtrasKernel):
             """``num_sweeps`` sweeps at the untuned cycle of the tuner's burn-in (Alg. 3), the
             inner kernel adapting over them: the continuous sites (and the discrete ones with
             them) go from the prior draw to where the posterior puts them."""
-            resolved = resolve_settings(settings, variables)
-            s = resolved.steps_per_cycle
-            naive = CyclicalSchedule(
-                cyclical_step_sizes(resolved.alpha_ceil, resolved.alpha_floor, s),
-                cosine_balancing(resolved.beta_max, resolved.beta_min, s),
-            )
+            naive = untuned_schedule(resolve_settings(settings, variables))
             init_key, key = jax.random.split(key)
             inner_state = hmc_init(
                 x,

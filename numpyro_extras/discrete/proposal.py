@@ -34,6 +34,7 @@ __all__ = [
     "init_chain",
     "acs_step",
     "acs_transition",
+    "scheduled_steps",
     "squared_jump",
     "acceptance_probability",
     "log_acceptance_ratio",
@@ -322,6 +323,43 @@ def acs_step(
         rng_key, state, alpha, beta, evaluate_fn, variables, mh
     )
     return new_state, accept_prob
+
+
+def scheduled_steps(
+    keys, state: ChainState, schedule, first_position, evaluate_fn: Callable, variables: dict
+):
+    """``len(keys)`` ACS steps at consecutive positions of a cyclical schedule (ACS paper
+    Alg. 1, eq. 7-8), from position ``first_position`` of the cycle on.
+
+    :param keys: PRNG keys, one per step (leading axis: the number of steps).
+    :param ChainState state: the current state.
+    :param schedule: a :class:`~numpyro_extras.discrete.CyclicalSchedule`.
+    :param first_position: the position in the cycle of the first step (taken modulo ``s``).
+    :param evaluate_fn: as in :func:`acs_step`.
+    :param dict variables: name -> :class:`DiscreteVariable`.
+    :return: ``(new_state, (alpha, beta, accept_prob))``: the step size and balancing
+        exponent of the last step, the mean acceptance probability of the steps.
+
+    **Example:**
+
+    .. code-block:: python
+
+        keys = jax.random.split(key, schedule.steps_per_cycle)
+        state, (alpha, beta, accept_prob) = scheduled_steps(
+            keys, state, schedule, 0, evaluate, variables
+        )  # one whole cycle
+    """
+
+    def step(state, inputs):
+        key, position = inputs
+        k = position % schedule.step_sizes.shape[0]
+        alpha, beta = schedule.step_sizes[k], schedule.balancing[k]
+        state, accept_prob = acs_step(key, state, alpha, beta, evaluate_fn, variables)
+        return state, (alpha, beta, accept_prob)
+
+    positions = first_position + jnp.arange(keys.shape[0])
+    state, (alphas, betas, accept_probs) = jax.lax.scan(step, state, (keys, positions))
+    return state, (alphas[-1], betas[-1], jnp.mean(accept_probs))
 
 
 def acs_transition(

@@ -34,6 +34,7 @@ __all__ = [
     "resolve_settings",
     "tune_schedule",
     "tuning_cost",
+    "untuned_schedule",
 ]
 
 #: How the tuner picks ``alpha_max`` among the step sizes its downward search tries:
@@ -262,6 +263,26 @@ def resolve_settings(settings: TuningSettings | None, variables: dict) -> Tuning
 
 # The tuner's phases, in the order its single loop of MH steps runs them.
 _FREE_BURNIN, _NAIVE_CYCLES, _SEARCH_ALPHA_MIN, _SEARCH_ALPHA_MAX, _BALANCING = range(5)
+
+
+def untuned_schedule(settings: TuningSettings) -> CyclicalSchedule:
+    """The cycle of the tuner's burn-in (Alg. 3): cosine step sizes from ``alpha_ceil`` down to
+    ``alpha_floor`` (eq. 7), balancing from ``beta_max`` down to ``beta_min`` (eq. 8).
+
+    :param TuningSettings settings: resolved settings (:func:`resolve_settings`).
+    :return: :class:`~numpyro_extras.discrete.CyclicalSchedule` of ``steps_per_cycle`` entries.
+
+    **Example:**
+
+    .. code-block:: python
+
+        naive = untuned_schedule(resolve_settings(TuningSettings(), variables))
+    """
+    s = settings.steps_per_cycle
+    return CyclicalSchedule(
+        cyclical_step_sizes(settings.alpha_ceil, settings.alpha_floor, s),
+        cosine_balancing(settings.beta_max, settings.beta_min, s),
+    )
 
 
 class _StepPlan(NamedTuple):

@@ -33,7 +33,7 @@ from numpyro.infer.hmc import HMCState, hmc
 
 from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.exchange.ladder import equalized_ladder, initial_ladder, tuning_rounds
-from numpyro_extras.exchange.path import TemperedPath, value_and_gradient
+from numpyro_extras.exchange.path import MixedPosition, TemperedPath, value_and_gradient
 from numpyro_extras.kernel import field_lookup, rejected_move
 from numpyro_extras.metropolis import acceptance_probability, select
 
@@ -345,10 +345,19 @@ def hmc_moves(path: TemperedPath, algo="NUTS") -> RungMoves:
     :func:`~numpyro.infer.hmc.hmc` with ``beta`` passed as the potential's argument, one
     adaptation state (step size, mass matrix) per rung.
 
-    :param TemperedPath path: the reference, ``l`` and reference draws, on flat positions.
+    For a path on :class:`~numpyro_extras.exchange.path.MixedPosition` points the moves are
+    those of the continuous block given the discrete one: ``init``, ``explore`` and the
+    returned ``evaluate`` then take the discrete values as a trailing ``given`` argument (the
+    conditional of the Gibbs sweep of :func:`~numpyro_extras.exchange.discrete_moves.
+    mixed_moves`), the replica caching ``-log r``, ``l`` and their gradients in the continuous
+    block.
+
+    :param TemperedPath path: the reference, ``l`` and reference draws, on flat positions (or
+        mixed ones).
     :param str algo: ``"NUTS"`` or ``"HMC"``.
     :return: :class:`RungMoves`; its ``init`` takes NumPyro's HMC settings (``step_size``,
-        ``dense_mass``, ...) as keyword arguments.
+        ``dense_mass``, ...) as keyword arguments. It also carries ``evaluate(position,
+        given=None) -> ReplicaEvaluation``.
 
     **Example:**
 
@@ -356,13 +365,24 @@ def hmc_moves(path: TemperedPath, algo="NUTS") -> RungMoves:
 
         init_fn, step_fn = replica_exchange(hmc_moves(path), lambda x: x, num_replicas=8)
     """
-    hmc_init, hmc_sample = hmc(potential_fn_gen=path.potential_fn, algo=algo)
-    reference_value_and_grad = value_and_gradient(path.reference_potential_fn)
-    likelihood_value_and_grad = value_and_gradient(path.log_likelihood_fn)
 
-    def evaluate(position) -> ReplicaEvaluation:
-        reference_potential, reference_gradient = reference_value_and_grad(position)
-        log_likelihood, log_likelihood_gradient = likelihood_value_and_grad(position)
+    def at(position, given):
+        return position if given is None else MixedPosition(position, given)
+
+    def potential_fn_gen(beta, given=None):
+        potential = path.potential_fn(beta)
+        return lambda position: potential(at(position, given))
+
+    hmc_init, hmc_sample = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
+
+    def likelihood_value_and_grad(position, given):
+        return value_and_gradient(lambda x: path.log_likelihood_fn(at(x, given)))(position)
+
+    def evaluate(position, given=None) -> ReplicaEvaluation:
+        reference_potential, reference_gradient = value_and_gradient(
+            lambda x: path.reference_potential_fn(at(x, given))
+        )(position)
+        log_likelihood, log_likelihood_gradient = likelihood_value_and_grad(position, given)
         return ReplicaEvaluation(
             position,
             reference_potential,
@@ -371,10 +391,10 @@ def hmc_moves(path: TemperedPath, algo="NUTS") -> RungMoves:
             log_likelihood_gradient,
         )
 
-    def moved_evaluation(moved: HMCState, beta) -> ReplicaEvaluation:
+    def moved_evaluation(moved: HMCState, beta, given) -> ReplicaEvaluation:
         # U_beta = -log r - beta l: with l and its gradient, the reference part follows from the
         # move's own cached potential, one gradient of l instead of two gradients.
-        log_likelihood, log_likelihood_gradient = likelihood_value_and_grad(moved.z)
+        log_likelihood, log_likelihood_gradient = likelihood_value_and_grad(moved.z, given)
         return ReplicaEvaluation(
             moved.z,
             moved.potential_energy + beta * log_likelihood,
@@ -383,18 +403,26 @@ def hmc_moves(path: TemperedPath, algo="NUTS") -> RungMoves:
             log_likelihood_gradient,
         )
 
-    def init(positions, betas, rng_key, num_warmup, **hmc_settings):
-        replicas = jax.vmap(evaluate)(positions)
+    def init(positions, betas, rng_key, num_warmup, given=None, **hmc_settings):
+        replicas = jax.vmap(evaluate)(positions, given)
         inner = jax.vmap(
-            lambda position, beta, key: hmc_init(
-                position, num_warmup, model_args=(beta,), rng_key=key, **hmc_settings
+            lambda position, beta, key, given: hmc_init(
+                position, num_warmup, model_args=(beta, given), rng_key=key, **hmc_settings
             )
-        )(positions, betas, jax.random.split(rng_key, betas.shape[0]))
+        )(positions, betas, jax.random.split(rng_key, betas.shape[0]), given)
         return replicas, inner
 
-    def explore(rng_key, replica: ReplicaEvaluation, inner: HMCState, beta, iteration, num_warmup):
-        moved = hmc_sample(inner._replace(rng_key=rng_key), model_args=(beta,))
-        evaluation = moved_evaluation(moved, beta)
+    def explore(
+        rng_key,
+        replica: ReplicaEvaluation,
+        inner: HMCState,
+        beta,
+        iteration,
+        num_warmup,
+        given=None,
+    ):
+        moved = hmc_sample(inner._replace(rng_key=rng_key), model_args=(beta, given))
+        evaluation = moved_evaluation(moved, beta, given)
         finite = evaluation.finite
         return select(finite, evaluation, replica), select(
             finite, moved, rejected_move(inner, moved)
@@ -408,7 +436,18 @@ def hmc_moves(path: TemperedPath, algo="NUTS") -> RungMoves:
         # the swapped states and the (possibly new) beta.
         return jax.vmap(_synced)(inner, replicas, betas)
 
-    return RungMoves(init, explore, renew, sync)
+    return HMCRungMoves(init, explore, renew, sync, evaluate)
+
+
+class HMCRungMoves(NamedTuple):
+    """:class:`RungMoves` of :func:`hmc_moves`, with the evaluation of one point (for a sweep
+    that moves another block of the point in between)."""
+
+    init: Callable
+    explore: Callable
+    renew: Callable
+    sync: Callable
+    evaluate: Callable
 
 
 def _float_dtype(positions):

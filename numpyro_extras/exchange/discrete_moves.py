@@ -1,7 +1,8 @@
-"""ACS and DMALA moves of the replicas of a model whose latent sites are all discrete.
+"""ACS and DMALA moves of the replicas of a model with discrete latent sites, and Gibbs sweeps
+(ACS on the discrete sites, HMC/NUTS on the continuous ones) for a model with both.
 
 Replica ``i`` targets ``U_beta(theta) = log p0(theta) + beta l(theta)`` (the prior path of
-:mod:`numpyro_extras.exchange.path` on the sites' values), and moves by one step of the
+:mod:`numpyro_extras.exchange.path` on the sites' values), and moves by steps of the
 locally balanced proposal of the ACS paper (Pynadath et al. 2024, eq. 5) with its exact
 Metropolis-Hastings test (eq. 6), at the ``(alpha, beta)`` of a cyclical schedule (eq. 7-8).
 
@@ -11,43 +12,58 @@ A replica caches ``log p0`` and ``l`` with their differences per coordinate sepa
 swap or a new ``beta`` re-expresses a replica without evaluating the model, and the swap test
 (Syed et al. eq. 3) reads ``l`` from the cache.
 
-The schedule is tuned at ``init`` by the ACS tuner (Alg. 2-5) on every rung at its starting
-``beta`` (vmapped over the rungs, ``beta`` as data); when the ladder moves during warm-up each
+The schedule is tuned at ``init`` by the ACS tuner (Alg. 2-5) on every rung but the reference
+one (renewed by exact draws, it never moves) at its starting ``beta`` (vmapped over the rungs,
+``beta`` as data); when the ladder moves during warm-up each
 rung reads its schedule at its new ``beta`` by interpolating the tuned ones (log step sizes and
 balancing exponents, linearly in ``beta``). After warm-up the ladder, and with it every
 schedule, is frozen, so every kept transition leaves its rung's target invariant.
+
+For a model with continuous sites too, a replica is a point ``(x, theta)`` and its rung makes
+a Gibbs sweep on ``log p0(x, theta) + beta l(x, theta)`` (:func:`mixed_moves`): ACS steps on
+``theta`` given ``x``, then an HMC/NUTS move of ``x`` given ``theta``, each block caching its
+own parts so that swaps still cost no evaluation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from numpyro.infer.hmc import HMCState
 
 from numpyro_extras.discrete.proposal import (
     ChainState,
-    acs_step,
     decode,
+    encode,
     init_chain,
     local_differences_fn,
+    scheduled_steps,
 )
 from numpyro_extras.discrete.schedule import CyclicalSchedule
 from numpyro_extras.discrete.tuning import (
     TuningResult,
     TuningSettings,
     fixed_tuning,
+    resolve_settings,
     tune_schedule,
+    untuned_schedule,
 )
-from numpyro_extras.exchange.chains import RungMoves
-from numpyro_extras.exchange.path import TemperedPath
+from numpyro_extras.exchange.chains import ReplicaEvaluation, RungMoves, _synced, hmc_moves
+from numpyro_extras.exchange.path import MixedPosition, TemperedPath
 from numpyro_extras.metropolis import running_accept_mean
 
 __all__ = [
     "DiscreteEvaluation",
+    "DiscreteRungMoves",
     "DiscreteRungState",
+    "MixedEvaluation",
+    "MixedRungState",
     "acs_moves",
     "discrete_evaluation_fn",
+    "mixed_moves",
     "schedule_at",
 ]
 
@@ -109,6 +125,11 @@ class DiscreteRungState(NamedTuple):
     accept_prob: jax.Array
     mean_accept_prob: jax.Array
 
+    @property
+    def diverging(self):
+        """Never: an ACS move has no trajectory to diverge (the field every rung state has)."""
+        return jnp.zeros_like(self.accept_prob, dtype=bool)
+
 
 def schedule_at(tuned_betas, schedules: CyclicalSchedule, betas) -> CyclicalSchedule:
     """The schedules at ``betas``, interpolated from schedules tuned at ``tuned_betas``: log step
@@ -139,11 +160,13 @@ def schedule_at(tuned_betas, schedules: CyclicalSchedule, betas) -> CyclicalSche
 
 
 def discrete_evaluation_fn(path: TemperedPath, variables: dict):
-    """``indices -> DiscreteEvaluation``: ``log p0`` and ``l`` with their differences per
-    coordinate, each by :func:`~numpyro_extras.discrete.local_differences_fn` (one gradient,
-    or exact differences, as ``variables`` say).
+    """``(indices, given=None) -> DiscreteEvaluation``: ``log p0`` and ``l`` with their
+    differences per coordinate, each by :func:`~numpyro_extras.discrete.local_differences_fn`
+    (one gradient, or exact differences, as ``variables`` say).
 
-    :param TemperedPath path: the prior path on the sites' values.
+    :param TemperedPath path: the prior path on the sites' values (or on
+        :class:`~numpyro_extras.exchange.path.MixedPosition` points, then ``given`` is the flat
+        continuous position the discrete sites are moved at).
     :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
     :return: the evaluation function of one state.
 
@@ -154,19 +177,38 @@ def discrete_evaluation_fn(path: TemperedPath, variables: dict):
         evaluation = discrete_evaluation_fn(path, variables)({"z": jnp.array([0, 1, 1])})
         log_density, differences = evaluation.tempered(0.5)
     """
-    prior_differences = local_differences_fn(
-        lambda values: -path.reference_potential_fn(values), variables
-    )
-    likelihood_differences = local_differences_fn(path.log_likelihood_fn, variables)
 
-    def evaluate(indices) -> DiscreteEvaluation:
-        log_prior, prior_change = prior_differences(indices)
-        log_likelihood, likelihood_change = likelihood_differences(indices)
+    def evaluate(indices, given=None) -> DiscreteEvaluation:
+        def at(values):
+            return values if given is None else MixedPosition(given, values)
+
+        log_prior, prior_change = local_differences_fn(
+            lambda values: -path.reference_potential_fn(at(values)), variables
+        )(indices)
+        log_likelihood, likelihood_change = local_differences_fn(
+            lambda values: path.log_likelihood_fn(at(values)), variables
+        )(indices)
         return DiscreteEvaluation(
             indices, -log_prior, prior_change, log_likelihood, likelihood_change
         )
 
     return evaluate
+
+
+class DiscreteRungMoves(NamedTuple):
+    """:class:`~numpyro_extras.exchange.chains.RungMoves` of :func:`acs_moves`, with the
+    evaluation of one state (for a sweep that moves another block in between)."""
+
+    init: Callable
+    explore: Callable
+    renew: Callable
+    sync: Callable
+    evaluate: Callable
+
+
+def _rung_states(tunings: TuningResult, tuned_betas) -> DiscreteRungState:
+    zeros = jnp.zeros_like(tuned_betas)
+    return DiscreteRungState(tunings.schedule, tunings, tuned_betas, zeros, zeros, zeros, zeros)
 
 
 def acs_moves(
@@ -176,10 +218,15 @@ def acs_moves(
     schedule: CyclicalSchedule | None = None,
     settings: TuningSettings | None = None,
     num_tuning_chains=8,
-) -> RungMoves:
+    discrete_steps=1,
+) -> DiscreteRungMoves:
     """ACS (or, with a one-entry ``schedule`` at balancing 0.5, DMALA) moves of the replicas of
-    a model whose latent sites are all discrete, for
-    :func:`~numpyro_extras.exchange.chains.replica_exchange`.
+    a model's discrete sites, for :func:`~numpyro_extras.exchange.chains.replica_exchange`.
+
+    For a path on :class:`~numpyro_extras.exchange.path.MixedPosition` points the moves are
+    those of the discrete block given the continuous one: ``init``, ``explore`` and
+    ``evaluate`` then take the flat continuous position as a trailing ``given`` argument (see
+    :func:`mixed_moves`).
 
     :param TemperedPath path: the prior path on the sites' values
         (:func:`~numpyro_extras.exchange.path.prior_path`).
@@ -190,8 +237,9 @@ def acs_moves(
         at ``init``.
     :param TuningSettings settings: the tuner's constants.
     :param int num_tuning_chains: copies per rung the tuner averages over.
-    :return: :class:`~numpyro_extras.exchange.chains.RungMoves` on index dicts; a scan moves
-        each rung by one ACS step, at the position of the cycle given by the scan count.
+    :param int discrete_steps: ACS moves per scan, at consecutive positions of the cycle.
+    :return: :class:`DiscreteRungMoves` on index dicts; a scan moves each rung by
+        ``discrete_steps`` ACS steps, at the positions of the cycle given by the scan count.
 
     **Example:**
 
@@ -203,12 +251,12 @@ def acs_moves(
     """
     evaluate = discrete_evaluation_fn(path, variables)
 
-    def tempered_evaluate(beta):
+    def tempered_evaluate(beta, given):
         """``indices -> (U_beta, differences, evaluation)``: the evaluation is kept as the
         chain state's cache, so an accepted state brings its parts along."""
 
         def evaluate_at(indices):
-            evaluation = evaluate(indices)
+            evaluation = evaluate(indices, given)
             return (*evaluation.tempered(beta), evaluation)
 
         return evaluate_at
@@ -217,47 +265,52 @@ def acs_moves(
         return ChainState(replica.position, *replica.tempered(beta), replica)
 
     def draw_indices(rng_key):
-        return decode(variables, path.sample_reference_fn(rng_key))
+        draw = path.sample_reference_fn(rng_key)
+        return decode(variables, draw.discrete if isinstance(draw, MixedPosition) else draw)
 
-    def tune_rung(rng_key, position, beta):
+    def tune_rung(rng_key, position, beta, given):
         """The rung's schedule by the ACS tuner (Alg. 2-5) at its ``beta``, from ``position``
         and prior draws, and the state it ends in."""
         draw_key, tune_key = jax.random.split(rng_key)
         copies = jax.vmap(draw_indices)(jax.random.split(draw_key, num_tuning_chains))
         copies = jax.tree.map(lambda draws, start: draws.at[0].set(start), copies, position)
-        evaluate_at = tempered_evaluate(beta)
+        evaluate_at = tempered_evaluate(beta, given)
         chains = jax.vmap(lambda indices: init_chain(evaluate_at, indices))(copies)
         tuning, chains = tune_schedule(tune_key, chains, evaluate_at, variables, settings)
-        return tuning, chains.indices
+        # Each rung starts where its first tuning copy (its own start) ended.
+        return tuning, jax.tree.map(lambda leaf: leaf[0], chains.indices)
 
-    def init(positions, betas, rng_key, num_warmup):
+    def init(positions, betas, rng_key, num_warmup, given=None):
         if schedule is None:
-            tunings, positions = jax.vmap(tune_rung)(
-                jax.random.split(rng_key, betas.shape[0]), positions, betas
+            # The beta = 0 rung is renewed by reference draws and never moves: only the others
+            # are tuned; it holds rung 1's tuning, never read.
+            tail = jax.tree.map(lambda leaf: leaf[1:], (positions, betas, given))
+            tunings, moved = jax.vmap(tune_rung)(
+                jax.random.split(rng_key, betas.shape[0] - 1), *tail
             )
-            # Each rung starts where its first tuning copy (its own start) ended.
-            positions = jax.tree.map(lambda leaf: leaf[:, 0], positions)
+            first = jax.tree.map(lambda leaf: leaf[:1], (positions, tunings))
+            positions, tunings = jax.tree.map(
+                lambda head, rest: jnp.concatenate([head, rest]), first, (moved, tunings)
+            )
+            tuned_betas = betas.at[0].set(betas[1])
         else:
             tunings = jax.vmap(lambda _: fixed_tuning(schedule))(betas)
-        replicas = jax.vmap(evaluate)(positions)
-        zeros = jnp.zeros_like(betas)
-        inner = DiscreteRungState(
-            tunings.schedule,
-            tunings,
-            betas,
-            zeros,
-            zeros,
-            zeros,
-            zeros,
-        )
-        return replicas, inner
+            tuned_betas = betas
+        replicas = jax.vmap(evaluate)(positions, given)
+        return replicas, _rung_states(tunings, tuned_betas)
 
-    def explore(rng_key, replica, inner: DiscreteRungState, beta, iteration, num_warmup):
+    def explore(
+        rng_key, replica, inner: DiscreteRungState, beta, iteration, num_warmup, given=None
+    ):
         # Every rung is at the same position of its cycle (eq. 7-8): scans count the moves.
-        k = iteration % inner.schedule.step_sizes.shape[-1]
-        alpha, balancing = inner.schedule.step_sizes[k], inner.schedule.balancing[k]
-        chain, accept_prob = acs_step(
-            rng_key, chain_at(replica, beta), alpha, balancing, tempered_evaluate(beta), variables
+        keys = rng_key[None] if discrete_steps == 1 else jax.random.split(rng_key, discrete_steps)
+        chain, (alpha, balancing, accept_prob) = scheduled_steps(
+            keys,
+            chain_at(replica, beta),
+            inner.schedule,
+            iteration * discrete_steps,
+            tempered_evaluate(beta, given),
+            variables,
         )
         mean_accept_prob = running_accept_mean(
             inner.mean_accept_prob, accept_prob, iteration + 1, num_warmup
@@ -276,6 +329,229 @@ def acs_moves(
         # The replicas' caches do not depend on beta; only tuned schedules follow a new ladder.
         if schedule is not None:
             return inner
-        return inner._replace(schedule=schedule_at(inner.tuned_beta, inner.tuning.schedule, betas))
+        tuned = jax.tree.map(lambda leaf: leaf[1:], (inner.tuned_beta, inner.tuning.schedule))
+        return inner._replace(schedule=schedule_at(*tuned, betas))
+
+    return DiscreteRungMoves(init, explore, renew, sync, evaluate)
+
+
+class MixedEvaluation(NamedTuple):
+    """What a replica of a model with continuous and discrete latent sites caches about its
+    point ``(x, theta)``: both blocks' caches, valid at the same point.
+
+    :param continuous: :class:`~numpyro_extras.exchange.chains.ReplicaEvaluation` of ``x``
+        given ``theta`` (``-log r``, ``l`` and their gradients in ``x``).
+    :param discrete: :class:`DiscreteEvaluation` of ``theta`` given ``x`` (``-log r``, ``l``
+        and their differences per discrete coordinate).
+    """
+
+    continuous: ReplicaEvaluation
+    discrete: DiscreteEvaluation
+
+    @property
+    def position(self) -> MixedPosition:
+        """``(x, theta)``, the discrete sites as index arrays."""
+        return MixedPosition(self.continuous.position, self.discrete.position)
+
+    @property
+    def reference_potential(self):
+        return self.continuous.reference_potential
+
+    @property
+    def log_likelihood(self):
+        return self.continuous.log_likelihood
+
+    @property
+    def finite(self):
+        return self.continuous.finite & self.discrete.finite
+
+
+class MixedRungState(NamedTuple):
+    """A rung's state for a model with continuous and discrete latent sites: its ACS state
+    and its HMC/NUTS state (whose step size and mass matrix adapt during warm-up).
+
+    The HMC/NUTS fields (``diverging``, ``accept_prob``, ``adapt_state``, ...) are read from
+    ``continuous``; the ACS move's acceptance is ``discrete.accept_prob``.
+    """
+
+    discrete: DiscreteRungState
+    continuous: HMCState
+
+    @property
+    def diverging(self):
+        return self.continuous.diverging
+
+    @property
+    def accept_prob(self):
+        return self.continuous.accept_prob
+
+    @property
+    def mean_accept_prob(self):
+        return self.continuous.mean_accept_prob
+
+    @property
+    def num_steps(self):
+        return self.continuous.num_steps
+
+    @property
+    def energy(self):
+        return self.continuous.energy
+
+    @property
+    def adapt_state(self):
+        return self.continuous.adapt_state
+
+
+def mixed_moves(
+    path: TemperedPath,
+    variables: dict,
+    algo="NUTS",
+    *,
+    schedule: CyclicalSchedule | None = None,
+    settings: TuningSettings | None = None,
+    num_tuning_chains=32,
+    num_tuning_sweeps=50,
+    discrete_steps=20,
+) -> RungMoves:
+    """Gibbs sweeps of the replicas of a model with continuous and discrete latent sites: at
+    its ``beta``, each rung moves the discrete sites given the continuous ones by
+    ``discrete_steps`` ACS steps (ACS paper eq. 5-6, :func:`acs_moves`), then the continuous
+    sites given the discrete ones by one HMC/NUTS move
+    (:func:`~numpyro_extras.exchange.chains.hmc_moves`), both on the rung's tempered density
+    ``log p0(x, theta) + beta l(x, theta)`` (Syed et al. eq. 2). Each block's move leaves its
+    conditional of that density invariant, so the sweep leaves the density invariant.
+
+    A replica caches both blocks' parts at its point (:class:`MixedEvaluation`), so a swap or a
+    new ``beta`` costs no evaluation of the model. At ``init`` every rung but the reference
+    one first makes ``num_tuning_sweeps`` sweeps at the tuner's untuned cycle (Alg. 3), its
+    HMC/NUTS move adapting over them, so that its continuous sites leave their prior draw; then
+    its ACS schedule is tuned (Alg. 2-5) given where they are, and its HMC/NUTS adaptation
+    starts afresh for the warm-up.
+
+    :param TemperedPath path: the prior path on
+        :class:`~numpyro_extras.exchange.path.MixedPosition` points.
+    :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
+    :param str algo: ``"NUTS"`` or ``"HMC"``.
+    :param CyclicalSchedule schedule: a fixed schedule for every rung; ``None``: tuned per rung.
+    :param TuningSettings settings: the tuner's constants.
+    :param int num_tuning_chains: copies per rung the tuner averages over.
+    :param int num_tuning_sweeps: sweeps per rung before the tuner (0: tune at the start).
+    :param int discrete_steps: ACS moves per sweep (a whole cycle by default, as in
+        :class:`~numpyro_extras.ACS` with an inner kernel).
+    :return: :class:`~numpyro_extras.exchange.chains.RungMoves` on
+        :class:`~numpyro_extras.exchange.path.MixedPosition` points with index dicts; its
+        ``init`` takes NumPyro's HMC settings as keyword arguments.
+
+    **Example:**
+
+    .. code-block:: python
+
+        target = nx.ACS(model, inner_kernel=NUTS).discrete_target((x, y))
+        moves = mixed_moves(prior_path(target.split), target.variables)
+        init_fn, step_fn = replica_exchange(moves, unravel_fn, num_replicas=8)
+    """
+    discrete = acs_moves(
+        path,
+        variables,
+        schedule=schedule,
+        settings=settings,
+        num_tuning_chains=num_tuning_chains,
+        discrete_steps=discrete_steps,
+    )
+    continuous = hmc_moves(path, algo)
+
+    def evaluate(x, indices) -> MixedEvaluation:
+        return MixedEvaluation(
+            continuous.evaluate(x, encode(variables, indices)), discrete.evaluate(indices, x)
+        )
+
+    def explore(
+        rng_key, replica: MixedEvaluation, inner: MixedRungState, beta, iteration, num_warmup
+    ):
+        discrete_key, continuous_key = jax.random.split(rng_key)
+        x = replica.continuous.position
+        moved, discrete_inner = discrete.explore(
+            discrete_key, replica.discrete, inner.discrete, beta, iteration, num_warmup, x
+        )
+        values = encode(variables, moved.position)
+        # The continuous block's cache and HMC state at the moved discrete values.
+        here = continuous.evaluate(x, values)
+        continuous_replica, continuous_inner = continuous.explore(
+            continuous_key,
+            here,
+            _synced(inner.continuous, here, beta),
+            beta,
+            iteration,
+            num_warmup,
+            values,
+        )
+        # The discrete block's cache at the moved continuous position, for the next sweep.
+        moved = discrete.evaluate(moved.position, continuous_replica.position)
+        return MixedEvaluation(continuous_replica, moved), MixedRungState(
+            discrete_inner, continuous_inner
+        )
+
+    def burn_in(rng_key, position: MixedPosition, beta, hmc_settings):
+        """``num_tuning_sweeps`` sweeps of one rung at the untuned cycle, its HMC/NUTS move
+        adapting over them; the point they end at."""
+        naive = untuned_schedule(resolve_settings(settings, variables))
+        init_key, rng_key = jax.random.split(rng_key)
+        x, indices = position
+        inner = MixedRungState(
+            _rung_states(fixed_tuning(naive), beta),
+            hmc_init_one(
+                x, encode(variables, indices), beta, init_key, num_tuning_sweeps, hmc_settings
+            ),
+        )
+
+        def sweep(carry, inputs):
+            key, iteration = inputs
+            return explore(key, *carry, beta, iteration, num_tuning_sweeps), None
+
+        (replica, _), _ = jax.lax.scan(
+            sweep,
+            (evaluate(x, indices), inner),
+            (jax.random.split(rng_key, num_tuning_sweeps), jnp.arange(num_tuning_sweeps)),
+        )
+        return replica.position
+
+    def hmc_init_one(x, values, beta, rng_key, num_warmup, hmc_settings):
+        x, beta, values = jax.tree.map(lambda leaf: leaf[None], (x, beta, values))
+        _, inner = continuous.init(x, beta, rng_key, num_warmup, values, **hmc_settings)
+        return jax.tree.map(lambda leaf: leaf[0], inner)
+
+    def init(positions: MixedPosition, betas, rng_key, num_warmup, **hmc_settings):
+        sweep_key, discrete_key, continuous_key = jax.random.split(rng_key, 3)
+        if num_tuning_sweeps and schedule is None:
+            # As for the tuner, the reference rung is skipped: it never moves.
+            tail = jax.tree.map(lambda leaf: leaf[1:], (positions, betas))
+            moved = jax.vmap(
+                lambda key, position, beta: burn_in(key, position, beta, hmc_settings)
+            )(jax.random.split(sweep_key, betas.shape[0] - 1), *tail)
+            positions = jax.tree.map(
+                lambda head, rest: jnp.concatenate([head[:1], rest]), positions, moved
+            )
+        x = positions.continuous
+        discrete_replicas, discrete_inner = discrete.init(
+            positions.discrete, betas, discrete_key, num_warmup, x
+        )
+        values = jax.vmap(encode, in_axes=(None, 0))(variables, discrete_replicas.position)
+        continuous_replicas, continuous_inner = continuous.init(
+            x, betas, continuous_key, num_warmup, values, **hmc_settings
+        )
+        return MixedEvaluation(continuous_replicas, discrete_replicas), MixedRungState(
+            discrete_inner, continuous_inner
+        )
+
+    def renew(rng_key, replica: MixedEvaluation):
+        draw = path.sample_reference_fn(rng_key)
+        x = draw.continuous.astype(replica.continuous.position.dtype)
+        return evaluate(x, decode(variables, draw.discrete))
+
+    def sync(inner: MixedRungState, replicas: MixedEvaluation, betas):
+        return MixedRungState(
+            discrete.sync(inner.discrete, replicas.discrete, betas),
+            continuous.sync(inner.continuous, replicas.continuous, betas),
+        )
 
     return RungMoves(init, explore, renew, sync)

@@ -20,8 +20,13 @@ from numpyro_extras.bases import GaussianBase, MixtureBase, validate_base
 from numpyro_extras.discrete.kernels import ACS, DiscreteTarget
 from numpyro_extras.discrete.proposal import decode
 from numpyro_extras.exchange.chains import hmc_moves, replica_exchange
-from numpyro_extras.exchange.discrete_moves import acs_moves
-from numpyro_extras.exchange.path import TemperedPath, prior_path, reference_path
+from numpyro_extras.exchange.discrete_moves import acs_moves, mixed_moves
+from numpyro_extras.exchange.path import (
+    MixedPosition,
+    TemperedPath,
+    prior_path,
+    reference_path,
+)
 from numpyro_extras.kernel import (
     ExtrasKernel,
     calling_mcmc_progress_bar,
@@ -48,15 +53,6 @@ DEFAULT_NUM_REPLICAS = 16
 MAX_REPLICA_VALUES = 2_000_000
 
 
-# Why a mixed model cannot be tempered with ACS moves (said where it is found).
-MIXED_MODEL_ERROR = (
-    "ReplicaExchange with ACS/DMALA moves tempers models whose latent sites are all discrete; "
-    "moving continuous sites inside a rung as well (ACS's inner_kernel=NUTS) is not supported. "
-    "Sample the model with nx.ACS(model, inner_kernel=NUTS) without tempering, or sum the "
-    "discrete sites out (numpyro.contrib.funsor enumeration) and use nx.ReplicaExchange(model)."
-)
-
-
 def discrete_inner_kernel(model, inner_kernel, inner_kwargs) -> ACS | None:
     """The ACS/DMALA kernel whose settings and model plumbing the replicas' moves use, or
     ``None`` for an HMC/NUTS inner kernel.
@@ -65,8 +61,8 @@ def discrete_inner_kernel(model, inner_kernel, inner_kwargs) -> ACS | None:
     :param inner_kernel: ``nx.ACS``/``nx.DMALA`` (class or instance), ``NUTS``/``HMC``.
     :param dict inner_kwargs: settings for an inner kernel class.
     :return: an :class:`~numpyro_extras.ACS` on ``model``, or ``None``.
-    :raises ValueError: for a kernel that cannot take a tempered potential, ACS without a model,
-        or ACS with its own continuous inner kernel.
+    :raises ValueError: for a kernel that cannot take a tempered potential, or ACS without a
+        model.
     """
     is_class = isinstance(inner_kernel, type)
     if isinstance(inner_kernel, ACS) or (is_class and issubclass(inner_kernel, ACS)):
@@ -85,13 +81,6 @@ def discrete_inner_kernel(model, inner_kernel, inner_kwargs) -> ACS | None:
             if inner_kernel.model is None:
                 raise ValueError("An ACS/DMALA inner kernel must be built on a model.")
             kernel = inner_kernel.wrap_model(lambda _: model)
-        if kernel.has_inner_kernel:
-            raise ValueError(MIXED_MODEL_ERROR)
-        if kernel.discrete_steps not in (None, 1):
-            raise ValueError(
-                "Every replica makes one ACS move per scan, between swaps; discrete_steps is "
-                f"not used here (got {kernel.discrete_steps})."
-            )
         return kernel
     if isinstance(inner_kernel, HMC) or (is_class and issubclass(inner_kernel, HMC)):
         return None
@@ -106,7 +95,7 @@ def discrete_inner_kernel(model, inner_kernel, inner_kwargs) -> ACS | None:
 
 class ReplicaExchange(ExtrasKernel):
     """Non-reversible parallel tempering (Syed, Bouchard-Cote, Deligiannidis and Doucet, JRSSB
-    2022) for any NumPyro model with continuous latent sites, or with discrete ones only.
+    2022) for any NumPyro model with continuous latent sites, discrete ones, or both.
 
     Each chain runs ``num_replicas`` copies of the model at inverse temperatures
     ``0 = beta_0 < ... < beta_{N-1} = 1`` of the path ``log r(x) + beta l(x)`` from a reference
@@ -133,26 +122,38 @@ class ReplicaExchange(ExtrasKernel):
     replica ``i`` targets ``log p0(theta) + beta_i l(theta)``, the sample sites' prior times the
     rest of the model (observed sites and ``numpyro.factor`` terms, so an energy model written
     with ``factor`` is tempered in its energy) raised to ``beta_i``, and the ``beta = 0`` replica
-    is renewed by exact prior draws. Every other rung makes one ACS move per scan
-    (:mod:`numpyro_extras.exchange.discrete_moves`; ACS paper eq. 5-6) with the model read as
-    ``nx.ACS`` reads it (``grad_mode``). ACS's cyclical schedule is tuned per rung at ``init``
-    (the ACS tuner, Alg. 2-5, on every rung at its starting ``beta``, ``num_tuning_chains``
-    copies each: about ``N x num_tuning_chains x 770`` model evaluations per chain, two per
-    step since ``log p0`` and ``l`` are evaluated apart); as the ladder moves in warm-up each
-    rung reads its schedule at its new ``beta`` by interpolation between the tuned ones, and it
-    is frozen with the ladder for sampling. A DMALA step size, or ACS's ``schedule=``, is used
-    on every rung. Settings of ``nx.ACS`` (``steps_per_cycle``, ``grad_mode``, ...) go as
-    keyword arguments, or pass an instance. Models with continuous sites beside discrete ones
-    are not supported (an error says so).
+    is renewed by exact prior draws. Every other rung makes ``discrete_steps`` ACS moves per
+    scan (one by default; :mod:`numpyro_extras.exchange.discrete_moves`; ACS paper eq. 5-6)
+    with the model read as ``nx.ACS`` reads it (``grad_mode``). ACS's cyclical schedule is tuned
+    per rung at ``init`` (the ACS tuner, Alg. 2-5, on every rung but the reference one at its
+    starting ``beta``, ``num_tuning_chains`` copies each: about
+    ``(N - 1) x num_tuning_chains x 770`` evaluations of the prior part and of ``l`` per
+    chain); as the ladder moves in warm-up each rung reads its schedule at its new ``beta`` by
+    interpolation between the tuned ones, and it is frozen with the ladder for sampling. A
+    DMALA step size, or ACS's ``schedule=``, is used on every rung. Settings of ``nx.ACS``
+    (``steps_per_cycle``, ``grad_mode``, ``discrete_steps``, ...) go as keyword arguments, or
+    pass an instance.
+
+    **Mixed models.** With an ACS/DMALA inner kernel, a model with continuous latent sites
+    beside the discrete ones is tempered on the same prior path, on the points ``(x, theta)``,
+    and every rung but the reference one makes a Gibbs sweep per scan, as ``nx.ACS(model,
+    inner_kernel=NUTS)`` does untempered: ``discrete_steps`` ACS moves of ``theta`` given ``x``
+    (one whole cycle by default), then one HMC/NUTS move of ``x`` given ``theta``, both on the
+    rung's tempered density (:func:`~numpyro_extras.exchange.discrete_moves.mixed_moves`).
+    Before its schedule is tuned each rung makes ``num_tuning_sweeps`` sweeps from its prior
+    draw; the HMC/NUTS move adapts per rung during warm-up. ``inner_kernel=nx.ACS`` (the class)
+    moves the continuous sites with NUTS at its defaults; ``inner_kernel=nx.ACS(model,
+    inner_kernel=HMC, num_steps=10, ...)`` chooses the move and its settings as for ``nx.ACS``.
 
     :param model: a NumPyro model with continuous latent sites (or, with an ACS/DMALA inner
-        kernel, discrete ones only).
+        kernel, discrete ones, or both).
     :param potential_fn: alternatively, ``-log`` of the unnormalised target on flat 1-D
         positions; then ``reference`` must be a :class:`~numpyro_extras.GaussianBase` or
         :class:`~numpyro_extras.MixtureBase`.
     :param inner_kernel: ``numpyro.infer.NUTS`` or ``numpyro.infer.HMC`` for continuous sites,
-        ``nx.ACS`` or ``nx.DMALA`` for discrete ones (the class, or an instance whose settings
-        are used), the move of every replica.
+        ``nx.ACS`` or ``nx.DMALA`` for discrete ones (and, beside them, continuous ones with
+        the ACS instance's ``inner_kernel``, NUTS by default; the class, or an instance whose
+        settings are used), the move of every replica.
     :param int num_replicas: replicas per chain (at least 2); about twice the communication
         barrier that :func:`~numpyro_extras.exchange_diagnostics` reports is enough.
     :param reference: ``"fit"`` (a Gaussian mixture with a component on each mode that
@@ -207,6 +208,10 @@ class ReplicaExchange(ExtrasKernel):
         super().__init__(model, potential_fn)
         self._num_replicas = check_count("num_replicas", num_replicas, minimum=2)
         self._acs = discrete_inner_kernel(model, inner_kernel, inner_kwargs)
+        from_class = self._acs is not None and isinstance(inner_kernel, type)
+        # Rebuilt with NUTS for the continuous sites if the model turns out to have some.
+        self._acs_class = inner_kernel if from_class else None
+        self._acs_kwargs = dict(inner_kwargs) if from_class else {}
         if self._acs is not None and not (isinstance(reference, str) and reference == "prior"):
             raise ValueError(
                 "With ACS/DMALA moves the path starts from the prior of the discrete sites: "
@@ -276,8 +281,9 @@ class ReplicaExchange(ExtrasKernel):
     @property
     def latent_sites(self) -> tuple[str, ...]:
         """The names of the latent sites the replicas move (empty before ``init``)."""
-        if self._discrete_target is not None:
-            return tuple(self._discrete_target.variables)
+        target = self._discrete_target
+        if target is not None:
+            return (*target.continuous_sites, *target.variables)
         return () if self._flat_model is None else self._flat_model.latent_sites
 
     @property
@@ -290,8 +296,6 @@ class ReplicaExchange(ExtrasKernel):
 
     @property
     def default_fields(self):
-        if self._acs is not None:
-            return ("z", "log_likelihood", "swap_accept_prob")
         return ("z", "log_likelihood", "swap_accept_prob", "diverging")
 
     def _constrain_fn(self):
@@ -308,19 +312,25 @@ class ReplicaExchange(ExtrasKernel):
             self._acs = discrete_inner_kernel(self._model, self._acs, {})
 
     def _prepare_discrete(self, key, model_args, model_kwargs):
-        """The ACS plumbing and the prior path on the discrete sites' values."""
+        """The ACS plumbing and the prior path on the discrete sites' values (and the flat
+        continuous ones, for a mixed model)."""
         continuous = continuous_latent_sites(self._model, model_args, model_kwargs)
-        if continuous:
+        if continuous and not self._acs.has_inner_kernel and self._acs_class is not None:
+            # As nx.ACS(model, inner_kernel=NUTS): the class's settings, NUTS at its defaults.
+            self._acs = self._acs_class(self._model, inner_kernel=NUTS, **self._acs_kwargs)
+        if not continuous and self._acs.has_inner_kernel:
             raise ValueError(
-                f"The model has continuous latent sites {continuous}. {MIXED_MODEL_ERROR}"
+                "The ACS/DMALA inner kernel has an inner_kernel for continuous sites, but the "
+                "model has none: pass nx.ACS without inner_kernel."
             )
         target = self._acs.discrete_target(model_args, model_kwargs)
         values = sum(variable.size * variable.num_values for variable in target.variables.values())
+        values += target.dimension
         if values * self._num_replicas > MAX_REPLICA_VALUES:
             raise ValueError(
                 f"{self._num_replicas} replicas of a model with {values} discrete values (sites "
-                f"x values) exceed the memory bound of {MAX_REPLICA_VALUES} values per chain; "
-                "use fewer replicas."
+                f"x values) and unconstrained dimensions exceed the memory bound of "
+                f"{MAX_REPLICA_VALUES} values per chain; use fewer replicas."
             )
         self._discrete_target = target
         self._path = self._prior_path(key, lambda: target.split)
@@ -345,8 +355,8 @@ class ReplicaExchange(ExtrasKernel):
             init_strategy=self._init_strategy,
             kernel_name=f"{type(self).__name__} with HMC/NUTS moves",
             discrete_advice=(
-                "For a model whose latent sites are all discrete, pass inner_kernel=nx.ACS (or "
-                "nx.DMALA)."
+                "For a model with discrete latent sites (alone or beside continuous ones), pass "
+                "inner_kernel=nx.ACS (or nx.DMALA)."
             ),
         )
         dimension = self._flat_model.dimension
@@ -396,37 +406,76 @@ class ReplicaExchange(ExtrasKernel):
             )
         return path
 
+    @property
+    def _mixed(self) -> bool:
+        target = self._discrete_target
+        return target is not None and bool(target.continuous_sites)
+
     def _build(self, num_warmup, tag):
+        settings = self._hmc_settings
         if self._acs is not None:
             target = self._discrete_target
-            moves = acs_moves(
-                self._path,
-                target.variables,
-                schedule=self._acs.schedule,
-                settings=self._acs.tuning_settings,
-                num_tuning_chains=self._acs.num_tuning_chains,
-            )
-            unravel_fn = target.site_values_fn
+            acs = self._acs
+            acs_settings = {
+                "schedule": acs.schedule,
+                "settings": acs.tuning_settings,
+                "num_tuning_chains": acs.num_tuning_chains,
+                "discrete_steps": acs.moves_per_transition(self._mixed),
+            }
+            if self._mixed:
+                algo, settings = acs.inner_settings
+                moves = mixed_moves(
+                    self._path,
+                    target.variables,
+                    algo,
+                    num_tuning_sweeps=acs.num_tuning_sweeps,
+                    **acs_settings,
+                )
+
+                def unravel_fn(position):
+                    return {
+                        **target.continuous_unravel_fn(position.continuous),
+                        **target.site_values_fn(position.discrete),
+                    }
+
+            else:
+                moves = acs_moves(self._path, target.variables, **acs_settings)
+                unravel_fn = target.site_values_fn
         else:
             moves = hmc_moves(self._path, self._algo)
             unravel_fn = self._flat_model.unravel_fn
         init_fn, step_fn = replica_exchange(
             moves, unravel_fn, num_replicas=self._num_replicas, tag=tag
         )
-        return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
+        return fixed_target_functions(init_fn, step_fn, num_warmup, settings)
 
     def _discrete_positions(self, rng_key, init_params):
-        """One chain's starting states, index arrays with leading axis ``N``: ``init_params``
-        for every rung if given, else prior draws."""
+        """One chain's starting states, index arrays with leading axis ``N`` (with the flat
+        continuous positions, ``(N, D)``, for a mixed model): ``init_params`` for every rung if
+        given (continuous sites unconstrained), else prior draws."""
         target = self._discrete_target
         if init_params is None:
-            return target.sample_initial_fn(rng_key, self._num_replicas)[1]
-        missing = [name for name in target.variables if name not in init_params]
+            x, indices = target.sample_initial_fn(rng_key, self._num_replicas)
+            return MixedPosition(x, indices) if self._mixed else indices
+        missing = [
+            name
+            for name in (*target.variables, *target.continuous_sites)
+            if name not in init_params
+        ]
         if missing:
-            raise ValueError(f"init_params lack the discrete sites {missing}.")
-        indices = decode(target.variables, init_params)
+            raise ValueError(f"init_params lack the latent sites {missing}.")
+        position = decode(target.variables, init_params)
+        if self._mixed:
+            continuous = {name: init_params[name] for name in target.continuous_sites}
+            x = ravel_pytree(continuous)[0]
+            if x.shape[-1] != target.dimension:
+                raise ValueError(
+                    f"init_params have {x.shape[-1]} unconstrained dimensions, the model "
+                    f"{target.dimension}."
+                )
+            position = MixedPosition(x, position)
         return jax.tree.map(
-            lambda index: jnp.broadcast_to(index, (self._num_replicas,) + index.shape), indices
+            lambda leaf: jnp.broadcast_to(leaf, (self._num_replicas,) + leaf.shape), position
         )
 
     def _initial_positions(self, rng_key, init_params):
@@ -491,7 +540,7 @@ class ReplicaExchange(ExtrasKernel):
         swap_rate = float(np.mean(np.asarray(statistics.accept_sum))) / scans
         moves = (
             ""
-            if self._acs is not None
+            if self._acs is not None and not self._mixed
             else f"{int(state.num_steps)} steps of size {float(state.step_size):.2e}. "
         )
         return (

@@ -19,7 +19,8 @@ For a model whose latent sites are all discrete, the same prior path runs on the
 (a dict by site name) instead of a flat vector: ``log r`` is the log probability of the sample
 sites and ``l`` every observed site and ``factor`` term, so a discrete energy model written
 with ``numpyro.factor`` is tempered in its energy and its ``beta = 0`` replica is the base
-distribution of its sample sites.
+distribution of its sample sites. For a model with both, a position is a
+:class:`MixedPosition` of the two.
 """
 
 from __future__ import annotations
@@ -32,7 +33,19 @@ import jax.numpy as jnp
 
 from numpyro_extras.potential import SplitModel
 
-__all__ = ["TemperedPath", "prior_path", "reference_path"]
+__all__ = ["MixedPosition", "TemperedPath", "prior_path", "reference_path"]
+
+
+class MixedPosition(NamedTuple):
+    """A point of a model with continuous and discrete latent sites.
+
+    :param continuous: the flat unconstrained vector of the continuous sites, shape ``(D,)``.
+    :param discrete: dict name -> the discrete sites' values (or, in a replica's cache, their
+        indices).
+    """
+
+    continuous: jax.Array
+    discrete: dict
 
 
 class TemperedPath(NamedTuple):
@@ -65,7 +78,7 @@ def prior_path(split: SplitModel) -> TemperedPath:
     A position is the flat unconstrained vector of a model with continuous latent sites, or,
     for a model whose latent sites are all discrete, the dict of their values (the model's
     values: floats are accepted where the model uses them arithmetically, so that the path can
-    be differentiated in them).
+    be differentiated in them), or, for a model with both, a :class:`MixedPosition` of the two.
 
     :param SplitModel split: the model's prior/likelihood split
         (:func:`~numpyro_extras.potential.split_model`).
@@ -81,18 +94,17 @@ def prior_path(split: SplitModel) -> TemperedPath:
         path.potential_fn(0.5)(x0)   # -log p0(x0) - 0.5 log p(y | x0)
         ising = prior_path(split_model(key, nx.ising_model, (4,)))
         ising.log_likelihood_fn({"white": w, "black": b})  # -E(s) + 16 log 2
+        mixed = prior_path(split_model(key, spike_and_slab, (x, y)))
+        mixed.potential_fn(0.5)(MixedPosition(x0, {"gamma": gamma0}))
     """
     discrete = bool(split.discrete_sites)
-    if discrete and split.dimension:
-        raise ValueError(
-            "A prior path runs on continuous or on discrete latent sites, but the model has "
-            f"both (continuous {list(split.continuous_sites)}, discrete "
-            f"{list(split.discrete_sites)})."
-        )
+    mixed = discrete and split.dimension > 0
     no_continuous = jnp.zeros((0,))
 
     def parts(position):
         """``(x, discrete values)`` of a position."""
+        if mixed:
+            return position
         return (no_continuous, position) if discrete else (position, {})
 
     def reference_potential_fn(position):
@@ -103,7 +115,10 @@ def prior_path(split: SplitModel) -> TemperedPath:
 
     def sample_reference_fn(rng_key):
         positions, values = split.sample_prior_fn(rng_key, 1)
-        return jax.tree.map(lambda value: value[0], values) if discrete else positions[0]
+        values = jax.tree.map(lambda value: value[0], values)
+        if mixed:
+            return MixedPosition(positions[0], values)
+        return values if discrete else positions[0]
 
     return TemperedPath(reference_potential_fn, log_likelihood_fn, sample_reference_fn, "prior")
 
