@@ -286,7 +286,7 @@ def acs_moves(
             # are tuned; it holds rung 1's tuning, never read.
             tail = jax.tree.map(lambda leaf: leaf[1:], (positions, betas, given))
             tunings, moved = jax.vmap(tune_rung)(
-                jax.random.split(rng_key, betas.shape[0] - 1), *tail
+                jax.random.split(rng_key, betas.shape[0])[1:], *tail
             )
             first = jax.tree.map(lambda leaf: leaf[:1], (positions, tunings))
             positions, tunings = jax.tree.map(
