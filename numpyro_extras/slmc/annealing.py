@@ -12,7 +12,8 @@ driver follows Algorithms 3-5 of Ichikawa et al.:
 3. the models run VAE-SLMC side by side at their new ``beta`` with the previous parameters,
    exchanging states between neighbours (Algorithm 6, eq. 5), so a model that collapsed onto
    some modes is fed draws of the others;
-4. each model is retrained, warm-started, on its own chain's thinned draws (Algorithm 3).
+4. each model is retrained, warm-started, on its own chain's thinned draws (Algorithm 3), until
+   its loss on held-out draws stops falling (at most ``epochs`` epochs).
 
 The round repeats until every model (or the first, ``stop="first"``) reaches ``beta_final``;
 the proposal returned is the model whose proposals find the most mass at ``beta_final`` (the
@@ -79,8 +80,13 @@ class AnnealingSettings(NamedTuple):
     :param float beta_step: ``eps``, the spacing of the candidate betas.
     :param int num_check_steps: ``T_check``, steps of each check chain of the beta search.
     :param int num_check_chains: check chains per model, started from its training data.
-    :param int epochs: training epochs per rung.
-    :param int initial_epochs: training epochs on the first rung's NUTS draws.
+    :param int epochs: the most training epochs per rung (Table 7's 150).
+    :param int initial_epochs: the most training epochs on the first rung's NUTS draws.
+    :param int patience: stop a training early when the held-out loss has not fallen by the
+        relative ``tolerance`` for this many epochs (``None``: always train every epoch, as in
+        the paper).
+    :param float tolerance: the relative fall of the held-out loss that counts as progress.
+    :param float validation_fraction: the share of each training set held out to judge it.
     :param int training_size: ``n(D_k)``, training points per model and rung.
     :param int initial_size: training points per model from NUTS at ``beta_0``.
     :param int num_data_chains: parallel VAE-SLMC chains per model that make the training data.
@@ -109,6 +115,9 @@ class AnnealingSettings(NamedTuple):
     num_check_chains: int = 10
     epochs: int = 150
     initial_epochs: int = 300
+    patience: int | None = 5
+    tolerance: float = 1e-2
+    validation_fraction: float = 0.1
     training_size: int = 15_000
     initial_size: int = 40_000
     num_data_chains: int = 100
@@ -141,6 +150,16 @@ class AnnealingSettings(NamedTuple):
             check_count(name, getattr(self, name))
         for name in ("initial_epochs", "max_retrains", "initial_warmup"):
             check_count(name, getattr(self, name), minimum=0)
+        if self.patience is not None:
+            check_count("patience", self.patience)
+        check_real("tolerance", self.tolerance, "a number >= 0", low=0.0, open_low=False)
+        check_real(
+            "validation_fraction",
+            self.validation_fraction,
+            "a number in (0, 1)",
+            low=0.0,
+            high=1.0,
+        )
         beta_0 = check_real("beta_0", self.beta_0, "a positive number", low=0.0)
         beta_final = check_real("beta_final", self.beta_final, "a positive number", low=0.0)
         if beta_0 > beta_final:
@@ -179,8 +198,10 @@ class AnnealingRung(NamedTuple):
         (NaN for round 0).
     :param bool retrained: no candidate passed, so ``beta`` stayed (under-learning repaired by
         retraining).
-    :param float loss: the last epoch's training loss.
+    :param float loss: the training's final loss (held out, with early stopping).
     :param float swap_rate: the mean exchange acceptance probability of the round's data run.
+    :param int epochs: the epochs the training ran (fewer than the setting when it stopped
+        early; -1 when unknown, in files saved before it was recorded).
     """
 
     round: int
@@ -190,6 +211,7 @@ class AnnealingRung(NamedTuple):
     retrained: bool
     loss: float
     swap_rate: float
+    epochs: int = -1
 
 
 class AnnealingHistory(NamedTuple):
@@ -204,6 +226,9 @@ class AnnealingHistory(NamedTuple):
         check's proposals (NaN for a model that did not get there).
     :param int chosen_model: the model returned: the largest ``final_log_z``.
     :param float ar_min: the acceptance floor used.
+    :param int density_evaluations: target-density evaluations the training spent (a gradient
+        evaluation of the first rung's NUTS counts as one; -1 when unknown, in files saved
+        before it was recorded).
     """
 
     rungs: tuple
@@ -212,6 +237,7 @@ class AnnealingHistory(NamedTuple):
     final_log_z: tuple
     chosen_model: int
     ar_min: float
+    density_evaluations: int = -1
 
     def betas(self, model=0) -> list[float]:
         """The beta path of ``model``, one entry per round."""
@@ -267,7 +293,8 @@ def _take_rows(rng_key, data, count):
 
 def _initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
     """Per model, ``initial_size`` NUTS draws at ``beta_0``, shape ``(J, N, D)``: each model gets
-    its own chains (round-robin) when there are at least as many chains as models."""
+    its own chains (round-robin) when there are at least as many chains as models; and the
+    gradient evaluations of the run (warm-up included)."""
     beta_0 = settings.beta_0
     potential_fn = flat_model.potential_fn
     chains = settings.initial_chains
@@ -288,7 +315,11 @@ def _initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
         chain_method="vectorized",
         progress_bar=progress_bar,
     )
-    mcmc.run(run_key, init_params=starts)
+    warmup_key, run_key = jax.random.split(run_key)
+    mcmc.warmup(warmup_key, init_params=starts, collect_warmup=True, extra_fields=("num_steps",))
+    evaluations = int(np.sum(mcmc.get_extra_fields()["num_steps"]))
+    mcmc.run(run_key, extra_fields=("num_steps",))
+    evaluations += int(np.sum(mcmc.get_extra_fields()["num_steps"]))
     draws = np.asarray(mcmc.get_samples(group_by_chain=True))
     keys = jax.random.split(pick_key, num_models)
     per_model = []
@@ -296,7 +327,7 @@ def _initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
         own = draws[model::num_models] if chains >= num_models else draws
         own = own.reshape(-1, dimension)
         per_model.append(_take_rows(keys[model], jnp.asarray(own), settings.initial_size))
-    return jnp.stack(per_model)
+    return jnp.stack(per_model), evaluations
 
 
 class _Machinery(NamedTuple):
@@ -317,6 +348,9 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
             epochs=epochs,
             batch_size=settings.batch_size,
             learning_rate=settings.learning_rate,
+            patience=settings.patience,
+            tolerance=settings.tolerance,
+            validation_fraction=settings.validation_fraction,
         )
         return jax.jit(jax.vmap(one))
 
@@ -500,9 +534,11 @@ def fit_vae_proposal(
     )
     sites = site_shapes(flat_model)
     if initial_data is None:
-        data = _initial_draws(data_key, flat_model, settings, num_models, progress_bar)
+        data, evaluations = _initial_draws(data_key, flat_model, settings, num_models, progress_bar)
     else:
-        data = _checked_data(initial_data, num_models, dimension)
+        data, evaluations = _checked_data(initial_data, num_models, dimension), 0
+    # Each check chain evaluates its start and one proposal per step.
+    evaluations_per_search = num_models * settings.num_check_chains * (settings.num_check_steps + 1)
     data = data.astype(flat_model.initial_position.dtype)
     machinery = _machinery(log_density_fn, settings, acceptance)
     proposals = jax.vmap(lambda key: init_proposal(key, config, sites=sites))(
@@ -522,8 +558,8 @@ def fit_vae_proposal(
                 float(betas[model_index]),
                 math.nan,
                 False,
-                float(losses[model_index, -1]),
-                math.nan,
+                **_final_loss_and_epochs(losses[model_index]),
+                swap_rate=math.nan,
             )
         )
     grid = candidate_betas(settings.beta_0, settings.beta_final, settings.beta_step)
@@ -544,6 +580,7 @@ def fit_vae_proposal(
             rates, _ = machinery.search(
                 jax.random.split(search_key, num_models), proposals, data, grid_array
             )
+            evaluations += evaluations_per_search
             rates = np.asarray(rates)
             new_betas = np.array(
                 [
@@ -572,6 +609,7 @@ def fit_vae_proposal(
             data, _, swap_rate = machinery.run(
                 run_key, proposals, jnp.asarray(new_betas, data.dtype), data, burn, thin
             )
+            evaluations += num_models * settings.num_data_chains * (1 + burn + records * thin)
             proposals, losses = machinery.train(
                 jax.random.split(train_key, num_models), proposals, data
             )
@@ -583,8 +621,8 @@ def fit_vae_proposal(
                         float(new_betas[j]),
                         float(chosen_rates[j]),
                         not (climbed[j] or finished[j]),
-                        float(losses[j, -1]),
-                        float(swap_rate),
+                        **_final_loss_and_epochs(losses[j]),
+                        swap_rate=float(swap_rate),
                     )
                 )
             betas = new_betas
@@ -625,9 +663,18 @@ def fit_vae_proposal(
         final_log_z=tuple(float(value) for value in final_log_z),
         chosen_model=chosen,
         ar_min=float(settings.ar_min),
+        density_evaluations=evaluations + evaluations_per_search,
     )
     proposal = jax.tree.map(lambda leaf: leaf[chosen], proposals)
     return proposal.replace(history=history)
+
+
+def _final_loss_and_epochs(losses):
+    """The last recorded loss of a training and the epochs it ran (the losses are NaN after an
+    early stop)."""
+    losses = np.asarray(losses)
+    epochs = int(np.sum(np.isfinite(losses)))
+    return {"loss": float(losses[epochs - 1]) if epochs else math.nan, "epochs": epochs}
 
 
 def _finished(betas, settings):

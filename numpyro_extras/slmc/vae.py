@@ -323,25 +323,51 @@ def vae_loss(params, proposal: VAEProposal, u, rng_key):
     return jnp.mean(squared_error + config.beta_vae * kl)
 
 
-def train_vae(rng_key, proposal: VAEProposal, data, *, epochs, batch_size, learning_rate):
+def train_vae(
+    rng_key,
+    proposal: VAEProposal,
+    data,
+    *,
+    epochs,
+    batch_size,
+    learning_rate,
+    patience=None,
+    tolerance=0.0,
+    validation_fraction=0.1,
+):
     """Train the VAE on ``data`` with Adam (warm start from ``proposal.params``), after
-    standardising the data per dimension. Jittable; ``epochs`` and ``batch_size`` are static.
+    standardising the data per dimension, for at most ``epochs`` passes. Jittable; ``epochs``,
+    ``batch_size``, ``patience`` and ``validation_fraction`` are static.
 
-    :param rng_key: key for shuffling and the reparameterisation noise.
+    With ``patience``, a ``validation_fraction`` of the data is held out and the loss of eq. 2 is
+    evaluated on it after every epoch with the same reparameterisation noise each time (so that
+    two epochs' values differ only through the parameters). Training stops when that loss has not
+    fallen by a relative ``tolerance`` below its last such improvement for ``patience`` epochs,
+    and the parameters of the lowest held-out loss are returned. The network is judged on points
+    it was not fitted to, so a warm-started model that already fits the new rung stops after a
+    few epochs, and one that would start to overfit a small training set stops there.
+
+    :param rng_key: key for the split, shuffling and the reparameterisation noise.
     :param VAEProposal proposal: the model to start from.
     :param data: flat points ``(N, D)``.
-    :param int epochs: passes over the data.
+    :param int epochs: the most passes over the (training part of the) data.
     :param int batch_size: points per Adam step (the last partial batch of an epoch is dropped).
     :param float learning_rate: Adam's learning rate.
+    :param int patience: epochs without a relative improvement of ``tolerance`` before stopping;
+        ``None`` trains all ``epochs`` on all the data.
+    :param float tolerance: the relative fall of the held-out loss that counts as an improvement.
+    :param float validation_fraction: the share of ``data`` held out (with ``patience``).
     :return: ``(proposal, losses)``: the trained proposal with the data's standardisation, and
-        the mean loss of every epoch.
+        one loss per epoch, ``(epochs,)``: the held-out loss with ``patience`` (NaN after the
+        epoch training stopped at), else the mean training loss of the epoch.
 
     **Example:**
 
     .. code-block:: python
 
         proposal, losses = train_vae(key, proposal, draws, epochs=150, batch_size=512,
-                                     learning_rate=1e-3)
+                                     learning_rate=1e-3, patience=10, tolerance=1e-3)
+        epochs_run = int(jnp.sum(jnp.isfinite(losses)))
     """
     loc = jnp.mean(data, 0)
     scale = jnp.std(data, 0)
@@ -352,6 +378,12 @@ def train_vae(rng_key, proposal: VAEProposal, data, *, epochs, batch_size, learn
     # nearly all of the cost: train in single precision even when JAX runs in double. The
     # acceptance stays exact for any network, so the network's precision never biases a draw.
     u = standardize(proposal, data).astype(jnp.float32)
+    split_key, noise_key, rng_key = jax.random.split(rng_key, 3)
+    num_held_out = 0
+    if patience is not None:
+        num_held_out = min(max(1, int(validation_fraction * u.shape[0])), u.shape[0] - 1)
+        u = u[jax.random.permutation(split_key, u.shape[0])]
+    held_out, u = u[:num_held_out], u[num_held_out:]
     num_points = u.shape[0]
     batch_size = min(batch_size, num_points)
     num_batches = num_points // batch_size
@@ -374,10 +406,49 @@ def train_vae(rng_key, proposal: VAEProposal, data, *, epochs, batch_size, learn
         return carry, jnp.mean(losses)
 
     params = proposal.params
-    (params, _), losses = jax.lax.scan(
-        epoch, (params, optimizer.init(params)), jax.random.split(rng_key, epochs)
+    epoch_keys = jax.random.split(rng_key, epochs)
+    if patience is None:
+        (params, _), losses = jax.lax.scan(epoch, (params, optimizer.init(params)), epoch_keys)
+        return proposal.replace(params=params), losses
+
+    def keep_going(carry):
+        index, wait = carry[0], carry[5]
+        return (index < epochs) & (wait < patience)
+
+    def train_epoch(carry):
+        index, params, opt_state, best_params, best_loss, wait, anchor, losses = carry
+        (params, opt_state), _ = epoch((params, opt_state), epoch_keys[index])
+        loss = vae_loss(params, proposal, held_out, noise_key).astype(jnp.float32)
+        better = loss < best_loss
+        best_params = jax.tree.map(
+            lambda new, old: jnp.where(better, new, old), params, best_params
+        )
+        improved = loss < anchor - tolerance * jnp.abs(anchor)
+        return (
+            index + 1,
+            params,
+            opt_state,
+            best_params,
+            jnp.minimum(loss, best_loss),
+            jnp.where(improved, 0, wait + 1),
+            jnp.where(improved, loss, anchor),
+            losses.at[index].set(loss),
+        )
+
+    # The largest float rather than inf, so that the first relative threshold is not inf - inf.
+    largest = jnp.array(jnp.finfo(jnp.float32).max, jnp.float32)
+    carry = (
+        0,
+        params,
+        optimizer.init(params),
+        params,
+        largest,
+        0,
+        largest,
+        jnp.full((epochs,), jnp.nan, jnp.float32),
     )
-    return proposal.replace(params=params), losses
+    carry = jax.lax.while_loop(keep_going, train_epoch, carry)
+    return proposal.replace(params=carry[3]), carry[7]
 
 
 def isometry_factors(rng_key, proposal: VAEProposal, num_samples=10_000):

@@ -20,7 +20,15 @@ from numpyro_extras.slmc.chains import (
     refresh_latent,
     shared_uniform_rates,
 )
-from numpyro_extras.slmc.vae import VAEConfig, decode, encode, init_proposal, train_vae
+from numpyro_extras.slmc.vae import (
+    VAEConfig,
+    decode,
+    encode,
+    init_proposal,
+    standardize,
+    train_vae,
+    vae_loss,
+)
 
 MEAN = np.array([1.0, -0.5])
 COVARIANCE = np.array([[1.5**2, 0.6], [0.6, 0.7**2]])
@@ -167,6 +175,46 @@ def test_log_z_against_closed_form():
     assert evidence.ess > 2000
     assert evidence.stderr < 0.02
     assert abs(evidence.log_z - LOG_OFFSET) < 4 * evidence.stderr
+
+
+def test_early_stopping_follows_the_held_out_rule():
+    """Training stops at the first epoch where the held-out loss has gone ``patience`` epochs
+    without falling ``tolerance`` (relative) below its last improvement, and returns the
+    parameters of the lowest held-out loss, not the last ones."""
+    data = jax.random.multivariate_normal(jax.random.PRNGKey(5), MEAN, COVARIANCE, (2000,))
+    config = VAEConfig(dimension=2, latent_dim=2, encoder_sizes=(16, 16), decoder_sizes=(16, 16))
+    key, patience, tolerance, epochs = jax.random.PRNGKey(2), 5, 0.01, 300
+    proposal, losses = jax.jit(
+        lambda key, proposal, data: train_vae(
+            key,
+            proposal,
+            data,
+            epochs=epochs,
+            batch_size=256,
+            learning_rate=3e-3,
+            patience=patience,
+            tolerance=tolerance,
+            validation_fraction=0.2,
+        )
+    )(key, init_proposal(jax.random.PRNGKey(0), config), data)
+    losses = np.asarray(losses)
+    run = int(np.isfinite(losses).sum())
+    assert patience < run < epochs
+    assert np.all(np.isfinite(losses[:run])) and np.all(np.isnan(losses[run:]))
+    anchor, wait = np.inf, 0
+    for epoch, loss in enumerate(losses[:run]):
+        if loss < anchor - tolerance * abs(anchor) or epoch == 0:
+            anchor, wait = loss, 0
+        else:
+            wait += 1
+        assert (wait >= patience) == (epoch == run - 1)
+    # The held-out points and noise, drawn as train_vae draws them.
+    split_key, noise_key, _ = jax.random.split(key, 3)
+    points = standardize(proposal, data).astype(jnp.float32)
+    held_out = points[jax.random.permutation(split_key, points.shape[0])][:400]
+    returned_loss = float(vae_loss(proposal.params, proposal, held_out, noise_key))
+    assert returned_loss == pytest.approx(losses[:run].min(), rel=1e-4)
+    assert losses[:run].min() < losses[run - 1]
 
 
 def test_exchange_rule():

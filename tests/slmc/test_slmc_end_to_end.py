@@ -15,7 +15,7 @@ import numpyro_extras as nx
 matplotlib.use("Agg")
 
 LOG_Z = 1.5
-FIT = dict(TINY, initial_size=1000, initial_chains=4, initial_warmup=200)
+FIT = dict(TINY, initial_size=1000, initial_warmup=200)
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,11 @@ def test_annealing_reached_the_posterior(run):
     assert betas[0] == pytest.approx(0.1) and betas[-1] == pytest.approx(1.0)
     assert np.all(np.diff(betas) >= 0)
     assert history.final_accept_rates[0] >= history.ar_min
+    for rung in history.rungs:
+        assert 1 <= rung.epochs <= FIT["initial_epochs" if rung.round == 0 else "epochs"]
+    # At least the NUTS draws of the first rung and every check chain of every beta search.
+    check_chains = FIT["num_check_chains"] * (FIT["num_check_steps"] + 1)
+    assert history.density_evaluations > FIT["initial_size"] + len(betas) * check_chains
     figure = nx.plot_annealing(run.sampler.proposal)
     assert len(figure.axes) == 2
 
