@@ -33,6 +33,18 @@ from numpyro_extras.estimates import log_marginal_likelihood, to_inference_data
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.exchange import ReplicaExchange, plot_exchange
 from numpyro_extras.exchange.diagnostics import ExchangeDiagnostics, exchange_diagnostics
+from numpyro_extras.involutive import (
+    AiSampler,
+    AiState,
+    InvolutionCheck,
+    InvolutiveProposal,
+    involution_check,
+    load_involution,
+    mode_switch_rate,
+    plot_ai_sampler,
+    save_involution,
+    train_ai_sampler,
+)
 from numpyro_extras.potential import FlatModel, flatten_model
 from numpyro_extras.slmc import (
     VAESLMC,
@@ -72,6 +84,16 @@ from numpyro_extras.tempering import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AiSampler",
+    "AiState",
+    "InvolutionCheck",
+    "InvolutiveProposal",
+    "involution_check",
+    "load_involution",
+    "mode_switch_rate",
+    "plot_ai_sampler",
+    "save_involution",
+    "train_ai_sampler",
     "ACS",
     "ACSState",
     "CyclicalSchedule",

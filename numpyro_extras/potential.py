@@ -38,6 +38,10 @@ __all__ = [
     "flat_model_from_potential",
     "check_finite_potential",
     "arguments_fingerprint",
+    "site_shapes",
+    "flat_potential_for",
+    "flat_target",
+    "check_trained_for",
 ]
 
 
@@ -194,6 +198,97 @@ def flatten_model(
         initial_position=initial_position,
         latent_sites=tuple(initial_values),
     )
+
+
+def flat_potential_for(model, unravel_fn):
+    """The flat potential of ``model`` as a function of its arguments, for kernels whose target
+    changes between steps (a block of NumPyro's :class:`~numpyro.infer.gibbs.Gibbs` gets new
+    conditioning values in ``model_kwargs`` at every step).
+
+    :param model: a NumPyro model with continuous latent sites.
+    :param unravel_fn: flat ``x`` -> dict of unconstrained site values (:class:`FlatModel`'s).
+    :return: ``(model_args, model_kwargs) -> (x -> U(x))``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        potential_for = flat_potential_for(model, flat.unravel_fn)
+        potential_for((data,), {})(flat.initial_position)
+    """
+
+    def potential_for(model_args, model_kwargs):
+        def potential_fn(position):
+            return potential_energy(model, model_args, model_kwargs, unravel_fn(position))
+
+        return potential_fn
+
+    return potential_for
+
+
+def site_shapes(flat_model: FlatModel) -> tuple:
+    """``((name, unconstrained shape), ...)`` of a flat model's latent sites (empty for a
+    ``potential_fn``): what a trained proposal must match to be used on the model.
+
+    :param FlatModel flat_model: the model's flat potential.
+    :return: tuple of ``(name, shape)`` pairs, in the order of the flat vector.
+    """
+    if not flat_model.latent_sites:
+        return ()
+    values = flat_model.unravel_fn(flat_model.initial_position)
+    return tuple((name, tuple(np.shape(values[name]))) for name in flat_model.latent_sites)
+
+
+def flat_target(
+    rng_key, model, model_args, model_kwargs, potential_fn, initial_position, kernel_name
+) -> FlatModel:
+    """The flat target a learned proposal trains on: a model's flat potential, or a
+    ``potential_fn`` with its ``initial_position`` (exactly one of ``model`` and
+    ``potential_fn``).
+
+    :return: :class:`FlatModel`.
+    :raises ValueError: for both or neither, or a ``potential_fn`` without a starting point.
+    """
+    if (model is None) == (potential_fn is None):
+        raise ValueError("Give exactly one of `model` or `potential_fn`.")
+    if model is not None:
+        return flatten_model(
+            rng_key, model, model_args, model_kwargs or {}, kernel_name=kernel_name
+        )
+    if initial_position is None:
+        raise ValueError("With `potential_fn`, give `initial_position` (a flat 1-D point).")
+    return flat_model_from_potential(potential_fn, jnp.asarray(initial_position))
+
+
+def check_trained_for(trained_sites, trained_dimension, flat_model, has_model, what, trainer):
+    """Raise a clear ``ValueError`` when something trained (a learned proposal) does not fit
+    ``flat_model``: other latent sites, other unconstrained shapes or another dimension.
+
+    :param tuple trained_sites: ``((name, shape), ...)`` it was trained on (:func:`site_shapes`).
+    :param int trained_dimension: its number of unconstrained dimensions.
+    :param FlatModel flat_model: the target it is to be used on.
+    :param bool has_model: whether the target is a model (then the sites must agree).
+    :param str what: what was trained, for the message (e.g. ``"The involution"``).
+    :param str trainer: the function that trains one, for the message.
+    """
+    expected = site_shapes(flat_model)
+    if has_model and tuple(trained_sites) != expected:
+        raise ValueError(
+            f"{what} was trained for other latent sites: it has {_describe_sites(trained_sites)}"
+            f", the model {_describe_sites(expected)} (unconstrained shapes). Train one for this "
+            f"model with {trainer}."
+        )
+    if trained_dimension != flat_model.dimension:
+        raise ValueError(
+            f"{what} works on {trained_dimension} unconstrained dimensions, the target has "
+            f"{flat_model.dimension}."
+        )
+
+
+def _describe_sites(sites):
+    if not sites:
+        return "no named sites (a potential_fn)"
+    return ", ".join(f"{name} {tuple(shape)}" for name, shape in sites)
 
 
 def arguments_fingerprint(model_args, model_kwargs):

@@ -1,0 +1,97 @@
+"""Saving and loading a trained Ai-sampler involution (flax msgpack, never pickle)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from numpyro_extras.involutive.networks import InvolutionConfig, InvolutiveProposal, init_proposal
+from numpyro_extras.involutive.training import TrainingHistory
+from numpyro_extras.serialization import read_header, restore_arrays, save_arrays
+
+__all__ = ["save_involution", "load_involution", "FORMAT"]
+
+FORMAT = "numpyro_extras.InvolutiveProposal/1"
+
+
+def save_involution(path, params: InvolutiveProposal):
+    """Write a trained involution to ``path``.
+
+    :param path: file path (``str`` or ``Path``).
+    :param InvolutiveProposal params: from :func:`~numpyro_extras.train_ai_sampler`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        nx.save_involution("mog6.msgpack", params)
+        params = nx.load_involution("mog6.msgpack")
+    """
+    if not isinstance(params, InvolutiveProposal):
+        raise TypeError(
+            f"save_involution needs an InvolutiveProposal, got {type(params).__name__}."
+        )
+    history = params.history
+    header = {
+        "format": FORMAT,
+        "config": dataclasses.asdict(params.config),
+        "sites": [[name, list(shape)] for name, shape in params.sites],
+        "num_starts": int(params.starts.shape[0]),
+        "history": None if history is None else history._asdict(),
+    }
+    arrays = {
+        "params": params.params,
+        "loc": params.loc,
+        "scale": params.scale,
+        "starts": params.starts,
+    }
+    save_arrays(path, header, arrays)
+
+
+def load_involution(path) -> InvolutiveProposal:
+    """Read an involution written by :func:`save_involution`.
+
+    :param path: file path.
+    :return: :class:`~numpyro_extras.involutive.networks.InvolutiveProposal` (its sites are
+        checked against the model when a kernel uses it).
+    :raises ValueError: when the file is not a saved involution, or its arrays do not match its
+        configuration.
+    """
+    header, payload = read_header(path, FORMAT, "nx.save_involution")
+    config = InvolutionConfig(**header["config"])
+    sites = tuple((name, tuple(shape)) for name, shape in header["sites"])
+    template = init_proposal(
+        jax.random.PRNGKey(0),
+        config,
+        starts=jnp.zeros((header["num_starts"], config.dimension)),
+        sites=sites,
+    )
+    arrays = restore_arrays(
+        path,
+        {
+            "params": template.params,
+            "loc": template.loc,
+            "scale": template.scale,
+            "starts": template.starts,
+        },
+        payload,
+    )
+    history = header.get("history")
+    if history is not None:
+        history = TrainingHistory(
+            **{
+                name: tuple(value) if isinstance(value, list) else value
+                for name, value in history.items()
+            }
+        )
+    return InvolutiveProposal(
+        arrays["params"],
+        arrays["loc"],
+        arrays["scale"],
+        arrays["starts"],
+        config,
+        sites,
+        history=history,
+    )

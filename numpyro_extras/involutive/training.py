@@ -1,0 +1,387 @@
+"""Adversarial training of the Ai-sampler's involution from samples alone (the paper's
+Algorithm 1, section 5).
+
+The discriminator ``d`` plays the log acceptance ratio: it minimises ``E_p[r(D) log r(D)]``
+with the Barker test ``r(D) = sigmoid(d)``, while the flow maximises the acceptance it predicts,
+``E_p[r(D)]`` (eq. 23). Neither loss evaluates the target density; the data are extended states
+``(x, v)``, ``x`` from the current sampler's draws and ``v ~ N(0, I)``. The first epochs train on
+pilot NUTS draws from dispersed starts (or the user's draws), the later ones on fresh draws of
+the kernel itself, run with the exact Metropolis-Hastings acceptance (the bootstrap).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from numpyro_extras.involutive.chains import ai_init, ai_step
+from numpyro_extras.involutive.networks import (
+    InvolutionConfig,
+    InvolutiveProposal,
+    discriminator_logit,
+    discriminator_module,
+    init_proposal,
+    standardized_involution,
+)
+from numpyro_extras.pilot import dispersed_nuts_draws
+from numpyro_extras.potential import flat_target, site_shapes
+from numpyro_extras.progress import run_chunks
+from numpyro_extras.validation import check_count, check_real
+
+__all__ = ["TrainingSettings", "TrainingHistory", "train_ai_sampler", "LOW_ACCEPTANCE"]
+
+# Below this bootstrap acceptance the learned kernel barely moves: training has failed.
+LOW_ACCEPTANCE = 0.05
+
+
+class TrainingSettings(NamedTuple):
+    """The settings of :func:`train_ai_sampler` (the reference code's 2-D recipe where the paper
+    gives one).
+
+    :param int epochs: training epochs in all.
+    :param int seed_epochs: of which the first train on the seed draws (pilot NUTS or
+        ``init_samples``); the rest on the kernel's own draws.
+    :param float learning_rate: Adam's learning rate, for both networks.
+    :param int kernel_steps: flow updates per minibatch.
+    :param int discriminator_steps: discriminator updates per minibatch.
+    :param int batch_size: extended states per minibatch.
+    :param int num_chains: bootstrap chains.
+    :param int burn_in: bootstrap transitions per epoch before the kept ones.
+    :param int num_kept: kept bootstrap transitions per chain and epoch.
+    :param int seed_chains: pilot NUTS chains, from dispersed starts.
+    :param int seed_warmup: their warm-up transitions.
+    :param int seed_samples: their kept draws per chain.
+    :param float seed_radius: half-width of the box their starts are drawn in (unconstrained).
+    """
+
+    epochs: int = 50
+    seed_epochs: int = 10
+    learning_rate: float = 1e-4
+    kernel_steps: int = 3
+    discriminator_steps: int = 1
+    batch_size: int = 4096
+    num_chains: int = 50
+    burn_in: int = 100
+    num_kept: int = 100
+    seed_chains: int = 16
+    seed_warmup: int = 300
+    seed_samples: int = 300
+    seed_radius: float = 2.0
+
+    def validated(self) -> TrainingSettings:
+        counts = {
+            name: check_count(name, getattr(self, name))
+            for name in self._fields
+            if name not in ("seed_epochs", "learning_rate", "seed_radius")
+        }
+        seed_epochs = check_count("seed_epochs", self.seed_epochs, minimum=0)
+        if seed_epochs > counts["epochs"]:
+            raise ValueError(
+                f"seed_epochs ({seed_epochs}) cannot exceed epochs ({counts['epochs']})."
+            )
+        return self._replace(
+            **counts,
+            seed_epochs=seed_epochs,
+            learning_rate=check_real(
+                "learning_rate", self.learning_rate, "a positive number", low=0.0
+            ),
+            seed_radius=check_real("seed_radius", self.seed_radius, "a positive number", low=0.0),
+        )
+
+
+class TrainingHistory(NamedTuple):
+    """What training did, per epoch (JSON-friendly tuples).
+
+    :param accept_rates: mean acceptance of the bootstrap chains (NaN for seed epochs).
+    :param kernel_losses: mean ``-E[r(D)]`` of the flow's updates.
+    :param discriminator_losses: mean ``E[r(D) log r(D)]`` of the discriminator's updates.
+    :param seed_gradient_evaluations: gradient evaluations of the pilot NUTS run (0 when
+        ``init_samples`` were given).
+    :param seconds: wall time of the training, the pilot run included.
+    """
+
+    accept_rates: tuple
+    kernel_losses: tuple
+    discriminator_losses: tuple
+    seed_gradient_evaluations: int
+    seconds: float
+
+
+def _extended_batches(rng_key, positions, batch_size):
+    """Shuffled minibatches of extended states ``(u, v)``, ``v ~ N(0, I)``: at stationarity
+    ``(x, v) ~ p(x) N(0, I)``, the distribution the losses average over."""
+    order_key, fill_key, momentum_key = jax.random.split(rng_key, 3)
+    num_points = positions.shape[0]
+    batch_size = min(batch_size, num_points)
+    num_batches = -(-num_points // batch_size)
+    # Every point is used once per epoch; the last batch is filled up with random other points.
+    order = jnp.concatenate(
+        [
+            jax.random.permutation(order_key, num_points),
+            jax.random.choice(fill_key, num_points, (num_batches * batch_size - num_points,)),
+        ]
+    )
+    states = jnp.concatenate(
+        [positions[order], jax.random.normal(momentum_key, (len(order), positions.shape[1]))], -1
+    )
+    return states.reshape(num_batches, batch_size, -1).astype(jnp.float32)
+
+
+def _trainer(config: InvolutionConfig, settings: TrainingSettings):
+    """``(init, train)``: the optimiser states and one pass of minibatch updates over data."""
+    optimizer = optax.adam(settings.learning_rate)
+
+    def kernel_loss(flow_params, discriminator_params, batch):
+        image = standardized_involution(config, flow_params, batch)
+        logit = discriminator_logit(config, discriminator_params, batch, image)
+        return -jnp.mean(jax.nn.sigmoid(logit))
+
+    def discriminator_loss(discriminator_params, flow_params, batch):
+        image = jax.lax.stop_gradient(standardized_involution(config, flow_params, batch))
+        logit = discriminator_logit(config, discriminator_params, batch, image)
+        return jnp.mean(jax.nn.sigmoid(logit) * jax.nn.log_sigmoid(logit))
+
+    def repeated(loss_fn, count):
+        loss_and_grad = jax.value_and_grad(loss_fn)
+
+        def update(params, opt_state, other, batch):
+            def one(carry, _):
+                params, opt_state = carry
+                loss, grads = loss_and_grad(params, other, batch)
+                updates, opt_state = optimizer.update(grads, opt_state, params)
+                return (optax.apply_updates(params, updates), opt_state), loss
+
+            (params, opt_state), losses = jax.lax.scan(one, (params, opt_state), None, count)
+            return params, opt_state, jnp.mean(losses)
+
+        return update
+
+    update_kernel = repeated(kernel_loss, settings.kernel_steps)
+    update_discriminator = repeated(discriminator_loss, settings.discriminator_steps)
+
+    def init(flow_params, discriminator_params):
+        return optimizer.init(flow_params), optimizer.init(discriminator_params)
+
+    def train(networks, positions, rng_key):
+        def batch_step(networks, batch):
+            flow, discriminator, flow_opt, discriminator_opt = networks
+            flow, flow_opt, flow_loss = update_kernel(flow, flow_opt, discriminator, batch)
+            discriminator, discriminator_opt, discriminator_loss_value = update_discriminator(
+                discriminator, discriminator_opt, flow, batch
+            )
+            return (flow, discriminator, flow_opt, discriminator_opt), (
+                flow_loss,
+                discriminator_loss_value,
+            )
+
+        batches = _extended_batches(rng_key, positions, settings.batch_size)
+        networks, (flow_losses, discriminator_losses) = jax.lax.scan(batch_step, networks, batches)
+        return networks, (jnp.mean(flow_losses), jnp.mean(discriminator_losses))
+
+    return init, train
+
+
+def _bootstrap(proposal: InvolutiveProposal, potential_fn, settings: TrainingSettings):
+    """``run(flow_params, positions, rng_key) -> (positions, kept, accept_rate)``: the
+    bootstrap chains, each ``burn_in + num_kept`` exact transitions of the current kernel."""
+
+    def run(flow_params, positions, rng_key):
+        current = proposal.replace(params=flow_params)
+        keys = jax.random.split(rng_key, positions.shape[0])
+        states = jax.vmap(lambda x, key: ai_init(x, potential_fn, key))(positions, keys)
+        step = jax.vmap(lambda state: ai_step(state, current, potential_fn))
+
+        def transition(states, _):
+            states = step(states)
+            return states, (states.position, states.accept_prob)
+
+        states, _ = jax.lax.scan(transition, states, None, settings.burn_in)
+        states, (kept, accept_probs) = jax.lax.scan(transition, states, None, settings.num_kept)
+        return states.position, kept.reshape(-1, positions.shape[1]), jnp.mean(accept_probs)
+
+    return run
+
+
+def train_ai_sampler(
+    rng_key,
+    model=None,
+    model_args=(),
+    model_kwargs=None,
+    *,
+    potential_fn=None,
+    initial_position=None,
+    init_samples=None,
+    num_layers=5,
+    hidden=32,
+    discriminator_hidden=128,
+    progress_bar=True,
+    **settings,
+) -> InvolutiveProposal:
+    """Train the Ai-sampler's involution on a model (the paper's Algorithm 1).
+
+    1. Seed data: ``seed_chains`` NUTS chains from dispersed starts on the unconstrained space
+       (or ``init_samples``, for example replica-exchange draws). The position is standardised
+       with the seed data's mean and standard deviation.
+    2. ``seed_epochs`` epochs on the seed data, then ``epochs - seed_epochs`` bootstrap epochs,
+       each on ``num_chains x num_kept`` fresh draws of the current kernel (exact
+       Metropolis-Hastings, chains continuing from epoch to epoch from seed draws). An epoch
+       shuffles its data into minibatches; per minibatch ``kernel_steps`` Adam updates of the
+       flow, then ``discriminator_steps`` of the discriminator (eq. 23).
+    3. The flow of the last epoch is returned, frozen; the discriminator is dropped.
+
+    The losses never evaluate the target, so a mode that no seed draw visits cannot be learned:
+    seed widely (more ``seed_chains``, a larger ``seed_radius``, or ``init_samples`` from a
+    sampler that crosses between modes). Training warns when the kernel's bootstrap acceptance
+    stays below 5% (it then barely moves).
+
+    :param rng_key: random key.
+    :param model: a NumPyro model with continuous latent sites.
+    :param tuple model_args: the model's positional arguments.
+    :param dict model_kwargs: the model's keyword arguments.
+    :param potential_fn: alternatively, ``U(x)`` on flat 1-D points (with ``initial_position``).
+    :param initial_position: a flat point where ``potential_fn`` is finite.
+    :param init_samples: seed draws instead of the pilot NUTS run: a dict of the model's latent
+        site values (as ``mcmc.get_samples()`` returns them) or flat unconstrained points
+        ``(N, D)``.
+    :param int num_layers: Henon layers ``K``.
+    :param int hidden: width of each layer's ``V``.
+    :param int discriminator_hidden: width of the discriminator's hidden layers.
+    :param bool progress_bar: show the pilot run's and the training's progress.
+    :param settings: fields of :class:`TrainingSettings` (``epochs``, ``seed_epochs``,
+        ``learning_rate``, ...).
+    :return: :class:`~numpyro_extras.involutive.networks.InvolutiveProposal`, its
+        ``history`` a :class:`TrainingHistory`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        proposal = nx.train_ai_sampler(jax.random.PRNGKey(0), model, (data,), epochs=50)
+        kernel = nx.AiSampler(model, proposal=proposal)
+    """
+    start = time.perf_counter()
+    unknown = sorted(set(settings) - set(TrainingSettings._fields))
+    if unknown:
+        raise TypeError(
+            f"train_ai_sampler got unknown settings {unknown}; the settings are "
+            f"{list(TrainingSettings._fields)}."
+        )
+    settings = TrainingSettings(**settings).validated()
+    model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+    flat_key, seed_key, init_key, rng_key = jax.random.split(rng_key, 4)
+    flat_model = flat_target(
+        flat_key, model, model_args, model_kwargs, potential_fn, initial_position, "AiSampler"
+    )
+    potential_fn = flat_model.potential_fn
+    dimension = flat_model.dimension
+    dtype = flat_model.initial_position.dtype
+    seed_evaluations = 0
+    if init_samples is None:
+        pilot = dispersed_nuts_draws(
+            seed_key,
+            potential_fn,
+            flat_model.initial_position,
+            num_chains=settings.seed_chains,
+            num_warmup=settings.seed_warmup,
+            num_samples=settings.seed_samples,
+            radius=settings.seed_radius,
+            progress_bar=progress_bar,
+        )
+        seed = jnp.asarray(pilot.draws.reshape(-1, dimension), dtype)
+        seed_evaluations = pilot.gradient_evaluations
+    else:
+        seed = _flat_samples(init_samples, flat_model, dimension, dtype)
+    loc = jnp.mean(seed, 0)
+    scale = jnp.std(seed, 0)
+    # A coordinate that never moves in the seed keeps unit scale rather than dividing by zero.
+    scale = jnp.where(scale > 0, scale, 1.0)
+
+    config = InvolutionConfig(dimension, num_layers, hidden, discriminator_hidden)
+    flow_key, discriminator_key, chains_key = jax.random.split(init_key, 3)
+    proposal = init_proposal(flow_key, config, loc, scale, sites=site_shapes(flat_model))
+    zeros = jnp.zeros((2 * dimension,), jnp.float32)
+    discriminator_params = discriminator_module(config).init(discriminator_key, zeros, zeros)[
+        "params"
+    ]
+    init_optimizers, train = _trainer(config, settings)
+    networks = (
+        proposal.params,
+        discriminator_params,
+        *init_optimizers(proposal.params, discriminator_params),
+    )
+    train = jax.jit(train)
+    bootstrap = jax.jit(_bootstrap(proposal, potential_fn, settings))
+    seed_standardized = (seed - loc) / scale
+    positions = seed[jax.random.choice(chains_key, seed.shape[0], (settings.num_chains,))]
+
+    def run_epoch(carry, seed_epoch):
+        networks, positions, key = carry
+        epoch_key, key = jax.random.split(key)
+        if seed_epoch:
+            networks, losses = train(networks, seed_standardized, epoch_key)
+            return (networks, positions, key), (np.nan, *losses)
+        bootstrap_key, train_key = jax.random.split(epoch_key)
+        positions, kept, accept_rate = bootstrap(networks[0], positions, bootstrap_key)
+        networks, losses = train(networks, (kept - loc) / scale, train_key)
+        return (networks, positions, key), (accept_rate, *losses)
+
+    epochs = [(epoch < settings.seed_epochs, 1) for epoch in range(settings.epochs)]
+    (networks, positions, _), outputs = run_chunks(
+        run_epoch,
+        (networks, positions, rng_key),
+        epochs,
+        total=settings.epochs,
+        description="training the Ai-sampler",
+        progress_bar=progress_bar,
+        postfix=lambda output: {"acceptance": f"{float(output[0]):.2f}"},
+    )
+    accept_rates, kernel_losses, discriminator_losses = (
+        tuple(float(value) for value in column) for column in zip(*outputs, strict=True)
+    )
+    history = TrainingHistory(
+        accept_rates,
+        kernel_losses,
+        discriminator_losses,
+        seed_evaluations,
+        time.perf_counter() - start,
+    )
+    final_rate = accept_rates[-1]
+    if math.isfinite(final_rate) and final_rate < LOW_ACCEPTANCE:
+        warnings.warn(
+            f"The trained Ai-sampler accepts {final_rate:.1%} of its proposals in its last "
+            "bootstrap epoch: it will barely move. Train longer (epochs), seed it with draws "
+            "closer to the posterior (init_samples), or use another kernel.",
+            stacklevel=2,
+        )
+    return proposal.replace(params=networks[0], starts=positions, history=history)
+
+
+def _flat_samples(init_samples, flat_model, dimension, dtype):
+    """``init_samples`` as flat unconstrained points ``(N, D)``."""
+    if isinstance(init_samples, dict):
+        if not flat_model.latent_sites:
+            raise ValueError("init_samples as site values need a model; give flat points.")
+        missing = [name for name in flat_model.latent_sites if name not in init_samples]
+        if missing:
+            raise ValueError(f"init_samples lack the latent sites {missing}.")
+        points = jax.vmap(flat_model.ravel_fn)(
+            {name: jnp.asarray(init_samples[name]) for name in flat_model.latent_sites}
+        )
+    else:
+        points = jnp.asarray(init_samples)
+    if points.ndim != 2 or points.shape[1] != dimension:
+        raise ValueError(
+            f"init_samples must be {dimension}-dimensional flat points (N, {dimension}), got "
+            f"shape {tuple(points.shape)}."
+        )
+    points = points[jnp.all(jnp.isfinite(points), axis=1)]
+    if points.shape[0] < 2:
+        raise ValueError("init_samples need at least two finite points.")
+    return points.astype(dtype)

@@ -1,0 +1,110 @@
+"""The Ai-sampler's transition: pairwise detailed balance, and exactness of an untrained kernel
+(for any parameters M is an involution with unit Jacobian, so eq. 3 is exact)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro.diagnostics import effective_sample_size
+
+from numpyro_extras.involutive.chains import (
+    ai_init,
+    ai_step,
+    extended_energy,
+    involutive_proposal,
+)
+from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal, involution
+
+VARIANCES = jnp.array([1.0, 4.0])
+
+
+def _potential(x):
+    return 0.5 * jnp.sum(x**2 / VARIANCES, axis=-1)
+
+
+def _untrained():
+    return init_proposal(jax.random.PRNGKey(0), InvolutionConfig(dimension=2))
+
+
+def test_pairwise_detailed_balance():
+    """p(s) a(s -> M s) = p(M s) a(M s -> s) for the extended target p(x) N(v; 0, I)."""
+    proposal = _untrained()
+    states = 2.0 * jax.random.normal(jax.random.PRNGKey(1), (200, 4), jnp.float64)
+    images = involution(proposal, states)
+
+    def log_density(state):
+        return -extended_energy(_potential(state[..., :2]), state[..., 2:])
+
+    forward = jnp.minimum(0.0, log_density(images) - log_density(states))
+    backward = jnp.minimum(0.0, log_density(states) - log_density(images))
+    np.testing.assert_allclose(
+        log_density(states) + forward, log_density(images) + backward, rtol=1e-9, atol=1e-9
+    )
+    # The moves are not trivial: some are rejected, some accepted.
+    assert 0.05 < float(jnp.mean(jnp.exp(forward))) < 0.95
+
+
+def _run(step, num_chains=64, num_steps=20_000, burn_in=2_000):
+    keys = jax.random.split(jax.random.PRNGKey(2), num_chains)
+    states = jax.vmap(lambda key: ai_init(jnp.zeros(2), _potential, key))(keys)
+
+    @jax.jit
+    def run(states):
+        def transition(states, _):
+            states = jax.vmap(step)(states)
+            return states, states.position
+
+        return jax.lax.scan(transition, states, None, num_steps)
+
+    states, positions = run(states)
+    return np.swapaxes(np.asarray(positions[burn_in:]), 0, 1), states
+
+
+def _z_scores(draws):
+    """z-scores of the mean and of the second moment against N(0, diag(1, 4)), each with its
+    Monte Carlo error from NumPyro's ESS (of x, and of x^2: an antithetic chain's ESS of x can
+    exceed the number of draws)."""
+    mean_ess = effective_sample_size(draws)
+    square_ess = effective_sample_size(draws**2)
+    variances = np.asarray(VARIANCES)
+    mean_z = draws.mean((0, 1)) / np.sqrt(variances / mean_ess)
+    second_z = ((draws**2).mean((0, 1)) - variances) / np.sqrt(2 * variances**2 / square_ess)
+    return mean_z, second_z, square_ess
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the always-accepting chain overflows
+def test_untrained_kernel_is_exact_and_always_accepting_is_not():
+    proposal = _untrained()
+    draws, states = _run(lambda state: ai_step(state, proposal, _potential))
+    mean_z, second_z, square_ess = _z_scores(draws)
+    assert np.all(square_ess > 2_000), square_ess
+    assert 0.2 < float(jnp.mean(states.mean_accept_prob)) < 0.9
+    assert _passes(mean_z, second_z), (mean_z, second_z)
+
+    def always_accept(state):
+        key, proposal_key = jax.random.split(state.rng_key)
+        _, position, _ = involutive_proposal(proposal_key, proposal, state.position)
+        return state._replace(position=position, rng_key=key)
+
+    draws, _ = _run(always_accept, num_chains=16, num_steps=5_000, burn_in=500)
+    mean_z, second_z, _ = _z_scores(draws)
+    assert not _passes(mean_z, second_z), (mean_z, second_z)
+
+
+def _passes(mean_z, second_z):
+    return bool(np.all(np.abs(mean_z) < 4) and np.all(np.abs(second_z) < 4))
+
+
+def test_a_non_finite_proposal_is_rejected():
+    proposal = _untrained()
+
+    def potential(x):
+        # Infinite on half of the plane: every proposal there must be rejected, never kept.
+        return jnp.where(x[0] > 0.5, jnp.inf, _potential(x))
+
+    state = ai_init(jnp.zeros(2), potential, jax.random.PRNGKey(3))
+    step = jax.jit(lambda s: ai_step(s, proposal, potential))
+    for _ in range(200):
+        state = step(state)
+        assert np.isfinite(state.potential_energy)
+        assert float(state.position[0]) <= 0.5

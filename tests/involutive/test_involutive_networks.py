@@ -1,0 +1,111 @@
+"""The Ai-sampler's networks: M is an involution with unit Jacobian for any parameters, each
+Henon layer inverts exactly, and the discriminator is C2-equivariant (eqs. 6, 14, 27-28)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import numpyro_extras as nx
+from numpyro_extras.involutive.networks import (
+    HenonFlow,
+    InvolutionConfig,
+    discriminator_logit,
+    discriminator_module,
+    flow_module,
+    init_proposal,
+    involution,
+)
+
+
+def _random_proposal(key, dimension, hidden, dtype):
+    """Glorot-normal weights, and random biases and shifts (an untrained proposal has zero
+    biases and eta = 0, which would leave part of the map untested)."""
+    config = InvolutionConfig(dimension=dimension, hidden=hidden)
+    proposal = init_proposal(key, config)
+    leaves, treedef = jax.tree.flatten(proposal.params)
+    keys = jax.random.split(key, len(leaves))
+    leaves = [
+        (leaf + (0.5 * jax.random.normal(k, leaf.shape) if leaf.ndim == 1 else 0.0)).astype(dtype)
+        for leaf, k in zip(leaves, keys, strict=True)
+    ]
+    loc = jax.random.normal(keys[0], (dimension,), dtype)
+    scale = jnp.exp(0.5 * jax.random.normal(keys[1], (dimension,), dtype))
+    return proposal.replace(params=jax.tree.unflatten(treedef, leaves), loc=loc, scale=scale)
+
+
+@jax.jit
+def _round_trip(proposal, states):
+    images = involution(proposal, states)
+    jacobian = jax.jacfwd(lambda state: involution(proposal, state))(states[0])
+    return images, involution(proposal, images), jnp.linalg.slogdet(jacobian)[1]
+
+
+@pytest.mark.parametrize("dimension,hidden", [(1, 32), (2, 32), (14, 64), (25, 64)])
+@pytest.mark.parametrize("dtype,tolerance", [(jnp.float32, 1e-4), (jnp.float64, 1e-10)])
+def test_involution_and_unit_jacobian_for_random_parameters(dimension, hidden, dtype, tolerance):
+    proposal = _random_proposal(jax.random.PRNGKey(dimension), dimension, hidden, dtype)
+    states = 3.0 * jax.random.normal(jax.random.PRNGKey(1), (64, 2 * dimension), dtype)
+    images, round_trip, log_det = _round_trip(proposal, states)
+    assert images.dtype == dtype
+    # The map moves the states (a test of an identity map would pass trivially).
+    assert float(jnp.min(jnp.max(jnp.abs(images - states), axis=1))) > 1e-2
+    scale = 1 + float(jnp.max(jnp.abs(images)))
+    assert float(jnp.max(jnp.abs(round_trip - states))) < tolerance * scale
+    assert abs(float(log_det)) < (1e-4 if dtype == jnp.float32 else 1e-10)
+
+
+def test_involution_check_reports_the_errors():
+    proposal = _random_proposal(jax.random.PRNGKey(8), 3, 32, jnp.float64)
+    check = nx.involution_check(proposal, jax.random.PRNGKey(2))
+    assert check.max_involution_error < 1e-9
+    assert check.max_log_det < 1e-10
+
+
+def test_each_henon_layer_inverts_and_has_unit_determinant():
+    config = InvolutionConfig(dimension=3, num_layers=1)
+    proposal = _random_proposal(jax.random.PRNGKey(3), 3, 32, jnp.float64)
+    flow = flow_module(config)
+    params = {"params": proposal.params}
+    layer_params = {
+        "params": {
+            "potentials_0": proposal.params["potentials_0"],
+            "eta_0": proposal.params["eta_0"],
+        }
+    }
+    one_layer = HenonFlow(3, 1, 32)
+    state = jax.random.normal(jax.random.PRNGKey(4), (6,), jnp.float64)
+    image = one_layer.apply(layer_params, state)
+    np.testing.assert_allclose(
+        one_layer.apply(layer_params, image, method=HenonFlow.inverse), state, atol=1e-12
+    )
+    # forward: a' = b + eta, b' = -a + V(b)
+    np.testing.assert_allclose(image[:3], state[3:] + proposal.params["eta_0"], atol=1e-12)
+    jacobian = jax.jacfwd(lambda s: one_layer.apply(layer_params, s))(state)
+    np.testing.assert_allclose(np.linalg.det(np.asarray(jacobian)), 1.0, atol=1e-10)
+    # The whole flow too: g^-1(g(s)) = s with the shifts shared by both directions.
+    whole = flow.apply(params, flow.apply(params, state), method=HenonFlow.inverse)
+    np.testing.assert_allclose(whole, state, atol=1e-10)
+
+
+def test_discriminator_is_antisymmetric_under_the_involution():
+    config = InvolutionConfig(dimension=2, discriminator_hidden=16)
+    proposal = _random_proposal(jax.random.PRNGKey(5), 2, 32, jnp.float64)
+    states = 2.0 * jax.random.normal(jax.random.PRNGKey(6), (32, 4), jnp.float64)
+    images = involution(proposal, states)
+    params = discriminator_module(config).init(jax.random.PRNGKey(7), states[0], images[0])[
+        "params"
+    ]
+    logits = discriminator_logit(config, params, states, images)
+    swapped = discriminator_logit(config, params, images, involution(proposal, images))
+    assert float(jnp.min(jnp.abs(logits))) > 0  # not trivially zero
+    np.testing.assert_allclose(swapped, -logits, atol=1e-9)
+    # At a fixed point of M (s = M s) the discriminator is 0, as log lambda is.
+    np.testing.assert_allclose(discriminator_logit(config, params, states, states), 0.0, atol=0)
+
+
+def test_configuration_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="num_layers"):
+        InvolutionConfig(dimension=2, num_layers=0)
+    with pytest.raises(TypeError, match="hidden"):
+        InvolutionConfig(dimension=2, hidden=3.5)
