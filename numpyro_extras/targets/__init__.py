@@ -41,7 +41,9 @@ from numpyro_extras.targets.boltzmann_relaxation import (
 )
 from numpyro_extras.targets.data import (
     GERMAN_CREDIT_NUM_PREDICTORS,
+    LOGISTIC_REGRESSION_DATASETS,
     load_german_credit,
+    load_logistic_regression_data,
     load_radon,
     logistic_regression_model,
     radon_model,
@@ -98,6 +100,8 @@ __all__ = [
     # data
     "GERMAN_CREDIT_NUM_PREDICTORS",
     "load_german_credit",
+    "LOGISTIC_REGRESSION_DATASETS",
+    "load_logistic_regression_data",
     "load_radon",
     "logistic_regression_model",
     "radon_model",

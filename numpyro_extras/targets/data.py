@@ -14,6 +14,8 @@ import numpyro.distributions as dist
 __all__ = [
     "GERMAN_CREDIT_NUM_PREDICTORS",
     "load_german_credit",
+    "LOGISTIC_REGRESSION_DATASETS",
+    "load_logistic_regression_data",
     "load_radon",
     "logistic_regression_model",
     "radon_model",
@@ -161,12 +163,48 @@ def load_german_credit(num_predictors=None):
             f"num_predictors must be an integer from 1 to {GERMAN_CREDIT_NUM_PREDICTORS} (or "
             f"None for all), got {num_predictors!r}."
         )
-    with _data_file("german.csv").open("r") as handle:
+    return _standardized_with_intercept("german", int(num_predictors))
+
+
+# The Statlog (UCI) binary classification sets of the Bayesian logistic regression benchmarks
+# (A-NICE-MC, the Ai-sampler paper), bundled with the package: rows and predictors.
+LOGISTIC_REGRESSION_DATASETS = {"heart": (270, 13), "australian": (690, 14), "german": (1000, 24)}
+
+
+def _standardized_with_intercept(name, num_predictors=None):
+    with _data_file(f"{name}.csv").open("r") as handle:
         table = np.loadtxt(handle, delimiter=",", skiprows=1, dtype=np.float64)
-    predictors = table[:, : int(num_predictors)]
+    predictors = table[:, :-1] if num_predictors is None else table[:, :num_predictors]
     predictors = (predictors - predictors.mean(axis=0)) / predictors.std(axis=0)
     features = np.concatenate([np.ones((table.shape[0], 1)), predictors], axis=1)
     return features, table[:, -1].copy()
+
+
+def load_logistic_regression_data(name):
+    """
+    One of the Statlog logistic-regression data sets bundled with the package (``"heart"``,
+    ``"australian"`` or ``"german"``; see :data:`LOGISTIC_REGRESSION_DATASETS`), every predictor
+    standardised to mean 0 and standard deviation 1 over all rows and an intercept column
+    prepended, as :func:`load_german_credit` does.
+
+    :param str name: the data set.
+    :return: ``(features, labels)``, float64 arrays ``[N, P + 1]`` and ``[N]`` (labels in {0, 1}),
+        the arguments of :func:`logistic_regression_model`.
+
+    **Example**
+
+    .. doctest::
+
+        >>> from numpyro_extras.targets import load_logistic_regression_data
+        >>> features, labels = load_logistic_regression_data("heart")
+        >>> features.shape
+        (270, 14)
+    """
+    if name not in LOGISTIC_REGRESSION_DATASETS:
+        raise ValueError(
+            f"name must be one of {sorted(LOGISTIC_REGRESSION_DATASETS)}, got {name!r}."
+        )
+    return _standardized_with_intercept(name)
 
 
 def logistic_regression_model(features, labels=None):

@@ -84,3 +84,24 @@ def test_radon_model_dimension_and_potential():
         + scipy.stats.norm(predicted, epsilon).logpdf(data["log_radon"]).sum()
     )
     assert float(potential) == pytest.approx(-log_joint, rel=1e-10)
+
+
+def test_statlog_logistic_regression_sets():
+    from numpyro_extras.targets import (
+        LOGISTIC_REGRESSION_DATASETS,
+        load_german_credit,
+        load_logistic_regression_data,
+    )
+
+    for name, (rows, predictors) in LOGISTIC_REGRESSION_DATASETS.items():
+        features, labels = load_logistic_regression_data(name)
+        assert features.shape == (rows, predictors + 1) and labels.shape == (rows,)
+        np.testing.assert_array_equal(features[:, 0], 1.0)
+        np.testing.assert_allclose(features[:, 1:].mean(0), 0.0, atol=1e-12)
+        np.testing.assert_allclose(features[:, 1:].std(0), 1.0, atol=1e-12)
+        assert set(np.unique(labels)) == {0.0, 1.0}
+    np.testing.assert_array_equal(
+        load_logistic_regression_data("german")[0], load_german_credit()[0]
+    )
+    with pytest.raises(ValueError, match="name must be one of"):
+        load_logistic_regression_data("iris")
