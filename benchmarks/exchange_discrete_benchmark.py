@@ -23,19 +23,31 @@ replica-exchange run by stepping stone against the enumerated value.
 Energy evaluations: one evaluation of the model's log density (with its gradient where the
 sampler differentiates). A replica-exchange rung step evaluates the prior part and the rest of
 the model apart (two each), so a scan costs ``2 N`` (``N - 1`` moving rungs and the reference
-draw), and its tuner ``2 x num_tuning_chains x (steps + 1)`` per rung; ACS one per step plus
-``num_tuning_chains x (steps + 1)`` for its tuner; ``DiscreteGibbs`` one per coordinate per
-sweep. Seconds are the wall time of a second identical ``mcmc.run`` (JAX compiles the first).
+draw), and its tuner ``2 x num_tuning_chains x (steps + 1)`` per tuned rung (every rung but the
+reference one); ACS one per step plus ``num_tuning_chains x (steps + 1)`` for its tuner;
+``DiscreteGibbs`` one per coordinate per sweep. Seconds are the wall time of a second identical
+``mcmc.run`` (JAX compiles the first).
+
+A mixed target, discrete and continuous latent sites (``--sections mixed``): the spike-and-slab
+regression of ``acs_mixed_benchmark.py`` (8 indicators beside 8 coefficients, exact inclusion
+probabilities and ``log Z`` by enumerating the 256 indicator patterns with the coefficients
+integrated out), with that script's settings, rows and timing (2 chains run sequentially x
+(1000 + 5000), each sampler in a new process: first call with compilation, second without):
+``nx.ReplicaExchange(model, inner_kernel=nx.ACS)`` (defaults: 16 replicas, NUTS on the
+continuous sites), ``nx.ACS(model, inner_kernel=NUTS)`` and NumPyro's
+``DiscreteHMCGibbs(NUTS(model))``.
 
 Usage::
 
     python benchmarks/exchange_discrete_benchmark.py --output report.md
+    python benchmarks/exchange_discrete_benchmark.py --sections mixed --output report.md
     python benchmarks/exchange_discrete_benchmark.py --quick   # 200 + 1000 draws
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -46,19 +58,34 @@ import numpyro
 numpyro.enable_x64()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import acs_mixed_benchmark  # noqa: E402
 import arviz  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from acs_mixed_benchmark import (  # noqa: E402
+    INCLUSION,
+    NOISE,
+    SLAB,
+    SPIKE,
+    exact_inclusion,
+    kernels,
+    spike_and_slab_data,
+    spike_and_slab_model,
+    spike_and_slab_row,
+    timed_runs,
+)
 from common import (  # noqa: E402
     elapsed_seconds,
     environment_lines,
     fmt,
+    in_fresh_process,
     log,
     markdown_table,
     publish_report,
 )
 from numpyro.infer import MCMC, DiscreteGibbs  # noqa: E402
+from scipy.special import logsumexp  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
 
@@ -129,7 +156,9 @@ def evaluations_per_chain(kernel, state, num_units, num_steps):
     if isinstance(kernel, nx.ReplicaExchange):
         tuning = state.inner_state.tuning
         copies = kernel.acs_kernel.num_tuning_chains
-        tuner = 2 * copies * float(np.sum(np.mean(np.asarray(tuning.num_steps) + 1, 0)))
+        # rung 0 (renewed by prior draws) is not tuned
+        tuned_steps = np.asarray(tuning.num_steps)[:, 1:]
+        tuner = 2 * copies * float(np.sum(np.mean(tuned_steps + 1, 0)))
         replicas = kernel.num_replicas
         return tuner + 2 * replicas + num_steps * 2 * replicas
     if isinstance(kernel, nx.ACS):
@@ -232,21 +261,115 @@ def table(target, rows):
     return markdown_table(header, body)
 
 
+def spike_and_slab_log_z(features, labels):
+    """Exact ``log p(y)``: every indicator pattern ``gamma``, the coefficients integrated out,
+    ``y | gamma ~ N(0, noise^2 I + X D_gamma X^T)``."""
+    num_observations, num_predictors = features.shape
+    patterns = np.array(list(itertools.product([0, 1], repeat=num_predictors)))
+    variances = np.where(patterns == 1, SLAB, SPIKE) ** 2
+    covariances = NOISE**2 * np.eye(num_observations) + np.einsum(
+        "ij,pj,kj->pik", features, variances, features
+    )
+    log_dets = np.linalg.slogdet(covariances)[1]
+    solved = np.linalg.solve(covariances, labels[:, None])[..., 0]
+    included = patterns.sum(1)
+    log_terms = (
+        included * np.log(INCLUSION)
+        + (num_predictors - included) * np.log(1 - INCLUSION)
+        - 0.5 * np.einsum("i,pi->p", labels, solved)
+        - 0.5 * log_dets
+        - 0.5 * num_observations * np.log(2 * np.pi)
+    )
+    return float(logsumexp(log_terms))
+
+
+def mixed_samplers():
+    plain = kernels()
+    return {
+        "nx.ReplicaExchange(model, inner_kernel=nx.ACS) (defaults, 16 replicas)": lambda model: (
+            nx.ReplicaExchange(model, inner_kernel=nx.ACS)
+        ),
+        "nx.ACS(model, inner_kernel=NUTS)": plain["nx.ACS(model, inner_kernel=NUTS)"],
+        "DiscreteHMCGibbs(NUTS(model))": plain["DiscreteHMCGibbs(NUTS(model))"],
+    }
+
+
+def measure_mixed(label, num_samples, seed):
+    """One sampler on the spike-and-slab regression, in a process of its own: the table row,
+    with the replica-exchange ``log Z`` and its diagnostics."""
+    features, labels = spike_and_slab_data()
+    kernel = mixed_samplers()[label](spike_and_slab_model)
+    mcmc, seconds = timed_runs(kernel, (features, labels), num_samples, seed)
+    row = spike_and_slab_row(label, mcmc, seconds, exact_inclusion(features, labels))
+    if isinstance(kernel, nx.ReplicaExchange):
+        evidence = nx.log_marginal_likelihood(mcmc, warn=False)
+        diagnostics = nx.exchange_diagnostics(mcmc)
+        row.append(
+            f"{evidence.log_z:.3f} +- {evidence.stderr:.3f} (barrier "
+            f"{np.mean(diagnostics.barrier):.1f}, round trips "
+            f"{int(np.min(diagnostics.round_trips))}-{int(np.max(diagnostics.round_trips))} per "
+            "chain)"
+        )
+    else:
+        row.append("-")
+    return row
+
+
+def mixed_section(num_samples, seed):
+    features, labels = spike_and_slab_data()
+    log_z = spike_and_slab_log_z(features, labels)
+    log(f"spike-and-slab: exact inclusion {np.round(exact_inclusion(features, labels), 3)}")
+    log(f"spike-and-slab: exact log Z {log_z:.4f}")
+    rows = []
+    for label in mixed_samplers():
+        rows.append(in_fresh_process(measure_mixed, label, num_samples, seed))
+        log(f"spike-and-slab {label}: {rows[-1][1:]}")
+    columns = (
+        "kernel | first call s | second call s | ESS min | ESS median | median ESS / s (second "
+        "call) | median ESS / s (first call) | max abs inclusion error | max error / stderr"
+    )
+    header = [*columns.split(" | "), f"log Z (exact {log_z:.3f})"]
+    return [
+        "### Spike-and-slab regression (mixed: 8 indicators, 8 coefficients)",
+        "",
+        markdown_table(header, rows),
+        "",
+    ]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="200 + 1000 draws per chain")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        choices=("discrete", "mixed"),
+        default=("discrete", "mixed"),
+        help="the cold discrete targets, the mixed one, or both",
+    )
     parser.add_argument("--output", help="also write the report to this file")
     arguments = parser.parse_args(argv)
     num_warmup, num_samples = (200, 1000) if arguments.quick else (1000, 5000)
-    sections = []
-    for target in make_targets():
-        log(f"{target.name}: exact P(q > 0) {target.positive_mass:.4f}, log Z {target.log_z:.4f}")
-        rows = [
-            one_run(target, label, make, num_warmup, num_samples, arguments.seed)
-            for label, make in samplers().items()
-        ]
-        sections += [f"### {target.name}", "", table(target, rows), ""]
+    sections, settings = [], []
+    if "discrete" in arguments.sections:
+        settings.append(f"{NUM_CHAINS} chains x ({num_warmup} + {num_samples})")
+        for target in make_targets():
+            log(
+                f"{target.name}: exact P(q > 0) {target.positive_mass:.4f}, log Z "
+                f"{target.log_z:.4f}"
+            )
+            rows = [
+                one_run(target, label, make, num_warmup, num_samples, arguments.seed)
+                for label, make in samplers().items()
+            ]
+            sections += [f"### {target.name}", "", table(target, rows), ""]
+    if "mixed" in arguments.sections:
+        settings.append(
+            f"mixed: {acs_mixed_benchmark.NUM_CHAINS} chains (sequential) x "
+            f"({acs_mixed_benchmark.NUM_WARMUP} + {num_samples})"
+        )
+        sections += mixed_section(num_samples, arguments.seed)
     report = "\n".join(
         [
             "## Cold discrete models",
@@ -255,7 +378,7 @@ def main(argv=None):
                 "exchange_discrete_benchmark.py",
                 argv if argv is not None else sys.argv[1:],
                 elapsed_seconds(),
-                f"{NUM_CHAINS} chains x ({num_warmup} + {num_samples}), seed {arguments.seed}",
+                f"{'; '.join(settings)}, seed {arguments.seed}",
             ),
             "",
             *sections,
