@@ -11,7 +11,9 @@ HMC with the paper's fixed trajectory (40 leapfrog steps of 0.05), in one proces
   second with and without training.
 - ``--part blr``: heart, australian and german; the reference is a long NUTS run (4 x 5000):
   every posterior mean within 4 Monte Carlo standard errors (the run's and the reference's
-  combined), the minimum ESS per second, and the cost of one step against one gradient.
+  combined), and the minimum ESS per second.
+- ``--part cost``: the wall time of one Ai-sampler step against one gradient of the potential
+  on german (the paper's Fig. 6), for 1, 100 and 1000 chains.
 
 Run: ``python benchmarks/ai_sampler_benchmark.py --part planar --seeds 0 1 2``.
 """
@@ -222,9 +224,56 @@ def blr_table(rows):
     return markdown_table(header, body)
 
 
+def cost_rows(batch_sizes):
+    """Seconds per Ai-sampler step and per gradient of the potential (german), for a batch of
+    chains, compile excluded, best of 5 repetitions of 200 calls."""
+    from numpyro_extras.involutive.chains import ai_init, ai_step
+    from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal
+    from numpyro_extras.potential import flatten_model
+
+    features, labels = load_logistic_regression_data("german")
+    flat = flatten_model(jax.random.PRNGKey(0), logistic_regression_model, (features, labels))
+    dimension = flat.dimension
+    proposal = init_proposal(
+        jax.random.PRNGKey(1), InvolutionConfig(dimension, hidden=64, discriminator_hidden=256)
+    )
+    rows = []
+    for batch in batch_sizes:
+        positions = 0.1 * jax.random.normal(jax.random.PRNGKey(2), (batch, dimension))
+        states = jax.vmap(lambda x, k: ai_init(x, flat.potential_fn, k))(
+            positions, jax.random.split(jax.random.PRNGKey(3), batch)
+        )
+        step = jax.jit(jax.vmap(lambda state: ai_step(state, proposal, flat.potential_fn)))
+        gradient = jax.jit(jax.vmap(jax.grad(flat.potential_fn)))
+
+        def timed(function, argument):
+            jax.block_until_ready(function(argument))
+            best = float("inf")
+            for _ in range(5):
+                start = time.perf_counter()
+                for _ in range(200):
+                    result = function(argument)
+                jax.block_until_ready(result)
+                best = min(best, (time.perf_counter() - start) / 200)
+            return best
+
+        step_seconds = timed(step, states)
+        gradient_seconds = timed(gradient, positions)
+        rows.append(
+            [
+                batch,
+                f"{step_seconds * 1e6:.0f}",
+                f"{gradient_seconds * 1e6:.0f}",
+                f"{step_seconds / gradient_seconds:.2f}",
+            ]
+        )
+    header = ["Chains", "Ai step (us)", "One gradient of U (us)", "Ai step / gradient"]
+    return markdown_table(header, rows)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("planar", "blr"), default="planar")
+    parser.add_argument("--part", choices=("planar", "blr", "cost"), default="planar")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--datasets", nargs="+", default=["heart", "australian", "german"])
     parser.add_argument("--output", default=None)
@@ -232,6 +281,8 @@ def main(argv=None):
     numpyro.enable_x64(False)
     if args.part == "planar":
         table = planar_table(planar_rows(args.seeds))
+    elif args.part == "cost":
+        table = cost_rows([1, 100, 1000])
     else:
         table = blr_table(blr_rows(args.seeds, args.datasets))
     report = "\n".join(
