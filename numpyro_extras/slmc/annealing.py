@@ -87,6 +87,8 @@ class AnnealingSettings(NamedTuple):
         the paper).
     :param float tolerance: the relative fall of the held-out loss that counts as progress.
     :param float validation_fraction: the share of each training set held out to judge it.
+    :param bool full_final_training: the last training (at ``beta_final``, the proposal the
+        sampler uses) runs all ``epochs`` on all its points, without early stopping.
     :param int training_size: ``n(D_k)``, training points per model and rung.
     :param int initial_size: training points per model from NUTS at ``beta_0``.
     :param int num_data_chains: parallel VAE-SLMC chains per model that make the training data.
@@ -115,9 +117,10 @@ class AnnealingSettings(NamedTuple):
     num_check_chains: int = 10
     epochs: int = 150
     initial_epochs: int = 300
-    patience: int | None = 5
-    tolerance: float = 1e-2
+    patience: int | None = 10
+    tolerance: float = 1e-3
     validation_fraction: float = 0.1
+    full_final_training: bool = True
     training_size: int = 15_000
     initial_size: int = 40_000
     num_data_chains: int = 100
@@ -335,6 +338,7 @@ class _Machinery(NamedTuple):
 
     train: object
     train_initial: object
+    train_final: object
     search: object
     run: object
 
@@ -342,13 +346,13 @@ class _Machinery(NamedTuple):
 def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
     """Jit the vmapped-over-models training, beta search and data run."""
 
-    def train(epochs):
+    def train(epochs, patience=settings.patience):
         one = partial(
             train_vae,
             epochs=epochs,
             batch_size=settings.batch_size,
             learning_rate=settings.learning_rate,
-            patience=settings.patience,
+            patience=patience,
             tolerance=settings.tolerance,
             validation_fraction=settings.validation_fraction,
         )
@@ -458,6 +462,11 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
     return _Machinery(
         train=train(settings.epochs),
         train_initial=train(settings.initial_epochs) if settings.initial_epochs else None,
+        # The model trained at beta_final proposes every draw of the sampler: it gets every
+        # epoch, since the last few per cent of its loss still raise the acceptance rate.
+        train_final=train(
+            settings.epochs, None if settings.full_final_training else settings.patience
+        ),
         search=jax.jit(jax.vmap(search_one, in_axes=(0, 0, 0, None))),
         run=jax.jit(run),
     )
@@ -610,9 +619,8 @@ def fit_vae_proposal(
                 run_key, proposals, jnp.asarray(new_betas, data.dtype), data, burn, thin
             )
             evaluations += num_models * settings.num_data_chains * (1 + burn + records * thin)
-            proposals, losses = machinery.train(
-                jax.random.split(train_key, num_models), proposals, data
-            )
+            train_fn = machinery.train_final if _finished(new_betas, settings) else machinery.train
+            proposals, losses = train_fn(jax.random.split(train_key, num_models), proposals, data)
             for j in range(num_models):
                 rungs.append(
                     AnnealingRung(

@@ -78,3 +78,27 @@ def test_isometric_acceptance_warns_for_a_non_isometric_vae():
     assert kernel.isometry_factors.shape == (2,)
     with pytest.warns(UserWarning, match="approximate"):
         nx.log_marginal_likelihood(mcmc)
+
+
+def test_early_stopping_spares_the_final_training():
+    """Every training stops early (patience 1, a 50% tolerance) except the last one, at
+    beta_final: the proposal the sampler uses gets every epoch."""
+    proposal = nx.fit_vae_proposal(
+        jax.random.PRNGKey(4),
+        mixture_model,
+        initial_data=beta_0_draws(jax.random.PRNGKey(5), 1000),
+        beta_0=0.5,
+        ar_min=0.01,
+        patience=1,
+        tolerance=0.5,
+        progress_bar=False,
+        **{**TINY, "beta_step": 0.5},
+    )
+    rungs = proposal.history.rungs
+    last_round = rungs[-1].round
+    assert last_round >= 1 and proposal.history.betas(0)[-1] == 1.0
+    for rung in rungs:
+        if rung.round == last_round:
+            assert rung.epochs == TINY["epochs"]
+        else:
+            assert rung.epochs < (TINY["initial_epochs"] if rung.round == 0 else TINY["epochs"])

@@ -1,0 +1,542 @@
+"""VAE self-learning Monte Carlo (``nx.VAESLMC``) with its defaults, NUTS and flowMC on Gaussian
+mixtures with uneven weights and exact answers.
+
+The targets are the paper's mixtures (Ichikawa et al., App. F.1): ``C`` isotropic components
+``N(c_k 1_D, sigma^2 I_D)`` with centres ``c_k`` spaced 2 apart and symmetric about 0 (adjacent
+means ``2 sqrt(D)`` apart) and ``sigma^2 = 0.5 sqrt(D / 100)``, but with uneven weights ``w_k``
+proportional to ``k + 1``, and a factor that makes ``log Z = 1.5``. A draw belongs to the cluster of
+the nearest mean (misclassification is below ``1e-12`` at these separations).
+
+Methods, each as a user runs it:
+
+* ``slmc``: ``MCMC(nx.VAESLMC(model), num_warmup=1000, num_samples=5000, num_chains=4)``, every
+  setting at its default (the proposal trained in ``init``, timed and counted);
+* ``nuts``: ``MCMC(NUTS(model), ...)`` with the same chains and draws;
+* ``flowmc``: flowMC 0.6.4's ``RQSpline_MALA_Bundle`` (a normalising flow trained on MALA draws,
+  proposing globally; the anchor for learned proposals in JAX), 20 chains, 20 training loops and
+  10 production loops of 100 MALA + 100 flow steps, 20 epochs per training loop; skipped with a
+  message when flowMC is not installed (``pip install -e ".[bench]"``).
+
+Per configuration and method it prints the largest cluster-weight error ``max_k |w_hat_k - w_k|``
+of the pooled draws, whether every chain visited every cluster, ``log Z`` error and stderr
+(``nx.log_marginal_likelihood``, ours only), the smallest ESS over coordinates (NumPyro's
+``effective_sample_size`` over all chains), the target-density evaluations (a gradient evaluation
+counts as one; training and warm-up included: NUTS's first rung and every proposal of the
+annealing for ``slmc``, every MALA and flow step for ``flowmc``), ESS per evaluation and its ratio
+to NUTS's, and the wall time with training and compilation.
+
+``--experiment training`` instead trains ``nx.fit_vae_proposal`` with its defaults and any
+``--fit-kwargs`` (``'{"patience": null}'``: every epoch, as in the paper) on a 4-D sign-product
+target and a 10-D uneven two-component mixture (:mod:`numpyro_extras.targets.multimodal`), then
+samples 4 chains x (1000 + 5000) with the trained proposal: training time, epochs and Adam steps,
+acceptance rate, mode-weight error and ``log Z``.
+
+Usage::
+
+    python benchmarks/slmc_benchmark.py --quick                            # D = 10, C = 3
+    python benchmarks/slmc_benchmark.py --configs 10:3 20:2 20:5 50:3 --json runs.jsonl
+    python benchmarks/slmc_benchmark.py --report-from runs.jsonl           # tables of saved runs
+    python benchmarks/slmc_benchmark.py --experiment training --fit-kwargs '{"patience": null}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import warnings
+
+# XLA's multi-threaded Eigen runtime deadlocked now and then on the benchmark machine;
+# single-threaded Eigen never did.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+
+import numpyro  # noqa: E402
+
+# log Z to a few hundredths of a nat needs double precision; set it before any array exists.
+numpyro.enable_x64()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import numpyro.distributions as dist  # noqa: E402
+from common import (  # noqa: E402
+    elapsed_seconds,
+    environment_lines,
+    fmt,
+    log,
+    markdown_table,
+    publish_report,
+    read_runs,
+    save_run,
+    verdict,
+)
+from numpyro.diagnostics import effective_sample_size  # noqa: E402
+from numpyro.infer import MCMC, NUTS  # noqa: E402
+
+import numpyro_extras as nx  # noqa: E402
+import numpyro_extras.slmc.kernels as slmc_kernels_module  # noqa: E402
+from numpyro_extras.potential import flatten_model  # noqa: E402
+from numpyro_extras.targets import (  # noqa: E402
+    gaussian_mixture_target,
+    mode_weight_error,
+    sign_product_target,
+)
+
+METHODS = ("slmc", "nuts", "flowmc")
+LOG_Z = 1.5
+NUM_WARMUP, NUM_SAMPLES, NUM_CHAINS = 1000, 5000, 4
+FLOWMC = dict(
+    n_chains=20,
+    n_local_steps=100,
+    n_global_steps=100,
+    n_training_loops=20,
+    n_production_loops=10,
+    n_epochs=20,
+)
+
+# The issue's targets.
+MAX_WEIGHT_ERROR = 0.04
+MAX_STDERR = 0.1
+MAX_Z_SCORE = 3.0
+MIN_ESS_RATIO = 5.0
+
+
+def mixture_model(centres, scale, log_weights, log_z):
+    """``x`` from the uneven mixture ``sum_k w_k N(c_k 1_D, scale^2 I)``, times ``exp(log_z)``."""
+    components = dist.Independent(dist.Normal(centres, scale), 1)
+    mixture = dist.MixtureSameFamily(dist.Categorical(logits=log_weights), components)
+    numpyro.sample("x", mixture)
+    numpyro.factor("evidence", log_z)
+
+
+class Mixture:
+    """The paper's Gaussian mixture with weights proportional to ``k + 1`` (App. F.1)."""
+
+    def __init__(self, dimension, clusters):
+        self.dimension, self.clusters = dimension, clusters
+        self.offsets = 2.0 * np.arange(clusters) - (clusters - 1.0)
+        self.weights = (np.arange(clusters) + 1.0) / np.sum(np.arange(clusters) + 1.0)
+        self.scale = math.sqrt(0.5 * math.sqrt(dimension / 100.0))
+        self.model = mixture_model
+        self.model_args = (
+            jnp.asarray(np.outer(self.offsets, np.ones(dimension))),
+            self.scale,
+            jnp.asarray(np.log(self.weights)),
+            LOG_Z,
+        )
+        self.name = f"D={dimension} C={clusters}"
+
+    def labels(self, x):
+        """The cluster of the nearest mean, for draws ``(..., D)``."""
+        projection = np.mean(np.asarray(x), -1)
+        return np.argmin(np.abs(projection[..., None] - self.offsets), -1)
+
+
+def ess_per_evaluation(draws, evaluations):
+    """The smallest ESS over coordinates of ``draws`` ``(chains, draws, D)``, and per evaluation."""
+    ess = float(np.min(effective_sample_size(np.asarray(draws))))
+    return ess, ess / evaluations
+
+
+def summary(target, draws, evaluations, seconds):
+    """What every method reports, from its draws ``(chains, draws, D)``."""
+    labels = target.labels(draws)
+    weights = np.bincount(labels.ravel(), minlength=target.clusters) / labels.size
+    every_chain = all(len(np.unique(chain)) == target.clusters for chain in labels)
+    ess, per_evaluation = ess_per_evaluation(draws, evaluations)
+    return {
+        "weights": weights.tolist(),
+        "weight_error": mode_weight_error(weights, target.weights),
+        "every_chain_every_cluster": bool(every_chain),
+        "ess": ess,
+        "evaluations": int(evaluations),
+        "ess_per_evaluation": per_evaluation,
+        "seconds": seconds,
+    }
+
+
+class TimedFit:
+    """Wraps the ``fit_vae_proposal`` the kernel calls, to time the training inside ``init``."""
+
+    def __init__(self, original):
+        self.original = original
+        self.seconds = 0.0
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        proposal = jax.block_until_ready(self.original(*args, **kwargs))
+        self.seconds = time.perf_counter() - start
+        return proposal
+
+
+def user_mcmc(kernel):
+    """``MCMC`` as the issue runs every method: 4 vectorised chains x (1000 + 5000) draws."""
+    return MCMC(
+        kernel,
+        num_warmup=NUM_WARMUP,
+        num_samples=NUM_SAMPLES,
+        num_chains=NUM_CHAINS,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+
+
+def run_slmc(target, seed, fit_kwargs):
+    timed_fit = TimedFit(slmc_kernels_module.fit_vae_proposal)
+    slmc_kernels_module.fit_vae_proposal = timed_fit
+    start = time.perf_counter()
+    try:
+        kernel = nx.VAESLMC(target.model, fit_kwargs=fit_kwargs)
+        mcmc = user_mcmc(kernel)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mcmc.run(jax.random.PRNGKey(seed), *target.model_args)
+            evidence = nx.log_marginal_likelihood(mcmc)
+    finally:
+        slmc_kernels_module.fit_vae_proposal = timed_fit.original
+    seconds = time.perf_counter() - start
+    history = kernel.proposal.history
+    evaluations = history.density_evaluations + NUM_CHAINS * (NUM_WARMUP + NUM_SAMPLES)
+    draws = mcmc.get_samples(group_by_chain=True)["x"]
+    result = summary(target, draws, evaluations, seconds)
+    result.update(
+        log_z_error=float(evidence.log_z - LOG_Z),
+        stderr=float(evidence.stderr),
+        training_seconds=timed_fit.seconds,
+        training_evaluations=history.density_evaluations,
+        accept_rate=float(np.mean(mcmc.get_extra_fields()["accept_prob"])),
+        rounds=len(history.betas(history.chosen_model)) - 1,
+        epochs=[rung.epochs for rung in history.rungs],
+        warnings=sorted({str(w.message)[:200] for w in caught}),
+    )
+    return result
+
+
+def run_nuts(target, seed):
+    start = time.perf_counter()
+    mcmc = user_mcmc(NUTS(target.model))
+    warmup_key, run_key = jax.random.split(jax.random.PRNGKey(seed))
+    mcmc.warmup(warmup_key, *target.model_args, collect_warmup=True, extra_fields=("num_steps",))
+    evaluations = int(np.sum(mcmc.get_extra_fields()["num_steps"]))
+    mcmc.run(run_key, *target.model_args, extra_fields=("num_steps",))
+    evaluations += int(np.sum(mcmc.get_extra_fields()["num_steps"]))
+    seconds = time.perf_counter() - start
+    return summary(target, mcmc.get_samples(group_by_chain=True)["x"], evaluations, seconds)
+
+
+def run_flowmc(target, seed):
+    try:
+        from flowMC.resource_strategy_bundle.RQSpline_MALA import RQSpline_MALA_Bundle
+        from flowMC.Sampler import Sampler
+    except ImportError:
+        return None
+    start = time.perf_counter()
+    flat = flatten_model(
+        jax.random.PRNGKey(seed), target.model, target.model_args, {}, kernel_name="flowMC"
+    )
+    bundle_key, sampler_key, start_key = jax.random.split(jax.random.PRNGKey(seed), 3)
+    bundle = RQSpline_MALA_Bundle(
+        bundle_key,
+        n_dims=flat.dimension,
+        logpdf=lambda x, data: -flat.potential_fn(x),
+        **FLOWMC,
+    )
+    sampler = Sampler(
+        n_dim=flat.dimension,
+        n_chains=FLOWMC["n_chains"],
+        rng_key=sampler_key,
+        resource_strategy_bundles=bundle,
+        checkpoint_interval=0,
+    )
+    # The same starts as NumPyro's init_to_uniform.
+    starts = jax.random.uniform(
+        start_key, (FLOWMC["n_chains"], flat.dimension), minval=-2, maxval=2
+    )
+    sampler.sample(starts, {})
+    draws = np.asarray(sampler.resources["positions_production"].data)
+    # flowMC fills its buffers with -inf until a step writes them.
+    draws = draws[:, np.all(np.isfinite(draws), axis=(0, 2))]
+    seconds = time.perf_counter() - start
+    loops = FLOWMC["n_training_loops"] + FLOWMC["n_production_loops"]
+    steps = FLOWMC["n_local_steps"] + FLOWMC["n_global_steps"]
+    evaluations = FLOWMC["n_chains"] * loops * steps
+    result = summary(target, draws, evaluations, seconds)
+    accepted = np.asarray(sampler.resources["global_accs_production"].data)
+    result["global_accept_rate"] = float(np.mean(accepted[np.isfinite(accepted)]))
+    return result
+
+
+def parse_config(text):
+    dimension, clusters = (int(part) for part in text.split(":"))
+    return dimension, clusters
+
+
+def comparison_rows(results):
+    """One row per configuration and method, with the ratio of ESS per evaluation to NUTS's."""
+    nuts = {
+        (r["dimension"], r["clusters"]): r["ess_per_evaluation"]
+        for r in results
+        if r["method"] == "nuts"
+    }
+    rows = []
+    for r in sorted(
+        results, key=lambda r: (r["dimension"], r["clusters"], METHODS.index(r["method"]))
+    ):
+        reference = nuts.get((r["dimension"], r["clusters"]))
+        ratio = r["ess_per_evaluation"] / reference if reference else float("nan")
+        ours = r["method"] == "slmc"
+        rows.append(
+            [
+                r["dimension"],
+                r["clusters"],
+                r["method"] + (" (defaults)" if ours else ""),
+                " ".join(f"{w:.3f}" for w in r["weights"]),
+                fmt(r["weight_error"], 2),
+                "yes" if r["every_chain_every_cluster"] else "**no**",
+                fmt(r["log_z_error"], 2) if ours else "-",
+                fmt(r["stderr"], 2) if ours else "-",
+                fmt(r["ess"], 3),
+                f"{r['evaluations']:.3g}",
+                f"{r['ess_per_evaluation']:.2e}",
+                fmt(ratio, 3),
+                f"{r['training_seconds']:.0f}" if ours else "-",
+                f"{r['seconds']:.0f}",
+            ]
+        )
+    return rows, nuts
+
+
+def target_rows(results, nuts):
+    rows = []
+    for r in results:
+        if r["method"] != "slmc":
+            continue
+        reference = nuts.get((r["dimension"], r["clusters"]))
+        ratio = r["ess_per_evaluation"] / reference if reference else float("nan")
+        z_score = abs(r["log_z_error"]) / r["stderr"] if r["stderr"] > 0 else float("inf")
+        rows.append(
+            [
+                r["dimension"],
+                r["clusters"],
+                verdict(r["weight_error"] <= MAX_WEIGHT_ERROR),
+                verdict(r["every_chain_every_cluster"]),
+                verdict(z_score <= MAX_Z_SCORE and r["stderr"] <= MAX_STDERR),
+                verdict(ratio >= MIN_ESS_RATIO) if reference else "-",
+                "; ".join(r["warnings"]) or "-",
+            ]
+        )
+    return rows
+
+
+def mixture_tables(results):
+    rows, nuts = comparison_rows(results)
+    header = [
+        "D",
+        "C",
+        "method",
+        "weights (exact: prop. to k+1)",
+        "weight error",
+        "every chain every cluster",
+        "log Z error",
+        "stderr",
+        "min ESS",
+        "density evals",
+        "ESS / eval",
+        "x NUTS",
+        "training s",
+        "wall s",
+    ]
+    lines = [markdown_table(header, rows), "", "Targets of the issue (ours, defaults):", ""]
+    lines.append(
+        markdown_table(
+            [
+                "D",
+                "C",
+                f"weight error <= {MAX_WEIGHT_ERROR}",
+                "every chain every cluster",
+                f"log Z within {MAX_Z_SCORE:g} stderr, stderr <= {MAX_STDERR}",
+                f"ESS / eval >= {MIN_ESS_RATIO:g} x NUTS",
+                "warnings",
+            ],
+            target_rows(results, nuts),
+        )
+    )
+    details = [
+        f"- {r['dimension']}:{r['clusters']} slmc: acceptance {r['accept_rate']:.2f}, "
+        f"{r['rounds']} annealing rounds, epochs per training {r['epochs']}, training density "
+        f"evaluations {r['training_evaluations']}"
+        for r in results
+        if r["method"] == "slmc"
+    ]
+    details += [
+        f"- {r['dimension']}:{r['clusters']} flowmc: global acceptance "
+        f"{fmt(r['global_accept_rate'], 2)}"
+        for r in results
+        if r["method"] == "flowmc"
+    ]
+    return lines + [""] + details
+
+
+def adam_steps(history, settings):
+    """Model 0's Adam steps over the annealing: epochs times batches per epoch of each training
+    (the held-out share set aside, except in the full final training)."""
+    last_round = history.rungs[-1].round
+    steps = 0
+    for rung in history.rungs:
+        if rung.model != 0:
+            continue
+        points = settings.initial_size if rung.round == 0 else settings.training_size
+        full = rung.round == last_round and rung.round > 0 and settings.full_final_training
+        if settings.patience is not None and not full:
+            points -= max(1, int(settings.validation_fraction * points))
+        steps += rung.epochs * max(1, points // min(settings.batch_size, points))
+    return steps
+
+
+def training_experiment(fit_kwargs, seed):
+    """Train with the defaults and ``fit_kwargs`` on two targets, then sample with the proposal."""
+    results = []
+    for target in (sign_product_target(0, 4), gaussian_mixture_target(0, 10)):
+        log(f"training on {target.name} with {fit_kwargs}")
+        start = time.perf_counter()
+        proposal = nx.fit_vae_proposal(
+            jax.random.PRNGKey(seed),
+            target.model,
+            target.model_args,
+            progress_bar=False,
+            **fit_kwargs,
+        )
+        jax.block_until_ready(proposal)
+        training_seconds = time.perf_counter() - start
+        history = proposal.history
+        mcmc = user_mcmc(nx.VAESLMC(target.model, proposal=proposal))
+        mcmc.run(jax.random.PRNGKey(seed + 1), *target.model_args)
+        evidence = nx.log_marginal_likelihood(mcmc, warn=False)
+        draws = mcmc.get_samples(group_by_chain=True)
+        labels = target.mode_labels(draws)
+        settings = nx.AnnealingSettings(**fit_kwargs)
+        epochs = [rung.epochs for rung in history.rungs if rung.model == 0]
+        results.append(
+            {
+                "target": target.name,
+                "fit_kwargs": fit_kwargs,
+                "training_seconds": training_seconds,
+                "betas": history.betas(0),
+                "epochs": epochs,
+                "adam_steps": adam_steps(history, settings),
+                "accept_rate": float(np.mean(mcmc.get_extra_fields()["accept_prob"])),
+                "weight_error": mode_weight_error(
+                    target.empirical_mode_weights(draws), target.mode_weights
+                ),
+                "every_chain_every_mode": bool(
+                    all(len(np.unique(chain)) == target.num_modes for chain in labels)
+                ),
+                "log_z_error": float(evidence.log_z - target.log_z),
+                "stderr": float(evidence.stderr),
+            }
+        )
+        log(f"  {results[-1]}")
+    return results
+
+
+def training_table(results):
+    rows = [
+        [
+            r["target"],
+            json.dumps(r["fit_kwargs"]) if r["fit_kwargs"] else "defaults",
+            f"{r['training_seconds']:.0f}",
+            " ".join(str(e) for e in r["epochs"]),
+            r["adam_steps"],
+            " ".join(f"{b:.2f}" for b in r["betas"]),
+            fmt(r["accept_rate"], 2),
+            fmt(r["weight_error"], 2),
+            "yes" if r["every_chain_every_mode"] else "**no**",
+            f"{r['log_z_error']:+.3f}",
+            fmt(r["stderr"], 2),
+        ]
+        for r in results
+    ]
+    header = [
+        "target",
+        "settings",
+        "training s",
+        "epochs per training",
+        "Adam steps",
+        "beta path",
+        "acceptance",
+        "mode-weight error",
+        "every chain every mode",
+        "log Z error",
+        "stderr",
+    ]
+    return [markdown_table(header, rows)]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="only D = 10, C = 3")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=["10:2", "10:5", "20:3", "50:3", "100:3"],
+        help="D:C pairs",
+    )
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--experiment", choices=("mixtures", "training"), default="mixtures")
+    parser.add_argument("--fit-kwargs", default="{}", help="JSON settings of fit_vae_proposal")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default=None, help="also write the report here")
+    parser.add_argument("--json", default=None, help="append one JSON line per run here")
+    parser.add_argument("--report-from", default=None, help="only the tables of a --json file")
+    args = parser.parse_args(argv)
+    fit_kwargs = json.loads(args.fit_kwargs)
+    if args.report_from:
+        runs = read_runs(args.report_from)
+        mixtures = [r for r in runs if "method" in r]
+        training = [r for r in runs if "method" not in r]
+        lines = mixture_tables(mixtures) if mixtures else []
+        lines += training_table(training) if training else []
+        publish_report("\n".join(lines), args.output)
+        return
+    if args.experiment == "training":
+        results = training_experiment(fit_kwargs, args.seed)
+        for result in results:
+            if args.json:
+                save_run(args.json, result)
+        lines = training_table(results)
+    else:
+        configs = [(10, 3)] if args.quick else [parse_config(c) for c in args.configs]
+        results = []
+        for dimension, clusters in configs:
+            target = Mixture(dimension, clusters)
+            for method in args.methods:
+                log(f"{target.name}: {method}")
+                if method == "slmc":
+                    result = run_slmc(target, args.seed, fit_kwargs)
+                elif method == "nuts":
+                    result = run_nuts(target, args.seed)
+                else:
+                    result = run_flowmc(target, args.seed)
+                    if result is None:
+                        log("flowMC is not installed (pip install -e '.[bench]'): skipped")
+                        continue
+                result.update(method=method, dimension=dimension, clusters=clusters)
+                log(f"  {json.dumps(result)[:400]}")
+                results.append(result)
+                if args.json:
+                    save_run(args.json, result)
+        lines = mixture_tables(results)
+    lines += [""] + environment_lines(
+        "slmc_benchmark.py",
+        sys.argv[1:] if argv is None else argv,
+        elapsed_seconds(),
+        settings=f"{NUM_CHAINS} chains x ({NUM_WARMUP} + {NUM_SAMPLES}) draws; flowMC {FLOWMC}",
+    )
+    publish_report("\n".join(lines), args.output)
+
+
+if __name__ == "__main__":
+    main()
