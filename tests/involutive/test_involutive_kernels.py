@@ -104,9 +104,11 @@ def test_block_of_numpyro_gibbs_is_exact():
     other one as NUTS moves ``b``. The chains start near the posterior: Gibbs would otherwise
     start the block at a prior draw, far outside where the map was trained, and there every
     proposal is rejected."""
+    # Exactness needs no training: a two-epoch one keeps the test quick.
+    tiny = dict(QUICK, epochs=2, seed_epochs=1, seed_chains=2, seed_warmup=100, seed_samples=100)
     kernel = Gibbs(
         [
-            (nx.AiSampler(_two_block_model, train_kwargs=QUICK), ["a"]),
+            (nx.AiSampler(_two_block_model, train_kwargs=tiny), ["a"]),
             (NUTS(_two_block_model), None),
         ]
     )
