@@ -7,6 +7,7 @@ from numpyro_extras.exchange.ladder import (
     communication_barrier,
     equalized_ladder,
     initial_ladder,
+    replicas_for_barrier,
 )
 from numpyro_extras.exchange.path import TemperedPath, prior_path, reference_path
 from numpyro_extras.exchange.plots import plot_exchange
@@ -23,4 +24,5 @@ __all__ = [
     "prior_path",
     "reference_path",
     "replica_exchange",
+    "replicas_for_barrier",
 ]

@@ -48,6 +48,7 @@ __all__ = [
     "update_statistics",
     "hmc_moves",
     "replica_exchange",
+    "pilot_swap_rates",
 ]
 
 
@@ -461,7 +462,7 @@ def _rung(tree, index):
     return jax.tree.map(lambda leaf: leaf[index], tree)
 
 
-def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None):
+def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, betas=None):
     """Pure ``init``/``step`` of non-reversible parallel tempering for one chain, the replicas
     moved by ``moves``.
 
@@ -470,6 +471,8 @@ def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None):
     :param unravel_fn: a replica's ``position`` -> the ``z`` stored in the state.
     :param int num_replicas: ``N``, the ladder's length (at least 2).
     :param tag: the build tag stored in the state.
+    :param betas: the starting ladder, shape ``(N,)`` from 0 to 1 (e.g. one tuned by a pilot
+        run); default :func:`~numpyro_extras.exchange.ladder.initial_ladder`.
     :return: ``(init_fn, step_fn)``: ``init_fn(positions, rng_key, num_warmup, **settings)``
         with ``positions`` of leading axis ``N`` (one start per rung) and ``settings`` those of
         ``moves.init``, and ``step_fn(state, num_warmup)``.
@@ -501,12 +504,16 @@ def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None):
     def init_fn(positions, rng_key, num_warmup, **settings):
         inner_key, rng_key = jax.random.split(rng_key)
         dtype = _float_dtype(positions)
-        betas = initial_ladder(num_replicas, dtype=dtype)
-        replicas, inner = moves.init(positions, betas, inner_key, num_warmup, **settings)
+        ladder = (
+            initial_ladder(num_replicas, dtype=dtype)
+            if betas is None
+            else jnp.asarray(betas, dtype=dtype)
+        )
+        replicas, inner = moves.init(positions, ladder, inner_key, num_warmup, **settings)
         return state_of(
             replicas,
             inner,
-            betas,
+            ladder,
             jnp.ones(num_replicas - 1, dtype),
             _initial_statistics(num_replicas, dtype),
             jnp.zeros((), jnp.int32),
@@ -549,3 +556,35 @@ def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None):
         return state_of(replicas, inner, betas, accept_prob, statistics, iteration, rng_key)
 
     return init_fn, step_fn
+
+
+def pilot_swap_rates(init_fn, step_fn, positions, rng_key, num_tuning_scans, num_scans, **settings):
+    """A short run of one chain to measure the path's swap rejection: ``num_tuning_scans`` scans
+    with the ladder re-tuned in rounds, then ``num_scans`` on the frozen ladder whose mean swap
+    acceptance probabilities (Rao-Blackwellised) give the communication barrier
+    (:func:`~numpyro_extras.exchange.ladder.communication_barrier`, Syed et al. 2022 eq. 12).
+
+    :param init_fn: ``init_fn`` of :func:`replica_exchange`.
+    :param step_fn: its ``step_fn``.
+    :param positions: the starting positions, leading axis ``N``.
+    :param rng_key: random key.
+    :param int num_tuning_scans: scans of warm-up (ladder tuning and inner adaptation).
+    :param int num_scans: scans counted after it.
+    :param settings: settings of the moves' ``init``.
+    :return: ``(betas, accept_rates)``: the tuned ladder ``(N,)`` and the mean swap acceptance
+        of every gap on it ``(N - 1,)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        init_fn, step_fn = replica_exchange(hmc_moves(path), lambda x: x, num_replicas=16)
+        betas, rates = pilot_swap_rates(init_fn, step_fn, positions, key, 256, 128)
+        barrier = communication_barrier(rates)[-1]
+    """
+    state = init_fn(positions, rng_key, num_tuning_scans, **settings)
+    state = jax.lax.fori_loop(
+        0, num_tuning_scans + num_scans, lambda _, state: step_fn(state, num_tuning_scans), state
+    )
+    statistics = state.statistics
+    return state.betas, statistics.accept_sum / jnp.maximum(statistics.num_scans, 1)

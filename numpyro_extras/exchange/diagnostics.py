@@ -50,6 +50,8 @@ class ExchangeDiagnostics(NamedTuple):
     :param stepping_stone: the :class:`~numpyro_extras.exchange.evidence.SteppingStone`
         estimate of ``log Z``.
     :param problems: one sentence per problem found; empty for a run that looks fine.
+    :param pilot_barrier: the barrier the pilot run of ``num_replicas="auto"`` measured before
+        the run chose its count (``None`` for a given count).
     """
 
     betas: np.ndarray
@@ -61,6 +63,7 @@ class ExchangeDiagnostics(NamedTuple):
     posterior_rhat: float
     stepping_stone: SteppingStone
     problems: tuple[str, ...]
+    pilot_barrier: float | None = None
 
 
 def exchange_kernel(mcmc) -> ReplicaExchange:
@@ -177,6 +180,7 @@ def exchange_diagnostics(mcmc) -> ExchangeDiagnostics:
         posterior_rhat=posterior_rhat,
         stepping_stone=estimate,
         problems=tuple(problems),
+        pilot_barrier=kernel.pilot_barrier,
     )
 
 
@@ -200,7 +204,8 @@ def exchange_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
 def exchange_inference_data(mcmc):
     """ArviZ ``InferenceData`` of a replica-exchange run: :func:`arviz.from_numpyro`'s groups
     (the posterior replica's draws, ``log_likelihood``, ``observed_data``), every rung's ``l`` and
-    swap rates in ``sample_stats``, the ladder, barrier, round trips and ``log Z`` in ``attrs``.
+    swap rates in ``sample_stats``, the ladder, barrier, round trips, ``log Z``, the number of
+    replicas and (for ``num_replicas="auto"``) the pilot's barrier in ``attrs``.
 
     :param mcmc: a run with :class:`~numpyro_extras.ReplicaExchange`.
     :return: :class:`arviz.InferenceData`.
@@ -217,6 +222,9 @@ def exchange_inference_data(mcmc):
             "betas": diagnostics.betas.tolist(),
             "communication_barrier": diagnostics.barrier.tolist(),
             "round_trips": diagnostics.round_trips.tolist(),
+            "num_replicas": int(diagnostics.betas.shape[-1]),
         }
     )
+    if diagnostics.pilot_barrier is not None:
+        idata.attrs["pilot_communication_barrier"] = diagnostics.pilot_barrier
     return idata

@@ -8,6 +8,9 @@ are the ``beta = 1`` replica's draws: the posterior.
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,8 +22,15 @@ from numpyro.util import not_jax_tracer
 from numpyro_extras.bases import GaussianBase, MixtureBase, validate_base
 from numpyro_extras.discrete.kernels import ACS, DiscreteTarget
 from numpyro_extras.discrete.proposal import decode
-from numpyro_extras.exchange.chains import hmc_moves, replica_exchange
+from numpyro_extras.exchange.chains import hmc_moves, pilot_swap_rates, replica_exchange
 from numpyro_extras.exchange.discrete_moves import acs_moves, mixed_moves
+from numpyro_extras.exchange.ladder import (
+    MAX_AUTO_REPLICAS,
+    MAX_REPLICA_VALUES,
+    communication_barrier,
+    equalized_ladder,
+    replicas_for_barrier,
+)
 from numpyro_extras.exchange.path import (
     MixedPosition,
     TemperedPath,
@@ -45,12 +55,55 @@ from numpyro_extras.potential import (
 from numpyro_extras.tempering.base_fit import fit_base, fit_base_for_kernel
 from numpyro_extras.validation import check_count
 
-__all__ = ["ReplicaExchange", "DEFAULT_NUM_REPLICAS", "MAX_REPLICA_VALUES"]
+__all__ = [
+    "ReplicaExchange",
+    "ReplicaPilot",
+    "DEFAULT_NUM_REPLICAS",
+    "MAX_REPLICA_VALUES",
+    "PILOT_REPLICAS",
+    "PILOT_TUNING_SCANS",
+    "PILOT_SCANS",
+]
 
-DEFAULT_NUM_REPLICAS = 16
-# Replicas x unconstrained dimensions of one chain, a bound on the state's size (positions,
-# gradients and a mass matrix per replica).
-MAX_REPLICA_VALUES = 2_000_000
+DEFAULT_NUM_REPLICAS = "auto"
+# The pilot's ladder: long enough that a barrier of several units is still measured on gaps whose
+# swaps are often accepted (a gap that rejects nearly always understates its share of Lambda),
+# short enough that its scans cost little beside the run.
+PILOT_REPLICAS = 16
+# Rounds of 8, ..., 128 scans tune the pilot's ladder; the scans after them measure its rates.
+PILOT_TUNING_SCANS = 256
+PILOT_SCANS = 128
+
+
+class ReplicaPilot(NamedTuple):
+    """What the pilot run of ``num_replicas="auto"`` measured.
+
+    :param barrier: the global communication barrier ``Lambda`` of the path.
+    :param num_replicas: the count chosen from it (``replicas_for_barrier``).
+    :param betas: the pilot's tuned ladder, ``(PILOT_REPLICAS,)`` (fewer under the memory bound).
+    :param swap_accept_rate: its mean swap acceptance per gap.
+    """
+
+    barrier: float
+    num_replicas: int
+    betas: np.ndarray
+    swap_accept_rate: np.ndarray
+
+
+def replica_count_setting(num_replicas):
+    """``num_replicas`` checked: ``"auto"`` or an ``int`` of at least 2.
+
+    :raises TypeError: for another string, a float or a flag.
+    :raises ValueError: for an integer below 2.
+    """
+    if isinstance(num_replicas, str) and num_replicas == "auto":
+        return num_replicas
+    try:
+        return check_count("num_replicas", num_replicas, minimum=2)
+    except TypeError:
+        raise TypeError(
+            f"num_replicas must be 'auto' or an integer >= 2, got {num_replicas!r}."
+        ) from None
 
 
 def discrete_inner_kernel(model, inner_kernel, inner_kwargs) -> ACS | None:
@@ -154,8 +207,14 @@ class ReplicaExchange(ExtrasKernel):
         ``nx.ACS`` or ``nx.DMALA`` for discrete ones (and, beside them, continuous ones with
         the ACS instance's ``inner_kernel``, NUTS by default; the class, or an instance whose
         settings are used), the move of every replica.
-    :param int num_replicas: replicas per chain (at least 2); about twice the communication
-        barrier that :func:`~numpyro_extras.exchange_diagnostics` reports is enough.
+    :param num_replicas: replicas per chain: ``"auto"`` (the default) measures the path's
+        communication barrier ``Lambda`` at the first ``init`` for a set of model arguments, by
+        a pilot run of this kernel's own core (``PILOT_REPLICAS`` rungs, ``PILOT_TUNING_SCANS``
+        scans tuning the ladder and ``PILOT_SCANS`` measuring its swap rates, one chain, seeded
+        by ``fit_base_seed``), and uses ``ceil(2 Lambda)`` replicas, at least 4 and at most 64
+        or the memory bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`),
+        starting from the pilot's ladder resized to that count; or an integer of at least 2,
+        used as given, with :func:`~numpyro_extras.exchange_diagnostics` reporting the barrier.
     :param reference: ``"fit"`` (a Gaussian mixture with a component on each mode that
         :func:`~numpyro_extras.fit_base` finds by variational inference, fitted on the first
         ``init``), ``"prior"`` (the model's prior, which must be proper; no fit, but a longer
@@ -166,7 +225,8 @@ class ReplicaExchange(ExtrasKernel):
         reference draw is not in the target's support.
     :param dict fit_base_kwargs: keyword arguments of :func:`~numpyro_extras.fit_base` for
         ``reference="fit"``.
-    :param int fit_base_seed: seed of the fit, the same for every chain method.
+    :param int fit_base_seed: seed of the fit and of the pilot run, the same for every chain
+        method.
     :param inner_kwargs: settings of the HMC/NUTS move (``step_size``, ``dense_mass``,
         ``target_accept_prob``, ``max_tree_depth``, ``num_steps``, ...) or of ``nx.ACS`` /
         ``nx.DMALA`` (``steps_per_cycle``, ``num_tuning_chains``, ``step_size``, ...).
@@ -206,7 +266,13 @@ class ReplicaExchange(ExtrasKernel):
         **inner_kwargs,
     ):
         super().__init__(model, potential_fn)
-        self._num_replicas = check_count("num_replicas", num_replicas, minimum=2)
+        self._requested_replicas = replica_count_setting(num_replicas)
+        auto = self._requested_replicas == "auto"
+        self._num_replicas = None if auto else self._requested_replicas
+        self._pilot: ReplicaPilot | None = None
+        # The starting ladder of the run: the pilot's, resized; the initial ladder otherwise.
+        self._starting_betas = None
+        self._values_per_replica = None
         self._acs = discrete_inner_kernel(model, inner_kernel, inner_kwargs)
         from_class = self._acs is not None and isinstance(inner_kernel, type)
         # Rebuilt with NUTS for the continuous sites if the model turns out to have some.
@@ -244,8 +310,21 @@ class ReplicaExchange(ExtrasKernel):
         self._reference_fit_problems = ()
 
     @property
-    def num_replicas(self) -> int:
+    def num_replicas(self) -> int | None:
+        """Replicas per chain: as given, or for ``"auto"`` the count the pilot of the last
+        ``init`` chose (``None`` before)."""
         return self._num_replicas
+
+    @property
+    def pilot(self) -> ReplicaPilot | None:
+        """What the pilot of ``num_replicas="auto"`` measured at the last ``init`` (its barrier,
+        count and ladder); ``None`` before, or for a given count."""
+        return self._pilot
+
+    @property
+    def pilot_barrier(self) -> float | None:
+        """The communication barrier the pilot measured (``None`` without a pilot)."""
+        return None if self._pilot is None else self._pilot.barrier
 
     @property
     def path(self) -> TemperedPath | None:
@@ -306,6 +385,7 @@ class ReplicaExchange(ExtrasKernel):
     def _forget_target(self):
         self._flat_model = self._path = self._fitted_reference = None
         self._discrete_target = None
+        self._forget_count()
         self._reference_fit_problems = ()
         if self._acs is not None:
             # The copy's ACS must read the wrapped model, not share the original's plumbing.
@@ -326,18 +406,73 @@ class ReplicaExchange(ExtrasKernel):
         target = self._acs.discrete_target(model_args, model_kwargs)
         values = sum(variable.size * variable.num_values for variable in target.variables.values())
         values += target.dimension
-        if values * self._num_replicas > MAX_REPLICA_VALUES:
-            raise ValueError(
-                f"{self._num_replicas} replicas of a model with {values} discrete values (sites "
-                f"x values) and unconstrained dimensions exceed the memory bound of "
-                f"{MAX_REPLICA_VALUES} values per chain; use fewer replicas."
-            )
+        self._check_memory(
+            values, f"{values} discrete values (sites x values) and unconstrained dimensions"
+        )
         self._discrete_target = target
         self._path = self._prior_path(key, lambda: target.split)
 
+    def _forget_count(self):
+        if self._requested_replicas == "auto":
+            self._num_replicas = None
+        self._pilot = self._starting_betas = self._values_per_replica = None
+
+    def _check_memory(self, values, description):
+        """Raise if the replicas of one chain would hold more than ``MAX_REPLICA_VALUES``
+        values (for ``"auto"``: if not even two would fit)."""
+        self._values_per_replica = values
+        count = self._requested_replicas
+        if count == "auto":
+            if 2 * values > MAX_REPLICA_VALUES:
+                raise ValueError(
+                    f"Two replicas of a model with {description} exceed the memory bound of "
+                    f"{MAX_REPLICA_VALUES} values per chain."
+                )
+            return
+        if values * count > MAX_REPLICA_VALUES:
+            raise ValueError(
+                f"{count} replicas of a model with {description} exceed the memory bound of "
+                f"{MAX_REPLICA_VALUES} values per chain; use fewer replicas."
+            )
+
     def _prepare_target(self, model_args, model_kwargs):
+        """Build the flat potential and the tempered path for these model arguments, and for
+        ``num_replicas="auto"`` choose the count by a pilot run on that path."""
+        self._forget_count()
+        self._prepare_path(model_args, model_kwargs)
+        if self._requested_replicas == "auto":
+            self._run_pilot()
+
+    def _run_pilot(self):
+        """Measure the path's communication barrier with a short run of the core on
+        ``PILOT_REPLICAS`` rungs and set the count and starting ladder from it."""
+        values = self._values_per_replica
+        pilot_count = min(PILOT_REPLICAS, MAX_AUTO_REPLICAS, MAX_REPLICA_VALUES // values)
+        # Its own stream, apart from the fit's: the same for every chain method and key.
+        position_key, run_key = jax.random.split(
+            jax.random.fold_in(jax.random.PRNGKey(self._fit_base_seed), 1)
+        )
+        positions = self._initial_positions(position_key, None, pilot_count)
+        init_fn, step_fn, settings = self._core(pilot_count)
+        run = jax.jit(
+            functools.partial(
+                pilot_swap_rates,
+                init_fn,
+                step_fn,
+                num_tuning_scans=PILOT_TUNING_SCANS,
+                num_scans=PILOT_SCANS,
+                **settings,
+            )
+        )
+        betas, accept_rates = run(positions, run_key)
+        barrier = float(communication_barrier(accept_rates)[-1])
+        count = replicas_for_barrier(barrier, values)
+        self._pilot = ReplicaPilot(barrier, count, np.asarray(betas), np.asarray(accept_rates))
+        self._num_replicas = count
+        self._starting_betas = np.asarray(equalized_ladder(betas, accept_rates, count))
+
+    def _prepare_path(self, model_args, model_kwargs):
         """Build the flat potential and the tempered path for these model arguments."""
-        dimension_limit = MAX_REPLICA_VALUES // self._num_replicas
         key = jax.random.PRNGKey(self._fit_base_seed)
         if self._acs is not None:
             self._prepare_discrete(key, model_args, model_kwargs)
@@ -345,6 +480,9 @@ class ReplicaExchange(ExtrasKernel):
         if self._model is None:
             base = self._reference
             self._flat_model = flat_model_from_potential(self._potential_fn, base.loc)
+            self._check_memory(
+                self._flat_model.dimension, f"a potential of dimension {self._flat_model.dimension}"
+            )
             self._path = reference_path(self._potential_fn, base)
             return
         self._flat_model = flatten_model(
@@ -360,12 +498,7 @@ class ReplicaExchange(ExtrasKernel):
             ),
         )
         dimension = self._flat_model.dimension
-        if dimension > dimension_limit:
-            raise ValueError(
-                f"{self._num_replicas} replicas of a model with {dimension} unconstrained "
-                f"dimensions exceed the memory bound of {MAX_REPLICA_VALUES} values per chain; "
-                "use fewer replicas."
-            )
+        self._check_memory(dimension, f"{dimension} unconstrained dimensions")
         if self._reference == "prior":
             self._path = self._prior_path(
                 key, lambda: split_model(key, self._model, model_args, model_kwargs)
@@ -412,6 +545,12 @@ class ReplicaExchange(ExtrasKernel):
         return target is not None and bool(target.continuous_sites)
 
     def _build(self, num_warmup, tag):
+        init_fn, step_fn, settings = self._core(self._num_replicas, tag, self._starting_betas)
+        return fixed_target_functions(init_fn, step_fn, num_warmup, settings)
+
+    def _core(self, num_replicas, tag=None, betas=None):
+        """``(init_fn, step_fn, settings)`` of the core with ``num_replicas`` rungs on the
+        prepared path, starting from ``betas`` (default the initial ladder)."""
         settings = self._hmc_settings
         if self._acs is not None:
             target = self._discrete_target
@@ -445,17 +584,17 @@ class ReplicaExchange(ExtrasKernel):
             moves = hmc_moves(self._path, self._algo)
             unravel_fn = self._flat_model.unravel_fn
         init_fn, step_fn = replica_exchange(
-            moves, unravel_fn, num_replicas=self._num_replicas, tag=tag
+            moves, unravel_fn, num_replicas=num_replicas, tag=tag, betas=betas
         )
-        return fixed_target_functions(init_fn, step_fn, num_warmup, settings)
+        return init_fn, step_fn, settings
 
-    def _discrete_positions(self, rng_key, init_params):
+    def _discrete_positions(self, rng_key, init_params, num_replicas):
         """One chain's starting states, index arrays with leading axis ``N`` (with the flat
         continuous positions, ``(N, D)``, for a mixed model): ``init_params`` for every rung if
         given (continuous sites unconstrained), else prior draws."""
         target = self._discrete_target
         if init_params is None:
-            x, indices = target.sample_initial_fn(rng_key, self._num_replicas)
+            x, indices = target.sample_initial_fn(rng_key, num_replicas)
             return MixedPosition(x, indices) if self._mixed else indices
         missing = [
             name
@@ -475,25 +614,26 @@ class ReplicaExchange(ExtrasKernel):
                 )
             position = MixedPosition(x, position)
         return jax.tree.map(
-            lambda leaf: jnp.broadcast_to(leaf, (self._num_replicas,) + leaf.shape), position
+            lambda leaf: jnp.broadcast_to(leaf, (num_replicas,) + leaf.shape), position
         )
 
-    def _initial_positions(self, rng_key, init_params):
-        """One chain's starting points, ``(N, D)``: ``init_params`` for every rung if given, else
-        reference draws, each replaced by the model's initial point where the rung's tempered
-        density is not finite there."""
+    def _initial_positions(self, rng_key, init_params, num_replicas=None):
+        """One chain's starting points, ``(N, D)`` with ``N = num_replicas`` (default the
+        kernel's): ``init_params`` for every rung if given, else reference draws, each replaced
+        by the model's initial point where the rung's tempered density is not finite there."""
+        num_replicas = self._num_replicas if num_replicas is None else num_replicas
         if self._discrete_target is not None:
-            return self._discrete_positions(rng_key, init_params)
+            return self._discrete_positions(rng_key, init_params, num_replicas)
         fallback = self._flat_model.initial_position
         if init_params is not None:
             position = jnp.asarray(
                 init_params if self._model is None else ravel_pytree(init_params)[0]
             )
             # Its own length, so that a wrong one reaches the dimension check with a clear error.
-            return jnp.broadcast_to(position, (self._num_replicas,) + position.shape[-1:])
-        keys = jax.random.split(rng_key, self._num_replicas)
+            return jnp.broadcast_to(position, (num_replicas,) + position.shape[-1:])
+        keys = jax.random.split(rng_key, num_replicas)
         draws = jax.vmap(self._path.sample_reference_fn)(keys).astype(fallback.dtype)
-        betas = jnp.linspace(0.0, 1.0, self._num_replicas, dtype=fallback.dtype)
+        betas = jnp.linspace(0.0, 1.0, num_replicas, dtype=fallback.dtype)
 
         def finite_at(position, beta):
             value, gradient = jax.value_and_grad(self._path.potential_fn(beta))(position)

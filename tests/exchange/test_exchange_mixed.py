@@ -146,7 +146,7 @@ def test_bad_input_gets_a_clear_error():
         )
     with pytest.raises(ValueError, match="latent sites"):
         run(
-            nx.ReplicaExchange(ising_scale_model, inner_kernel=nx.ACS),
+            nx.ReplicaExchange(ising_scale_model, inner_kernel=nx.ACS, num_replicas=4),
             DATA,
             num_warmup=2,
             num_samples=2,

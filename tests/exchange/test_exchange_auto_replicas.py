@@ -1,0 +1,127 @@
+"""num_replicas="auto": the count from a pilot run's communication barrier, within a bound."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from exchange_targets import run
+from numpyro.infer import HMC
+
+import numpyro_extras as nx
+from numpyro_extras.exchange.ladder import (
+    MAX_AUTO_REPLICAS,
+    communication_barrier,
+    equalized_ladder,
+    initial_ladder,
+    replicas_for_barrier,
+)
+
+# HMC with a few leapfrog steps compiles faster than NUTS; the rule does not depend on the move.
+MOVES = dict(inner_kernel=HMC, num_steps=5)
+
+
+def _gaussian_model():
+    x = numpyro.sample("x", dist.Normal(0.0, 1.0))
+    numpyro.factor("likelihood", dist.Normal(0.5, 1.0).log_prob(x))
+
+
+def _separated_mixture_model():
+    # Two bumps 16 prior-sd/10 apart and 500 times narrower than the prior: the posterior is far
+    # from the prior in the sense of the barrier, unlike the Gaussian's.
+    x = numpyro.sample("x", dist.Normal(0.0, 10.0))
+    numpyro.factor(
+        "bumps",
+        jnp.logaddexp(dist.Normal(-8.0, 0.03).log_prob(x), dist.Normal(8.0, 0.03).log_prob(x)),
+    )
+
+
+def _count(accept_rates, **bounds):
+    barrier = communication_barrier(jnp.asarray(accept_rates, dtype=jnp.float64))[-1]
+    return replicas_for_barrier(barrier, **bounds)
+
+
+def test_the_count_is_twice_the_barrier_rounded_up_with_a_floor():
+    # Lambda = 0.5 + 0.5 + 0.75 = 1.75: ceil(3.5) = 4.
+    assert _count([0.5, 0.5, 0.25]) == 4
+    # Lambda = 12 x 0.75 = 9: 18 replicas.
+    assert _count(np.full(12, 0.25)) == 18
+    # Lambda = 12 x 0.25 = 3 exactly: 6, not 7.
+    assert _count(np.full(12, 0.75)) == 6
+    # Lambda = 3.05: 7.
+    assert replicas_for_barrier(3.05) == 7
+    # Swaps always accepted: the floor of 4.
+    assert _count(np.ones(15)) == 4
+
+
+def test_the_count_is_capped_by_the_maximum_and_the_memory_bound():
+    assert replicas_for_barrier(100.0) == MAX_AUTO_REPLICAS == 64
+    # 2e6 values per chain / 1e5 values per replica: 20.
+    assert replicas_for_barrier(100.0, values_per_replica=100_000) == 20
+    # A cap below the floor wins over the floor.
+    assert replicas_for_barrier(0.5, values_per_replica=700_000) == 2
+    with pytest.raises(ValueError, match="memory bound"):
+        replicas_for_barrier(1.0, values_per_replica=1_500_000)
+    with pytest.raises(ValueError, match="finite"):
+        replicas_for_barrier(float("nan"))
+
+
+def test_a_tuned_ladder_resized_keeps_equal_rejection():
+    betas = jnp.array([0.0, 0.5, 1.0])
+    # Lambda(0.5) = 0.1, Lambda(1) = 1.0: the 4-rung ladder splits Lambda in thirds.
+    resized = equalized_ladder(betas, jnp.array([0.9, 0.1]), 4)
+    np.testing.assert_allclose(
+        resized, [0.0, 0.5 + 0.5 * (1 / 3 - 0.1) / 0.9, 0.5 + 0.5 * (2 / 3 - 0.1) / 0.9, 1.0]
+    )
+    np.testing.assert_allclose(
+        equalized_ladder(betas, jnp.array([0.9, 0.1])), [0, 0.5 + 0.5 * 0.4 / 0.9, 1]
+    )
+
+
+def test_auto_uses_more_replicas_on_a_hard_target_than_on_an_easy_one():
+    easy = nx.ReplicaExchange(_gaussian_model, **MOVES)
+    assert easy.num_replicas is None and easy.pilot is None
+    with jax.ensure_compile_time_eval():
+        easy._prepare((), {})
+    hard = nx.ReplicaExchange(_separated_mixture_model, **MOVES)
+    mcmc = run(hard, num_warmup=40, num_samples=40, num_chains=1)
+
+    assert easy.num_replicas == 4 and easy.pilot_barrier < 1.0
+    assert hard.pilot_barrier > 2.0
+    assert hard.num_replicas == replicas_for_barrier(hard.pilot_barrier) > easy.num_replicas
+    # The run used the chosen count, and reports what the pilot measured.
+    assert mcmc.last_state.betas.shape == (hard.num_replicas,)
+    diagnostics = nx.exchange_diagnostics(mcmc)
+    assert diagnostics.pilot_barrier == hard.pilot_barrier
+    attrs = nx.to_inference_data(mcmc).attrs
+    assert attrs["num_replicas"] == hard.num_replicas
+    assert attrs["pilot_communication_barrier"] == hard.pilot_barrier
+    # The pilot tuned its own ladder to equal rejection: the run starts from it, resized.
+    pilot = hard.pilot
+    assert pilot.betas.shape == (16,) and pilot.betas[1] > initial_ladder(16)[1]
+    np.testing.assert_allclose(
+        hard._starting_betas,
+        equalized_ladder(
+            jnp.asarray(pilot.betas), jnp.asarray(pilot.swap_accept_rate), hard.num_replicas
+        ),
+    )
+    # A second run on the same arguments reuses the pilot.
+    first = hard.pilot
+    run(hard, num_warmup=40, num_samples=40, num_chains=1, seed=1)
+    assert hard.pilot is first
+
+
+def test_an_integer_count_is_used_as_given():
+    kernel = nx.ReplicaExchange(_gaussian_model, num_replicas=6, **MOVES)
+    state = kernel.init(jax.random.PRNGKey(0), 10, None, (), {})
+    assert kernel.num_replicas == 6 and kernel.pilot is None and kernel.pilot_barrier is None
+    np.testing.assert_array_equal(state.betas, initial_ladder(6))
+
+
+@pytest.mark.parametrize(
+    "value, error", [("many", TypeError), (0.5, TypeError), (True, TypeError), (1, ValueError)]
+)
+def test_a_bad_count_gets_a_clear_error(value, error):
+    with pytest.raises(error, match="num_replicas must be"):
+        nx.ReplicaExchange(_gaussian_model, num_replicas=value)
