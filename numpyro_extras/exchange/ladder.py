@@ -33,9 +33,10 @@ MINIMUM_REJECTION = 1e-4
 # Replicas x values of one replica (unconstrained dimensions, or discrete values) of one chain, a
 # bound on the state's size (positions, gradients and a mass matrix per replica).
 MAX_REPLICA_VALUES = 2_000_000
-# Fewer rungs than this leave no room for the ladder's tuning to place a rung where the path is
-# hard; more than the maximum cost more than the round trips they could still gain.
-MIN_AUTO_REPLICAS = 4
+# Past 2 Lambda more rungs no longer add round trips, but the stepping-stone estimate of log Z
+# still gains: each gap's ratio has less variance the closer its two rungs are. The floor keeps
+# that precision on easy paths; more than the maximum cost more than they could still gain.
+MIN_AUTO_REPLICAS = 16
 MAX_AUTO_REPLICAS = 64
 
 
@@ -120,8 +121,8 @@ def replicas_for_barrier(
 
     .. code-block:: python
 
-        replicas_for_barrier(3.2)  # 7
-        replicas_for_barrier(float(communication_barrier(jnp.array([0.5, 0.5, 0.2]))[-1]))  # 4
+        replicas_for_barrier(3.2)  # 16, the floor
+        replicas_for_barrier(3.2, minimum=4)  # 7
         replicas_for_barrier(40.0, values_per_replica=100_000)  # 20, the memory bound
     """
     barrier = float(barrier)

@@ -12,6 +12,7 @@ from numpyro.infer import HMC
 import numpyro_extras as nx
 from numpyro_extras.exchange.ladder import (
     MAX_AUTO_REPLICAS,
+    MIN_AUTO_REPLICAS,
     communication_barrier,
     equalized_ladder,
     initial_ladder,
@@ -44,15 +45,17 @@ def _count(accept_rates, **bounds):
 
 def test_the_count_is_twice_the_barrier_rounded_up_with_a_floor():
     # Lambda = 0.5 + 0.5 + 0.75 = 1.75: ceil(3.5) = 4.
-    assert _count([0.5, 0.5, 0.25]) == 4
-    # Lambda = 12 x 0.75 = 9: 18 replicas.
+    assert _count([0.5, 0.5, 0.25], minimum=2) == 4
+    # Lambda = 12 x 0.75 = 9: 18 replicas, above the default floor.
     assert _count(np.full(12, 0.25)) == 18
     # Lambda = 12 x 0.25 = 3 exactly: 6, not 7.
-    assert _count(np.full(12, 0.75)) == 6
+    assert _count(np.full(12, 0.75), minimum=2) == 6
     # Lambda = 3.05: 7.
-    assert replicas_for_barrier(3.05) == 7
-    # Swaps always accepted: the floor of 4.
-    assert _count(np.ones(15)) == 4
+    assert replicas_for_barrier(3.05, minimum=2) == 7
+    # The default floor keeps the stepping stone's rungs on easy paths.
+    assert replicas_for_barrier(3.05) == MIN_AUTO_REPLICAS == 16
+    # Swaps always accepted: the floor.
+    assert _count(np.ones(15), minimum=4) == 4
 
 
 def test_the_count_is_capped_by_the_maximum_and_the_memory_bound():
@@ -87,9 +90,12 @@ def test_auto_uses_more_replicas_on_a_hard_target_than_on_an_easy_one():
     hard = nx.ReplicaExchange(_separated_mixture_model, **MOVES)
     mcmc = run(hard, num_warmup=40, num_samples=40, num_chains=1)
 
-    assert easy.num_replicas == 4 and easy.pilot_barrier < 1.0
+    assert easy.num_replicas == MIN_AUTO_REPLICAS and easy.pilot_barrier < 1.0
     assert hard.pilot_barrier > 2.0
-    assert hard.num_replicas == replicas_for_barrier(hard.pilot_barrier) > easy.num_replicas
+    assert hard.num_replicas == replicas_for_barrier(hard.pilot_barrier) >= easy.num_replicas
+    assert replicas_for_barrier(hard.pilot_barrier, minimum=2) > replicas_for_barrier(
+        easy.pilot_barrier, minimum=2
+    )
     # The run used the chosen count, and reports what the pilot measured.
     assert mcmc.last_state.betas.shape == (hard.num_replicas,)
     diagnostics = nx.exchange_diagnostics(mcmc)
