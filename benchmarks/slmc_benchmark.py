@@ -509,13 +509,19 @@ def main(argv=None):
         lines = training_table(results)
     else:
         configs = [(10, 3)] if args.quick else [parse_config(c) for c in args.configs]
-        results = []
+        results, failures = [], []
         for dimension, clusters in configs:
             target = Mixture(dimension, clusters)
             for method in args.methods:
                 log(f"{target.name}: {method}")
                 if method == "slmc":
-                    result = run_slmc(target, args.seed, fit_kwargs)
+                    try:
+                        result = run_slmc(target, args.seed, fit_kwargs)
+                    except RuntimeError as error:
+                        # The annealing's own error (no progress): a result, not a crash.
+                        failures.append(f"- {target.name} slmc failed: {error}")
+                        log(failures[-1])
+                        continue
                 elif method == "nuts":
                     result = run_nuts(target, args.seed)
                 else:
@@ -528,7 +534,7 @@ def main(argv=None):
                 results.append(result)
                 if args.json:
                     save_run(args.json, result)
-        lines = mixture_tables(results)
+        lines = mixture_tables(results) + [""] + failures
     lines += [""] + environment_lines(
         "slmc_benchmark.py",
         sys.argv[1:] if argv is None else argv,
