@@ -33,7 +33,7 @@ import numpy as np
 from numpyro.infer import MCMC, NUTS
 from tqdm.auto import tqdm
 
-from numpyro_extras.potential import FlatModel, flat_model_from_potential, flatten_model
+from numpyro_extras.potential import flat_target, site_shapes
 from numpyro_extras.slmc.chains import (
     ACCEPTANCES,
     draw_proposal,
@@ -60,7 +60,6 @@ __all__ = [
     "fit_vae_proposal",
     "candidate_betas",
     "select_beta",
-    "site_shapes",
 ]
 
 # Below this acceptance rate a chain is thinned by at most 1 / MIN_THINNING_RATE.
@@ -249,15 +248,6 @@ class AnnealingHistory(NamedTuple):
     @property
     def num_retrains(self) -> int:
         return sum(rung.retrained for rung in self.rungs)
-
-
-def site_shapes(flat_model: FlatModel) -> tuple:
-    """``((name, unconstrained shape), ...)`` of a flat model's latent sites (empty for a
-    ``potential_fn``), what a proposal must match."""
-    if not flat_model.latent_sites:
-        return ()
-    values = flat_model.unravel_fn(flat_model.initial_position)
-    return tuple((name, tuple(np.shape(values[name]))) for name in flat_model.latent_sites)
 
 
 def candidate_betas(beta_0, beta_final, step):
@@ -528,8 +518,8 @@ def fit_vae_proposal(
         )
     settings = AnnealingSettings(**settings).checked(num_models)
     init_key, data_key, loop_key = jax.random.split(rng_key, 3)
-    flat_model = _flat_target(
-        init_key, model, model_args, model_kwargs, potential_fn, initial_position
+    flat_model = flat_target(
+        init_key, model, model_args, model_kwargs, potential_fn, initial_position, "VAE-SLMC"
     )
     log_density_fn = lambda x: -flat_model.potential_fn(x)  # noqa: E731
     dimension = flat_model.dimension
@@ -688,16 +678,6 @@ def _final_loss_and_epochs(losses):
 def _finished(betas, settings):
     reached = betas >= settings.beta_final
     return bool(reached.all() if settings.stop == "all" else reached.any())
-
-
-def _flat_target(key, model, model_args, model_kwargs, potential_fn, initial_position):
-    if (model is None) == (potential_fn is None):
-        raise ValueError("Give exactly one of `model` or `potential_fn`.")
-    if model is not None:
-        return flatten_model(key, model, model_args, model_kwargs or {}, kernel_name="VAE-SLMC")
-    if initial_position is None:
-        raise ValueError("With `potential_fn`, give `initial_position` (a flat 1-D point).")
-    return flat_model_from_potential(potential_fn, initial_position)
 
 
 def _checked_data(initial_data, num_models, dimension):

@@ -9,13 +9,10 @@ the arrays into it, so a file whose arrays do not fit its header is refused.
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 
 import jax
-import jax.numpy as jnp
-from flax import serialization
 
+from numpyro_extras.serialization import read_header, restore_arrays, save_arrays
 from numpyro_extras.slmc.annealing import AnnealingHistory, AnnealingRung
 from numpyro_extras.slmc.vae import VAEConfig, VAEProposal, init_proposal
 
@@ -24,21 +21,16 @@ __all__ = ["save_proposal", "load_proposal", "FORMAT"]
 FORMAT = "numpyro_extras.VAEProposal/1"
 
 
-def _header(proposal: VAEProposal) -> str:
+def _header(proposal: VAEProposal) -> dict:
     history = proposal.history
-    return json.dumps(
-        {
-            "format": FORMAT,
-            "config": dataclasses.asdict(proposal.config),
-            "sites": [[name, list(shape)] for name, shape in proposal.sites],
-            "history": None
-            if history is None
-            else {
-                **history._asdict(),
-                "rungs": [list(rung) for rung in history.rungs],
-            },
-        }
-    )
+    return {
+        "format": FORMAT,
+        "config": dataclasses.asdict(proposal.config),
+        "sites": [[name, list(shape)] for name, shape in proposal.sites],
+        "history": None
+        if history is None
+        else {**history._asdict(), "rungs": [list(rung) for rung in history.rungs]},
+    }
 
 
 def save_proposal(path, proposal: VAEProposal):
@@ -56,12 +48,8 @@ def save_proposal(path, proposal: VAEProposal):
     """
     if not isinstance(proposal, VAEProposal):
         raise TypeError(f"save_proposal needs a VAEProposal, got {type(proposal).__name__}.")
-    arrays = jax.tree.map(
-        lambda leaf: jax.device_get(leaf),
-        {"params": proposal.params, "loc": proposal.loc, "scale": proposal.scale},
-    )
-    payload = {"header": _header(proposal), "arrays": serialization.to_state_dict(arrays)}
-    Path(path).write_bytes(serialization.msgpack_serialize(payload))
+    arrays = {"params": proposal.params, "loc": proposal.loc, "scale": proposal.scale}
+    save_arrays(path, _header(proposal), arrays)
 
 
 def load_proposal(path) -> VAEProposal:
@@ -73,15 +61,7 @@ def load_proposal(path) -> VAEProposal:
     :raises ValueError: when the file is not a saved proposal, or its arrays do not match its
         configuration.
     """
-    try:
-        payload = serialization.msgpack_restore(Path(path).read_bytes())
-        header = json.loads(payload["header"])
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{path} is not a VAE proposal saved by nx.save_proposal.") from error
-    if header.get("format") != FORMAT:
-        raise ValueError(
-            f"{path} has format {header.get('format')!r}; this version reads {FORMAT!r}."
-        )
+    header, payload = read_header(path, FORMAT, "nx.save_proposal")
     config = header["config"]
     config = VAEConfig(
         **{
@@ -93,18 +73,7 @@ def load_proposal(path) -> VAEProposal:
     sites = tuple((name, tuple(shape)) for name, shape in header["sites"])
     template = init_proposal(jax.random.PRNGKey(0), config, sites=sites)
     target = {"params": template.params, "loc": template.loc, "scale": template.scale}
-    try:
-        arrays = serialization.from_state_dict(target, payload["arrays"])
-    except (ValueError, KeyError) as error:
-        raise ValueError(f"{path}: the saved arrays do not match its configuration.") from error
-    for (key_path, expected), actual in zip(
-        jax.tree_util.tree_leaves_with_path(target), jax.tree.leaves(arrays), strict=True
-    ):
-        if jnp.shape(expected) != jnp.shape(actual):
-            raise ValueError(
-                f"{path}: array {jax.tree_util.keystr(key_path)} has shape {jnp.shape(actual)}, "
-                f"its configuration needs {jnp.shape(expected)}."
-            )
+    arrays = restore_arrays(path, target, payload)
     history = header.get("history")
     if history is not None:
         history = AnnealingHistory(
@@ -115,7 +84,6 @@ def load_proposal(path) -> VAEProposal:
                 "final_log_z": tuple(history["final_log_z"]),
             }
         )
-    arrays = jax.tree.map(jnp.asarray, arrays)
     return VAEProposal(
         arrays["params"], arrays["loc"], arrays["scale"], config, sites, history=history
     )

@@ -26,10 +26,11 @@ from numpyro_extras.kernel import (
 from numpyro_extras.potential import (
     FlatModel,
     check_finite_potential,
+    check_trained_for,
     flat_model_from_potential,
     flatten_model,
 )
-from numpyro_extras.slmc.annealing import fit_vae_proposal, site_shapes
+from numpyro_extras.slmc.annealing import fit_vae_proposal
 from numpyro_extras.slmc.chains import ACCEPTANCES, vae_slmc
 from numpyro_extras.slmc.vae import VAEProposal, isometry_factors, sample_extended
 from numpyro_extras.validation import check_count
@@ -55,24 +56,14 @@ def check_proposal_matches(proposal: VAEProposal, flat_model: FlatModel, has_mod
     """
     if not isinstance(proposal, VAEProposal):
         raise TypeError(f"proposal must be a VAEProposal, got {type(proposal).__name__}.")
-    expected = site_shapes(flat_model)
-    if has_model and proposal.sites != expected:
-        raise ValueError(
-            "The VAE proposal was trained for other latent sites: it has "
-            f"{_describe(proposal.sites)}, the model {_describe(expected)} (unconstrained "
-            "shapes). Train a proposal for this model with nx.fit_vae_proposal."
-        )
-    if proposal.dimension != flat_model.dimension:
-        raise ValueError(
-            f"The VAE proposal works on {proposal.dimension} unconstrained dimensions, the "
-            f"target has {flat_model.dimension}."
-        )
-
-
-def _describe(sites):
-    if not sites:
-        return "no named sites (a potential_fn)"
-    return ", ".join(f"{name} {tuple(shape)}" for name, shape in sites)
+    check_trained_for(
+        proposal.sites,
+        proposal.dimension,
+        flat_model,
+        has_model,
+        "The VAE proposal",
+        "nx.fit_vae_proposal",
+    )
 
 
 class VAESLMC(ExtrasKernel):

@@ -80,7 +80,7 @@ def test_mismatched_model_is_refused():
 def test_corrupt_or_foreign_files_are_refused(tmp_path):
     path = tmp_path / "junk.msgpack"
     path.write_bytes(b"not a proposal")
-    with pytest.raises(ValueError, match="not a VAE proposal"):
+    with pytest.raises(ValueError, match="not a file saved by nx.save_proposal"):
         nx.load_proposal(path)
     proposal = proposal_for_model()
     nx.save_proposal(path, proposal)
