@@ -113,7 +113,7 @@ def test_block_of_numpyro_gibbs_is_exact():
         ]
     )
     start = {"a": jnp.array([1.0, 1.5]), "b": jnp.array([-1.0, -1.5])}
-    mcmc = _run(kernel, method="sequential", num_chains=2, num_samples=3000, init_params=start)
+    mcmc = _run(kernel, method="sequential", num_chains=2, num_samples=2000, init_params=start)
     samples = mcmc.get_samples(group_by_chain=True)
     draws = np.stack([np.asarray(samples["a"]), np.asarray(samples["b"])], -1)
     precision = (1 / PRIOR_SCALE**2 + len(Y) / NOISE**2) * np.eye(2)

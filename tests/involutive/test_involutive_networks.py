@@ -41,8 +41,15 @@ def _round_trip(proposal, states):
     return images, involution(proposal, images), jnp.linalg.slogdet(jacobian)[1]
 
 
-@pytest.mark.parametrize("dimension,hidden", [(1, 32), (2, 32), (14, 64), (25, 64)])
-@pytest.mark.parametrize("dtype,tolerance", [(jnp.float32, 1e-4), (jnp.float64, 1e-10)])
+@pytest.mark.parametrize(
+    "dimension,hidden,dtype,tolerance",
+    [
+        (1, 32, jnp.float32, 1e-4),
+        (2, 32, jnp.float64, 1e-10),
+        (14, 64, jnp.float64, 1e-10),
+        (25, 64, jnp.float32, 1e-4),
+    ],
+)
 def test_involution_and_unit_jacobian_for_random_parameters(dimension, hidden, dtype, tolerance):
     proposal = _random_proposal(jax.random.PRNGKey(dimension), dimension, hidden, dtype)
     states = 3.0 * jax.random.normal(jax.random.PRNGKey(1), (64, 2 * dimension), dtype)
