@@ -119,6 +119,32 @@ def planar_rows(seeds):
     return rows
 
 
+SAMPLING_COLUMNS = (
+    "Accept",
+    "Min ESS",
+    "Training s",
+    "Sampling s",
+    "Min ESS / s (sampling)",
+    "Min ESS / s (training counted)",
+)
+
+
+def method_label(row):
+    return "Ai-sampler (defaults)" if row["method"] == "ai" else row["method"].upper()
+
+
+def sampling_cells(row):
+    """The cells of :data:`SAMPLING_COLUMNS` for one run."""
+    return [
+        fmt(row["accept"], 2),
+        fmt(row["min_ess"], 4),
+        f"{row['training_seconds']:.0f}",
+        f"{row['sampling_seconds']:.1f}",
+        fmt(row["min_ess"] / row["sampling_seconds"], 3),
+        fmt(row["min_ess"] / (row["sampling_seconds"] + row["training_seconds"]), 3),
+    ]
+
+
 def planar_table(rows):
     header = [
         "Target",
@@ -127,27 +153,17 @@ def planar_table(rows):
         "Chains visiting every mode",
         "Mode switches per step",
         "Mode-weight error",
-        "Accept",
-        "Min ESS",
-        "Training s",
-        "Sampling s",
-        "Min ESS / s (sampling)",
-        "Min ESS / s (training counted)",
+        *SAMPLING_COLUMNS,
     ]
     body = [
         [
             row["target"],
             row["seed"],
-            "Ai-sampler (defaults)" if row["method"] == "ai" else row["method"].upper(),
+            method_label(row),
             f"{row['visiting']}/{NUM_CHAINS}",
             f"{row['switch_rate']:.3f}",
             f"{row['weight_error']:.3f}",
-            fmt(row["accept"], 2),
-            fmt(row["min_ess"], 4),
-            f"{row['training_seconds']:.0f}",
-            f"{row['sampling_seconds']:.1f}",
-            fmt(row["min_ess"] / row["sampling_seconds"], 3),
-            fmt(row["min_ess"] / (row["sampling_seconds"] + row["training_seconds"]), 3),
+            *sampling_cells(row),
         ]
         for row in rows
     ]
@@ -198,26 +214,16 @@ def blr_table(rows):
         "Data",
         "Seed",
         "Method",
-        "Max |mean - reference| / MCSE",
-        "Accept",
-        "Min ESS",
-        "Training s",
-        "Sampling s",
-        "Min ESS / s (sampling)",
-        "Min ESS / s (training counted)",
+        "Max abs(mean - reference) / MCSE",
+        *SAMPLING_COLUMNS,
     ]
     body = [
         [
             row["dataset"],
             row["seed"],
-            "Ai-sampler (defaults)" if row["method"] == "ai" else row["method"].upper(),
+            method_label(row),
             f"{row['max_z']:.2f}",
-            fmt(row["accept"], 2),
-            fmt(row["min_ess"], 4),
-            f"{row['training_seconds']:.0f}",
-            f"{row['sampling_seconds']:.1f}",
-            fmt(row["min_ess"] / row["sampling_seconds"], 3),
-            fmt(row["min_ess"] / (row["sampling_seconds"] + row["training_seconds"]), 3),
+            *sampling_cells(row),
         ]
         for row in rows
     ]
