@@ -16,3 +16,15 @@ import numpyro  # noqa: E402
 numpyro.set_host_device_count(2)
 # Closed-form log Z checks are sharper than float32 rounding of potentials in the hundreds.
 numpyro.enable_x64()
+
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_code():
+    """Drop JAX's compiled executables after each test module: a worker process runs dozens of
+    modules, none of which reuses another's compilations, and what it keeps only grows."""
+    yield
+    jax.clear_caches()
