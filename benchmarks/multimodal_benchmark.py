@@ -146,8 +146,11 @@ def exchange_gradient_evaluations(mcmc):
     """Gradient evaluations of a replica-exchange run, warm-up included: the sampling phase's
     leapfrog steps over every rung (the reference rung makes no move), scaled by the run's
     length over the sampling phase's."""
-    steps = np.asarray(mcmc.get_extra_fields()["inner_state.num_steps"])[..., 1:]
-    return int(steps.sum() * (NUM_WARMUP + NUM_SAMPLES) / NUM_SAMPLES)
+    fields = mcmc.get_extra_fields()
+    steps = np.asarray(fields["inner_state.num_steps"])[..., 1:].sum()
+    if "prior_leg.inner_state.num_steps" in fields:
+        steps += np.asarray(fields["prior_leg.inner_state.num_steps"])[..., 1:].sum()
+    return int(steps * (NUM_WARMUP + NUM_SAMPLES) / NUM_SAMPLES)
 
 
 def run_smc(target, seed, budget):
@@ -233,6 +236,8 @@ def run_method(
     )
     # The leapfrog steps of every rung: the gradient budget SMC gets beside replica exchange.
     extra_fields = ("inner_state.num_steps",) if method == "exchange" else ()
+    if method == "exchange" and exchange_reference == "stabilized":
+        extra_fields += ("prior_leg.inner_state.num_steps",)
     timed_fit.fit_seconds = timed_fit.spent_seconds = 0.0
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -257,7 +262,7 @@ def run_method(
         caught += estimate_warnings
         diagnostics = nx.exchange_diagnostics(mcmc)
         result.update(
-            fit_seconds=timed_fit.fit_seconds if exchange_reference == "fit" else 0.0,
+            fit_seconds=timed_fit.fit_seconds if exchange_reference != "prior" else 0.0,
             posterior_mode_weight_error=mode_weight_error(weights, target.mode_weights),
             log_z_error=evidence.log_z - target.log_z,
             stderr=evidence.stderr,
@@ -456,7 +461,7 @@ def main(argv=None):
     parser.add_argument(
         "--exchange-reference",
         default="prior",
-        choices=("prior", "fit"),
+        choices=("prior", "fit", "stabilized"),
         help="reference of nx.ReplicaExchange (method exchange)",
     )
     parser.add_argument(

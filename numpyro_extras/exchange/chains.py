@@ -47,8 +47,10 @@ __all__ = [
     "even_odd_swap",
     "update_statistics",
     "hmc_moves",
+    "synced_hmc_state",
     "replica_exchange",
     "pilot_swap_rates",
+    "with_posterior_replica",
 ]
 
 
@@ -330,7 +332,7 @@ def _retune_ladder(statistics: ExchangeStatistics, betas, iteration, round_ends,
     return statistics, betas
 
 
-def _synced(inner: HMCState, replica: ReplicaEvaluation, beta) -> HMCState:
+def synced_hmc_state(inner: HMCState, replica: ReplicaEvaluation, beta) -> HMCState:
     """The HMC state of a rung at ``beta`` holding ``replica``'s point, from the cached parts."""
     potential_energy, gradient = replica.potential(beta)
     return inner._replace(
@@ -435,7 +437,7 @@ def hmc_moves(path: TemperedPath, algo="NUTS") -> RungMoves:
     def sync(inner, replicas, betas):
         # The adaptation state stays with its rung; the point and the cached potential follow
         # the swapped states and the (possibly new) beta.
-        return jax.vmap(_synced)(inner, replicas, betas)
+        return jax.vmap(synced_hmc_state)(inner, replicas, betas)
 
     return HMCRungMoves(init, explore, renew, sync, evaluate)
 
@@ -460,6 +462,33 @@ def _float_dtype(positions):
 
 def _rung(tree, index):
     return jax.tree.map(lambda leaf: leaf[index], tree)
+
+
+def _posterior_fields(replicas, unravel_fn):
+    """The fields of :class:`ExchangeState` that the replicas' caches determine."""
+    return {
+        "z": unravel_fn(_rung(replicas.position, -1)),
+        "potential_energy": -(replicas.log_likelihood[-1] - replicas.reference_potential[-1]),
+        "log_likelihood": replicas.log_likelihood,
+    }
+
+
+def with_posterior_replica(state: ExchangeState, replica, sync, unravel_fn) -> ExchangeState:
+    """``state`` with its ``beta = 1`` replica replaced by ``replica`` (an evaluation on the
+    state's own path), the inner states re-expressed at the ladder.
+
+    :param ExchangeState state: a chain's state.
+    :param replica: the new evaluation of the top rung (e.g. ``moves.evaluate(x)``).
+    :param sync: ``moves.sync`` of the state's inner kernel.
+    :param unravel_fn: a position -> the ``z`` stored in the state.
+    :return: :class:`ExchangeState`.
+    """
+    replicas = jax.tree.map(lambda leaf, new: leaf.at[-1].set(new), state.replicas, replica)
+    return state._replace(
+        **_posterior_fields(replicas, unravel_fn),
+        replicas=replicas,
+        inner_state=sync(state.inner_state, replicas, state.betas),
+    )
 
 
 def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, betas=None):
@@ -488,9 +517,7 @@ def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, be
 
     def state_of(replicas, inner, betas, accept_prob, statistics, iteration, rng_key):
         return ExchangeState(
-            z=unravel_fn(_rung(replicas.position, -1)),
-            potential_energy=-(replicas.log_likelihood[-1] - replicas.reference_potential[-1]),
-            log_likelihood=replicas.log_likelihood,
+            **_posterior_fields(replicas, unravel_fn),
             betas=betas,
             swap_accept_prob=accept_prob,
             replicas=replicas,

@@ -9,7 +9,11 @@ from typing import NamedTuple
 import numpy as np
 
 from numpyro_extras.evidence import Evidence
-from numpyro_extras.exchange.evidence import SteppingStone, stepping_stone
+from numpyro_extras.exchange.evidence import (
+    SteppingStone,
+    joined_legs_evidence,
+    stepping_stone,
+)
 from numpyro_extras.exchange.kernels import ReplicaExchange
 from numpyro_extras.runs import (
     MAX_DIVERGENT_FRACTION,
@@ -22,6 +26,7 @@ from numpyro_extras.runs import (
 
 __all__ = [
     "ExchangeDiagnostics",
+    "PriorLegDiagnostics",
     "exchange_kernel",
     "exchange_diagnostics",
     "exchange_log_marginal_likelihood",
@@ -31,6 +36,24 @@ __all__ = [
 # A gap whose swaps are accepted less often than this hardly lets states through.
 MIN_SWAP_RATE = 0.05
 MIN_POSTERIOR_ESS = 100.0
+
+
+class PriorLegDiagnostics(NamedTuple):
+    """How the prior leg of a stabilised run (``reference="stabilized"``) communicated, per
+    chain.
+
+    :param betas: its ladder, shape ``(num_chains, N_prior)``.
+    :param swap_accept_rate: its mean swap acceptance per gap.
+    :param barrier: its communication barrier.
+    :param round_trips: states that travelled from the prior to the posterior and back.
+    :param stepping_stone: its own estimate of ``log Z``.
+    """
+
+    betas: np.ndarray
+    swap_accept_rate: np.ndarray
+    barrier: np.ndarray
+    round_trips: np.ndarray
+    stepping_stone: SteppingStone
 
 
 class ExchangeDiagnostics(NamedTuple):
@@ -48,7 +71,8 @@ class ExchangeDiagnostics(NamedTuple):
         coordinate.
     :param posterior_rhat: the largest R-hat of the posterior draws.
     :param stepping_stone: the :class:`~numpyro_extras.exchange.evidence.SteppingStone`
-        estimate of ``log Z``.
+        estimate of ``log Z`` (for a stabilised run, the fitted leg's; the ladder, swap rates,
+        barrier and round trips above are that leg's too).
     :param problems: one sentence per problem found; empty for a run that looks fine.
     :param pilot_barrier: the barrier the pilot run of ``num_replicas="auto"`` measured before
         the run chose its count (``None`` for a given count).
@@ -64,6 +88,8 @@ class ExchangeDiagnostics(NamedTuple):
     stepping_stone: SteppingStone
     problems: tuple[str, ...]
     pilot_barrier: float | None = None
+    prior_leg: PriorLegDiagnostics | None = None
+    evidence: Evidence | None = None
 
 
 def exchange_kernel(mcmc) -> ReplicaExchange:
@@ -123,8 +149,29 @@ def exchange_diagnostics(mcmc) -> ExchangeDiagnostics:
     divergences = diverging.sum(axis=1)
     posterior_ess, posterior_rhat = posterior_convergence(mcmc)
     estimate = stepping_stone(log_likelihood, betas)
+    evidence = estimate.evidence()
 
-    problems = [problem.removeprefix("fit_base: ") for problem in kernel.reference_fit_problems]
+    fit_problems = [problem.removeprefix("fit_base: ") for problem in kernel.reference_fit_problems]
+    problems = [] if kernel.stabilized else fit_problems
+    prior_leg = None
+    if kernel.stabilized:
+        prior_leg = _prior_leg_diagnostics(mcmc, state)
+        evidence, disagree = joined_legs_evidence(estimate, prior_leg.stepping_stone)
+        if disagree:
+            problems.append(
+                f"the fitted leg's log Z ({estimate.log_z:.3f} +- {estimate.stderr:.3f}) and the "
+                f"prior leg's ({prior_leg.stepping_stone.log_z:.3f} +- "
+                f"{prior_leg.stepping_stone.stderr:.3f}) disagree: the fitted reference missed "
+                "part of the posterior, or a leg did not mix; the stderr covers both"
+            )
+            problems.extend(fit_problems)
+        few_prior_trips = np.arange(betas.shape[0])[prior_leg.round_trips < MIN_ROUND_TRIPS]
+        if few_prior_trips.size:
+            problems.append(
+                f"the prior legs of chains {few_prior_trips.tolist()} made fewer than "
+                f"{MIN_ROUND_TRIPS} round trips, so modes the fitted reference missed may not "
+                "have reached the posterior"
+            )
     chains = np.arange(betas.shape[0])
     few_trips = chains[round_trips < MIN_ROUND_TRIPS]
     if few_trips.size:
@@ -181,6 +228,20 @@ def exchange_diagnostics(mcmc) -> ExchangeDiagnostics:
         stepping_stone=estimate,
         problems=tuple(problems),
         pilot_barrier=kernel.pilot_barrier,
+        prior_leg=prior_leg,
+        evidence=evidence,
+    )
+
+
+def _prior_leg_diagnostics(mcmc, state) -> PriorLegDiagnostics:
+    betas = _per_chain(mcmc, state.prior_betas, 1).astype(np.float64)
+    swap_rates = _chain_fields(mcmc, "prior_swap_accept_prob").mean(axis=1)
+    return PriorLegDiagnostics(
+        betas=betas,
+        swap_accept_rate=swap_rates,
+        barrier=np.sum(1.0 - swap_rates, axis=-1),
+        round_trips=_per_chain(mcmc, state.prior_leg.statistics.num_round_trips, 0),
+        stepping_stone=stepping_stone(_chain_fields(mcmc, "prior_log_likelihood"), betas),
     )
 
 
@@ -198,7 +259,7 @@ def exchange_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
             "unreliable: " + "; ".join(diagnostics.problems) + ".",
             stacklevel=3,
         )
-    return diagnostics.stepping_stone.evidence()
+    return diagnostics.evidence
 
 
 def exchange_inference_data(mcmc):
@@ -213,12 +274,12 @@ def exchange_inference_data(mcmc):
     kernel = exchange_kernel(mcmc)
     idata = inference_data(mcmc, kernel.model is not None)
     diagnostics = exchange_diagnostics(mcmc)
-    estimate = diagnostics.stepping_stone
+    evidence = diagnostics.evidence
     idata.attrs.update(
         {
             "sampler": type(kernel).__name__,
-            "log_marginal_likelihood": estimate.log_z,
-            "log_marginal_likelihood_stderr": estimate.stderr,
+            "log_marginal_likelihood": evidence.log_z,
+            "log_marginal_likelihood_stderr": evidence.stderr,
             "betas": diagnostics.betas.tolist(),
             "communication_barrier": diagnostics.barrier.tolist(),
             "round_trips": diagnostics.round_trips.tolist(),
@@ -227,4 +288,15 @@ def exchange_inference_data(mcmc):
     )
     if diagnostics.pilot_barrier is not None:
         idata.attrs["pilot_communication_barrier"] = diagnostics.pilot_barrier
+    prior_leg = diagnostics.prior_leg
+    if prior_leg is not None:
+        idata.attrs.update(
+            {
+                "prior_leg_betas": prior_leg.betas.tolist(),
+                "prior_leg_communication_barrier": prior_leg.barrier.tolist(),
+                "prior_leg_round_trips": prior_leg.round_trips.tolist(),
+                "fitted_leg_log_marginal_likelihood": diagnostics.stepping_stone.log_z,
+                "prior_leg_log_marginal_likelihood": prior_leg.stepping_stone.log_z,
+            }
+        )
     return idata

@@ -51,7 +51,7 @@ from numpyro_extras.discrete.tuning import (
     tune_schedule,
     untuned_schedule,
 )
-from numpyro_extras.exchange.chains import ReplicaEvaluation, RungMoves, _synced, hmc_moves
+from numpyro_extras.exchange.chains import ReplicaEvaluation, RungMoves, hmc_moves, synced_hmc_state
 from numpyro_extras.exchange.path import MixedPosition, TemperedPath
 from numpyro_extras.metropolis import running_accept_mean
 
@@ -479,7 +479,7 @@ def mixed_moves(
         continuous_replica, continuous_inner = continuous.explore(
             continuous_key,
             here,
-            _synced(inner.continuous, here, beta),
+            synced_hmc_state(inner.continuous, here, beta),
             beta,
             iteration,
             num_warmup,

@@ -31,7 +31,13 @@ from numpyro_extras.evidence import (
     log_mean_exp,
 )
 
-__all__ = ["SteppingStone", "stepping_stone", "chain_stepping_stone"]
+__all__ = [
+    "SteppingStone",
+    "stepping_stone",
+    "chain_stepping_stone",
+    "joined_legs_evidence",
+    "LEGS_DISAGREE_AT",
+]
 
 # From this many chains on, the spread of their estimates bounds the standard error from below.
 MIN_CHAINS_FOR_SPREAD = 3
@@ -184,3 +190,44 @@ def stepping_stone(log_likelihood, betas) -> SteppingStone:
         ess=float(np.min([result[5] for result in per_chain])),
         chains_disagree=disagree,
     )
+
+
+# Two legs' estimates of one log Z that differ by more than this many standard errors of their
+# difference are taken to disagree.
+LEGS_DISAGREE_AT = 3.0
+
+
+def joined_legs_evidence(fit_leg: SteppingStone, prior_leg: SteppingStone):
+    """``log Z`` from the two legs of stabilised replica exchange, each a stepping stone from a
+    normalised reference (the fitted mixture, the prior) to the same posterior.
+
+    Where the legs agree within ``LEGS_DISAGREE_AT`` standard errors of their difference, the
+    estimate is their inverse-variance weighted mean. Where they do not, a reference missed part
+    of the posterior (a mode the fit did not find lowers the fitted leg's estimate) or a leg did
+    not mix: the estimate is their midpoint, and its standard error covers both legs' intervals.
+
+    :param SteppingStone fit_leg: the fitted leg's estimate.
+    :param SteppingStone prior_leg: the prior leg's.
+    :return: ``(evidence, disagree)``: an :class:`~numpyro_extras.Evidence` and whether the
+        legs disagree.
+
+    **Example:**
+
+    .. code-block:: python
+
+        evidence, disagree = joined_legs_evidence(
+            stepping_stone(fit_log_likelihood, fit_betas),
+            stepping_stone(prior_log_likelihood, prior_betas),
+        )
+    """
+    estimates = np.array([fit_leg.log_z, prior_leg.log_z])
+    errors = np.maximum(np.array([fit_leg.stderr, prior_leg.stderr]), 1e-12)
+    difference = abs(estimates[0] - estimates[1])
+    ess = min(fit_leg.ess, prior_leg.ess)
+    if difference <= LEGS_DISAGREE_AT * float(np.hypot(*errors)):
+        precision = 1.0 / errors**2
+        log_z = float(np.sum(precision * estimates) / np.sum(precision))
+        return Evidence(log_z=log_z, stderr=float(np.sum(precision) ** -0.5), ess=ess), False
+    log_z = float(np.mean(estimates))
+    stderr = float(difference / 2 + np.max(errors))
+    return Evidence(log_z=log_z, stderr=stderr, ess=ess), True

@@ -37,6 +37,7 @@ from numpyro_extras.exchange.path import (
     prior_path,
     reference_path,
 )
+from numpyro_extras.exchange.stabilized import stabilized_exchange
 from numpyro_extras.kernel import (
     ExtrasKernel,
     calling_mcmc_progress_bar,
@@ -66,6 +67,7 @@ __all__ = [
 ]
 
 DEFAULT_NUM_REPLICAS = "auto"
+REFERENCES = ("prior", "fit", "stabilized")
 # The pilot's ladder: long enough that a barrier of several units is still measured on gaps whose
 # swaps are often accepted (a gap that rejects nearly always understates its share of Lambda),
 # short enough that its scans cost little beside the run.
@@ -82,12 +84,15 @@ class ReplicaPilot(NamedTuple):
     :param num_replicas: the count chosen from it (``replicas_for_barrier``).
     :param betas: the pilot's tuned ladder, ``(PILOT_REPLICAS,)`` (fewer under the memory bound).
     :param swap_accept_rate: its mean swap acceptance per gap.
+    :param starting_betas: the run's starting ladder: the pilot's equalised for the chosen
+        count.
     """
 
     barrier: float
     num_replicas: int
     betas: np.ndarray
     swap_accept_rate: np.ndarray
+    starting_betas: np.ndarray
 
 
 def replica_count_setting(num_replicas):
@@ -152,10 +157,12 @@ class ReplicaExchange(ExtrasKernel):
 
     Each chain runs ``num_replicas`` copies of the model at inverse temperatures
     ``0 = beta_0 < ... < beta_{N-1} = 1`` of the path ``log r(x) + beta l(x)`` from a reference
-    ``r`` to the posterior (:mod:`numpyro_extras.exchange.path`): by default a Gaussian mixture
-    fitted to the posterior's modes (the variational reference of Surjanovic et al., NeurIPS
-    2022), so that the ladder is short and states jump between the modes the fit found at
-    ``beta = 0``, while modes it missed are still reached by the moves and swaps above it.
+    ``r`` to the posterior (:mod:`numpyro_extras.exchange.path`): by default the model's prior;
+    or a Gaussian mixture fitted to the posterior's modes (the variational reference of
+    Surjanovic et al., NeurIPS 2022), so that the ladder is short and states jump between the
+    modes the fit found at ``beta = 0``; or both, as two ladders joined at the posterior
+    (``reference="stabilized"``, their section 4), so that a mode the fit missed still enters
+    through the prior leg and the two legs' estimates of ``log Z`` check each other.
     Every scan moves every replica but the reference one with ``inner_kernel`` on its own
     tempered target (vectorized, each adapting its own step size and mass matrix in warm-up),
     renews the ``beta = 0`` replica with an exact reference draw, and offers swaps between
@@ -215,16 +222,19 @@ class ReplicaExchange(ExtrasKernel):
         or the memory bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`),
         starting from the pilot's ladder resized to that count; or an integer of at least 2,
         used as given, with :func:`~numpyro_extras.exchange_diagnostics` reporting the barrier.
-    :param reference: ``"fit"`` (a Gaussian mixture with a component on each mode that
-        :func:`~numpyro_extras.fit_base` finds by variational inference, fitted on the first
-        ``init``), ``"prior"`` (the model's prior, which must be proper; no fit, but a longer
-        ladder when the posterior is far from the prior), or a
-        :class:`~numpyro_extras.GaussianBase` / :class:`~numpyro_extras.MixtureBase` on the flat
-        unconstrained space.
+    :param reference: ``"prior"`` (the default: the model's prior, which must be proper; no
+        fit, but a longer ladder when the posterior is far from the prior), ``"fit"`` (a
+        Gaussian mixture with a component on each mode that :func:`~numpyro_extras.fit_base`
+        finds by variational inference, fitted on the first ``init``; a mode it misses is
+        suppressed at every ``beta < 1``), ``"stabilized"`` (both: a leg from the fitted
+        mixture and a leg from the prior, joined at the posterior, each with ``num_replicas``
+        rungs, or its own count for ``"auto"``; ``log Z`` combines the legs' stepping stones
+        and warns when they disagree), or a :class:`~numpyro_extras.GaussianBase` /
+        :class:`~numpyro_extras.MixtureBase` on the flat unconstrained space.
     :param init_strategy: NumPyro init strategy for the fallback start of a replica whose
         reference draw is not in the target's support.
     :param dict fit_base_kwargs: keyword arguments of :func:`~numpyro_extras.fit_base` for
-        ``reference="fit"``.
+        ``reference="fit"`` or ``"stabilized"``.
     :param int fit_base_seed: seed of the fit and of the pilot run, the same for every chain
         method.
     :param inner_kwargs: settings of the HMC/NUTS move (``step_size``, ``dense_mass``,
@@ -285,12 +295,12 @@ class ReplicaExchange(ExtrasKernel):
             )
         if isinstance(reference, (GaussianBase, MixtureBase)):
             self._reference = validate_base(reference)
-        elif isinstance(reference, str) and reference in ("prior", "fit"):
+        elif isinstance(reference, str) and reference in REFERENCES:
             self._reference = reference
         else:
             raise ValueError(
-                "reference must be 'prior', 'fit', a GaussianBase or a MixtureBase, got "
-                f"{reference!r}."
+                "reference must be 'prior', 'fit', 'stabilized', a GaussianBase or a "
+                f"MixtureBase, got {reference!r}."
             )
         if potential_fn is not None and isinstance(reference, str):
             raise ValueError(
@@ -306,6 +316,11 @@ class ReplicaExchange(ExtrasKernel):
         self._flat_model: FlatModel | None = None
         self._discrete_target: DiscreteTarget | None = None
         self._path: TemperedPath | None = None
+        # For reference="stabilized": the prior leg's path, pilot, count and starting ladder.
+        self._prior_leg_path: TemperedPath | None = None
+        self._prior_leg_pilot: ReplicaPilot | None = None
+        self._num_prior_replicas = None if auto else self._requested_replicas
+        self._prior_starting_betas = None
         self._fitted_reference = None
         self._reference_fit_problems = ()
 
@@ -314,6 +329,30 @@ class ReplicaExchange(ExtrasKernel):
         """Replicas per chain: as given, or for ``"auto"`` the count the pilot of the last
         ``init`` chose (``None`` before)."""
         return self._num_replicas
+
+    @property
+    def num_prior_replicas(self) -> int | None:
+        """For ``reference="stabilized"``, the prior leg's replicas per chain (``num_replicas``
+        is then the fitted leg's); ``None`` otherwise, or before the pilot of ``"auto"``."""
+        return self._num_prior_replicas if self.stabilized else None
+
+    @property
+    def stabilized(self) -> bool:
+        """Whether the replicas run on two legs joined at the posterior
+        (``reference="stabilized"``)."""
+        return isinstance(self._reference, str) and self._reference == "stabilized"
+
+    @property
+    def prior_leg_pilot(self) -> ReplicaPilot | None:
+        """For ``reference="stabilized"`` with ``num_replicas="auto"``: what the prior leg's
+        pilot measured (the fitted leg's is :attr:`pilot`)."""
+        return self._prior_leg_pilot
+
+    @property
+    def prior_leg_path(self) -> TemperedPath | None:
+        """For ``reference="stabilized"``: the prior leg's path (the fitted leg's is
+        :attr:`path`)."""
+        return self._prior_leg_path
 
     @property
     def pilot(self) -> ReplicaPilot | None:
@@ -334,8 +373,8 @@ class ReplicaExchange(ExtrasKernel):
     @property
     def reference(self):
         """``"prior"``, or the base density the path starts from (fitted on the first ``init``
-        for ``reference="fit"``)."""
-        if self._reference == "fit":
+        for ``reference="fit"`` and ``"stabilized"``)."""
+        if self._reference in ("fit", "stabilized"):
             return self._fitted_reference
         return self._reference
 
@@ -370,12 +409,16 @@ class ReplicaExchange(ExtrasKernel):
         """What the fit of ``reference="fit"`` warned about its coverage of the posterior's modes
         (empty if nothing, or for another reference). A mode the reference misses is reached
         only by the moves near ``beta = 1``, so its mass can be missed with a small error bar:
-        the run's diagnostics repeat these warnings."""
+        the run's diagnostics repeat these warnings (for ``reference="stabilized"`` only when
+        its two legs' ``log Z`` disagree: its prior leg reaches what the fit missed)."""
         return self._reference_fit_problems
 
     @property
     def default_fields(self):
-        return ("z", "log_likelihood", "swap_accept_prob", "diverging")
+        fields = ("z", "log_likelihood", "swap_accept_prob", "diverging")
+        if self.stabilized:
+            fields += ("prior_log_likelihood", "prior_swap_accept_prob")
+        return fields
 
     def _constrain_fn(self):
         if self._discrete_target is not None:
@@ -383,7 +426,7 @@ class ReplicaExchange(ExtrasKernel):
         return None if self._flat_model is None else self._flat_model.constrain_fn
 
     def _forget_target(self):
-        self._flat_model = self._path = self._fitted_reference = None
+        self._flat_model = self._path = self._fitted_reference = self._prior_leg_path = None
         self._discrete_target = None
         self._forget_count()
         self._reference_fit_problems = ()
@@ -414,14 +457,17 @@ class ReplicaExchange(ExtrasKernel):
 
     def _forget_count(self):
         if self._requested_replicas == "auto":
-            self._num_replicas = None
+            self._num_replicas = self._num_prior_replicas = None
         self._pilot = self._starting_betas = self._values_per_replica = None
+        self._prior_leg_pilot = self._prior_starting_betas = None
 
     def _check_memory(self, values, description):
         """Raise if the replicas of one chain would hold more than ``MAX_REPLICA_VALUES``
         values (for ``"auto"``: if not even two would fit)."""
         self._values_per_replica = values
         count = self._requested_replicas
+        if self.stabilized:
+            values *= 2  # a replica of each leg per rung count
         if count == "auto":
             if 2 * values > MAX_REPLICA_VALUES:
                 raise ValueError(
@@ -444,16 +490,36 @@ class ReplicaExchange(ExtrasKernel):
             self._run_pilot()
 
     def _run_pilot(self):
-        """Measure the path's communication barrier with a short run of the core on
-        ``PILOT_REPLICAS`` rungs and set the count and starting ladder from it."""
-        values = self._values_per_replica
+        """Measure the communication barrier of the path (of each leg, for a stabilised
+        reference) with a short run of the core on ``PILOT_REPLICAS`` rungs, and set the count
+        and starting ladder from it."""
+        self._pilot = self._leg_pilot(self._path, stream=1)
+        self._num_replicas = self._pilot.num_replicas
+        self._starting_betas = self._pilot.starting_betas
+        if not self.stabilized:
+            return
+        self._prior_leg_pilot = self._leg_pilot(self._prior_leg_path, stream=2)
+        count = self._prior_leg_pilot.num_replicas
+        if (count - self._num_replicas) % 2:
+            # The joined line alternates even and odd gaps only if both legs have counts of the
+            # same parity.
+            count = count + 1 if count < MAX_AUTO_REPLICAS else count - 1
+        self._num_prior_replicas = count
+        pilot = self._prior_leg_pilot
+        self._prior_starting_betas = np.asarray(
+            equalized_ladder(pilot.betas, pilot.swap_accept_rate, count)
+        )
+
+    def _leg_pilot(self, path, stream) -> ReplicaPilot:
+        """The pilot run of the core on ``path``."""
+        values = self._values_per_replica * (2 if self.stabilized else 1)
         pilot_count = min(PILOT_REPLICAS, MAX_AUTO_REPLICAS, MAX_REPLICA_VALUES // values)
         # Its own stream, apart from the fit's: the same for every chain method and key.
         position_key, run_key = jax.random.split(
-            jax.random.fold_in(jax.random.PRNGKey(self._fit_base_seed), 1)
+            jax.random.fold_in(jax.random.PRNGKey(self._fit_base_seed), stream)
         )
-        positions = self._initial_positions(position_key, None, pilot_count)
-        init_fn, step_fn, settings = self._core(pilot_count)
+        positions = self._leg_positions(position_key, None, pilot_count, path)
+        init_fn, step_fn, settings = self._core(pilot_count, path=path)
         run = jax.jit(
             functools.partial(
                 pilot_swap_rates,
@@ -467,9 +533,13 @@ class ReplicaExchange(ExtrasKernel):
         betas, accept_rates = run(positions, run_key)
         barrier = float(communication_barrier(accept_rates)[-1])
         count = replicas_for_barrier(barrier, values)
-        self._pilot = ReplicaPilot(barrier, count, np.asarray(betas), np.asarray(accept_rates))
-        self._num_replicas = count
-        self._starting_betas = np.asarray(equalized_ladder(betas, accept_rates, count))
+        return ReplicaPilot(
+            barrier,
+            count,
+            np.asarray(betas),
+            np.asarray(accept_rates),
+            np.asarray(equalized_ladder(betas, accept_rates, count)),
+        )
 
     def _prepare_path(self, model_args, model_kwargs):
         """Build the flat potential and the tempered path for these model arguments."""
@@ -504,15 +574,25 @@ class ReplicaExchange(ExtrasKernel):
                 key, lambda: split_model(key, self._model, model_args, model_kwargs)
             )
             return
-        if self._reference == "fit":
+        if self._reference in ("fit", "stabilized"):
             fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
             self._fitted_reference, self._reference_fit_problems = fit_base_for_kernel(
-                fit_base, self._model, model_args, model_kwargs, self._fit_base_seed, fit_kwargs
+                fit_base,
+                self._model,
+                model_args,
+                model_kwargs,
+                self._fit_base_seed,
+                fit_kwargs,
+                coverage_checked_by_run=self.stabilized,
             )
             base = self._fitted_reference
         else:
             base = validate_base(self._reference, dimension)
         self._path = reference_path(self._flat_model.potential_fn, base)
+        if self.stabilized:
+            self._prior_leg_path = self._prior_path(
+                key, lambda: split_model(key, self._model, model_args, model_kwargs)
+            )
 
     def _prior_path(self, key, split_fn):
         """The prior path of the model's split (``split_fn()``), checked at a prior draw."""
@@ -545,12 +625,24 @@ class ReplicaExchange(ExtrasKernel):
         return target is not None and bool(target.continuous_sites)
 
     def _build(self, num_warmup, tag):
+        if self.stabilized:
+            init_fn, step_fn = stabilized_exchange(
+                hmc_moves(self._path, self._algo),
+                hmc_moves(self._prior_leg_path, self._algo),
+                self._flat_model.unravel_fn,
+                num_fit_replicas=self._num_replicas,
+                num_prior_replicas=self._num_prior_replicas,
+                tag=tag,
+                fit_betas=self._starting_betas,
+                prior_betas=self._prior_starting_betas,
+            )
+            return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
         init_fn, step_fn, settings = self._core(self._num_replicas, tag, self._starting_betas)
         return fixed_target_functions(init_fn, step_fn, num_warmup, settings)
 
-    def _core(self, num_replicas, tag=None, betas=None):
-        """``(init_fn, step_fn, settings)`` of the core with ``num_replicas`` rungs on the
-        prepared path, starting from ``betas`` (default the initial ladder)."""
+    def _core(self, num_replicas, tag=None, betas=None, path=None):
+        """``(init_fn, step_fn, settings)`` of the core with ``num_replicas`` rungs on ``path``
+        (default the prepared one), starting from ``betas`` (default the initial ladder)."""
         settings = self._hmc_settings
         if self._acs is not None:
             target = self._discrete_target
@@ -581,7 +673,7 @@ class ReplicaExchange(ExtrasKernel):
                 moves = acs_moves(self._path, target.variables, **acs_settings)
                 unravel_fn = target.site_values_fn
         else:
-            moves = hmc_moves(self._path, self._algo)
+            moves = hmc_moves(self._path if path is None else path, self._algo)
             unravel_fn = self._flat_model.unravel_fn
         init_fn, step_fn = replica_exchange(
             moves, unravel_fn, num_replicas=num_replicas, tag=tag, betas=betas
@@ -617,11 +709,28 @@ class ReplicaExchange(ExtrasKernel):
             lambda leaf: jnp.broadcast_to(leaf, (num_replicas,) + leaf.shape), position
         )
 
-    def _initial_positions(self, rng_key, init_params, num_replicas=None):
-        """One chain's starting points, ``(N, D)`` with ``N = num_replicas`` (default the
-        kernel's): ``init_params`` for every rung if given, else reference draws, each replaced
-        by the model's initial point where the rung's tempered density is not finite there."""
-        num_replicas = self._num_replicas if num_replicas is None else num_replicas
+    def _initial_positions(self, rng_key, init_params):
+        """One chain's starting points, ``(N, D)`` for the kernel's ``N`` rungs (the fitted
+        leg's then the prior leg's, for a stabilised reference): ``init_params`` for every rung
+        if given, else reference draws, each replaced by the model's initial point where the
+        rung's tempered density is not finite there."""
+        if self._discrete_target is not None:
+            return self._discrete_positions(rng_key, init_params, self._num_replicas)
+        if not self.stabilized:
+            return self._leg_positions(rng_key, init_params, self._num_replicas, self._path)
+        fit_key, prior_key = jax.random.split(rng_key)
+        return jnp.concatenate(
+            [
+                self._leg_positions(fit_key, init_params, self._num_replicas, self._path),
+                self._leg_positions(
+                    prior_key, init_params, self._num_prior_replicas, self._prior_leg_path
+                ),
+            ]
+        )
+
+    def _leg_positions(self, rng_key, init_params, num_replicas, path):
+        """Starting points of ``num_replicas`` rungs of ``path`` (see
+        :meth:`_initial_positions`)."""
         if self._discrete_target is not None:
             return self._discrete_positions(rng_key, init_params, num_replicas)
         fallback = self._flat_model.initial_position
@@ -632,11 +741,11 @@ class ReplicaExchange(ExtrasKernel):
             # Its own length, so that a wrong one reaches the dimension check with a clear error.
             return jnp.broadcast_to(position, (num_replicas,) + position.shape[-1:])
         keys = jax.random.split(rng_key, num_replicas)
-        draws = jax.vmap(self._path.sample_reference_fn)(keys).astype(fallback.dtype)
+        draws = jax.vmap(path.sample_reference_fn)(keys).astype(fallback.dtype)
         betas = jnp.linspace(0.0, 1.0, num_replicas, dtype=fallback.dtype)
 
         def finite_at(position, beta):
-            value, gradient = jax.value_and_grad(self._path.potential_fn(beta))(position)
+            value, gradient = jax.value_and_grad(path.potential_fn(beta))(position)
             return jnp.isfinite(value) & jnp.all(jnp.isfinite(gradient))
 
         finite = jax.vmap(finite_at)(draws, betas)
@@ -655,8 +764,10 @@ class ReplicaExchange(ExtrasKernel):
             # Checked after init, where every rung has its tuned starting state.
             return positions, chain_keys
         if not_jax_tracer(positions):
-            top = np.reshape(np.asarray(positions), (-1, self._num_replicas, positions.shape[-1]))
-            for chain, position in enumerate(top[:, -1]):
+            rungs = self._num_replicas + (self._num_prior_replicas if self.stabilized else 0)
+            starts = np.reshape(np.asarray(positions), (-1, rungs, positions.shape[-1]))
+            # The posterior rung: the last of the (fitted) leg that comes first.
+            for chain, position in enumerate(starts[:, self._num_replicas - 1]):
                 check_finite_potential(
                     self._path.potential_fn(1.0),
                     jnp.asarray(position),

@@ -1,0 +1,143 @@
+"""Stabilised replica exchange: a fitted leg and a prior leg joined at the posterior."""
+
+import arviz as az
+import numpy as np
+import pytest
+from exchange_targets import (
+    BIMODAL_LOG_Z,
+    CONJUGATE_DATA,
+    CONJUGATE_LOG_Z,
+    LEFT_WEIGHT,
+    bimodal_likelihood_model,
+    conjugate_model,
+    run,
+)
+from numpyro.infer import HMC
+
+import numpyro_extras as nx
+from numpyro_extras.exchange.evidence import SteppingStone, joined_legs_evidence
+from numpyro_extras.exchange.stabilized import junction_parity
+
+# A single Gaussian fitted by variational inference sits on one mode of the bimodal target.
+ONE_MODE_FIT = {"method": "gaussian", "progress_bar": False}
+
+
+def _stepping_stone(log_z, stderr, ess=500.0):
+    empty = np.zeros(1)
+    return SteppingStone(log_z, stderr, empty, empty, empty, empty, empty, empty, ess, False)
+
+
+def test_legs_that_agree_are_pooled_and_legs_that_disagree_widen_the_error():
+    evidence, disagree = joined_legs_evidence(_stepping_stone(1.0, 0.1), _stepping_stone(1.2, 0.2))
+    assert not disagree
+    # Inverse-variance weights 100 and 25.
+    np.testing.assert_allclose(evidence.log_z, (100 * 1.0 + 25 * 1.2) / 125)
+    np.testing.assert_allclose(evidence.stderr, 125**-0.5)
+    assert evidence.ess == 500.0
+
+    evidence, disagree = joined_legs_evidence(_stepping_stone(0.0, 0.01), _stepping_stone(1.0, 0.1))
+    assert disagree
+    assert evidence.log_z == pytest.approx(0.5)
+    # The interval covers both legs' estimates.
+    assert evidence.log_z - evidence.stderr <= 0.0 and evidence.log_z + evidence.stderr >= 1.0
+
+
+@pytest.mark.parametrize("num_fit", [2, 3, 4, 5])
+def test_the_junction_is_offered_when_its_neighbouring_gaps_are_not(num_fit):
+    for num_prior in (num_fit, num_fit + 2):
+        fit_top_gap, prior_top_gap = num_fit - 2, num_prior - 2
+        assert junction_parity(num_fit) != fit_top_gap % 2
+        assert junction_parity(num_fit) != prior_top_gap % 2
+
+
+def test_different_parities_are_refused():
+    from numpyro_extras.exchange.chains import hmc_moves
+    from numpyro_extras.exchange.stabilized import stabilized_exchange
+
+    with pytest.raises(ValueError, match="same parity"):
+        stabilized_exchange(
+            hmc_moves(None), hmc_moves(None), None, num_fit_replicas=4, num_prior_replicas=5
+        )
+
+
+@pytest.fixture(scope="module")
+def one_mode_fit_run():
+    kernel = nx.ReplicaExchange(
+        bimodal_likelihood_model,
+        reference="stabilized",
+        num_replicas=6,
+        fit_base_kwargs=ONE_MODE_FIT,
+    )
+    return run(kernel, num_warmup=400, num_samples=1200)
+
+
+def test_a_mode_the_fit_missed_enters_through_the_prior_leg(one_mode_fit_run):
+    mcmc = one_mode_fit_run
+    kernel = mcmc.sampler
+    # The fitted reference is one Gaussian on one mode: alone, it never reaches the other.
+    assert kernel.reference.loc.size == 1 and abs(float(kernel.reference.loc[0])) > 4
+    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    left = (x < 0).astype(float)
+    weight = left.mean()
+    stderr = np.sqrt(weight * (1 - weight) / float(az.ess(left)))
+    assert stderr < 0.04
+    assert abs(weight - LEFT_WEIGHT) < 4 * stderr
+
+    diagnostics = nx.exchange_diagnostics(mcmc)
+    evidence = nx.log_marginal_likelihood(mcmc)
+    assert evidence == diagnostics.evidence
+    assert evidence.stderr < 0.15
+    assert abs(evidence.log_z - BIMODAL_LOG_Z) < 4 * evidence.stderr
+    prior_leg = diagnostics.prior_leg
+    assert prior_leg.betas.shape == (2, kernel.num_prior_replicas)
+    assert np.all(prior_leg.round_trips >= 2)
+    assert abs(prior_leg.stepping_stone.log_z - BIMODAL_LOG_Z) < 4 * prior_leg.stepping_stone.stderr
+
+
+def test_stabilized_fields_and_arviz(one_mode_fit_run):
+    mcmc = one_mode_fit_run
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    assert fields["log_likelihood"].shape == (2, 1200, 6)
+    assert fields["prior_log_likelihood"].shape == (2, 1200, 6)
+    idata = nx.to_inference_data(mcmc)
+    assert "prior_leg_log_marginal_likelihood" in idata.attrs
+    assert "prior_log_likelihood" in idata.sample_stats
+    with pytest.raises(AttributeError, match="prior_log_likelihood"):
+        _ = mcmc.last_state.no_such_field
+
+
+def test_conjugate_log_z_from_both_legs_and_chain_methods():
+    # Fixed-length HMC moves: the legs' logic is the same as with NUTS, and it compiles faster.
+    kernel = nx.ReplicaExchange(
+        conjugate_model,
+        reference="stabilized",
+        num_replicas=6,
+        fit_base_kwargs=ONE_MODE_FIT,
+        inner_kernel=HMC,
+        num_steps=5,
+    )
+    mcmc = run(kernel, CONJUGATE_DATA, num_warmup=300, num_samples=1000)
+    diagnostics = nx.exchange_diagnostics(mcmc)
+    assert not diagnostics.problems
+    for estimate in (diagnostics.stepping_stone, diagnostics.prior_leg.stepping_stone):
+        assert estimate.stderr < 0.15
+        assert abs(estimate.log_z - CONJUGATE_LOG_Z) < 4 * estimate.stderr
+    evidence = diagnostics.evidence
+    assert evidence.stderr <= min(
+        diagnostics.stepping_stone.stderr, diagnostics.prior_leg.stepping_stone.stderr
+    )
+    assert abs(evidence.log_z - CONJUGATE_LOG_Z) < 4 * evidence.stderr
+
+    short = {"num_warmup": 20, "num_samples": 10}
+    vectorized = run(kernel, CONJUGATE_DATA, chain_method="vectorized", **short)
+    sequential = run(kernel, CONJUGATE_DATA, chain_method="sequential", **short)
+    np.testing.assert_allclose(
+        vectorized.get_samples()["x"], sequential.get_samples()["x"], rtol=1e-5, atol=1e-6
+    )
+
+
+def test_stabilized_needs_a_model():
+    with pytest.raises(ValueError, match="potential_fn"):
+        nx.ReplicaExchange(potential_fn=lambda x: x @ x, reference="stabilized")
+    with pytest.raises(ValueError, match="'prior'"):
+        nx.ReplicaExchange(nx.ising_model, inner_kernel=nx.ACS, reference="stabilized")
