@@ -20,6 +20,7 @@ extensions = [
     "myst_nb",
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
+    "sphinx.ext.doctest",
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
 ]
@@ -43,7 +44,6 @@ nitpick_ignore = [("py:class", "jax.jaxlib._jax.Array"), ("py:class", "ArrayLike
 
 autodoc_default_options = {"members": True, "member-order": "bysource"}
 autodoc_typehints = "description"
-autodoc_class_signature = "separated"
 autosummary_generate = False
 
 html_theme = "furo"
@@ -109,6 +109,15 @@ def _existing_python_object(app, env, node, contnode):
     return contnode if any(_importable(c) for c in candidates) else None
 
 
+def _skip_namedtuple_fields(app, what, name, obj, skip, options):
+    """A NamedTuple's fields are described by its ``:param:`` list; the generated "Alias for
+    field number N" entries would repeat each one without saying anything."""
+    if (getattr(obj, "__doc__", None) or "").startswith("Alias for field number"):
+        return True
+    return None
+
+
 def setup(app):
     app.connect("builder-inited", _check_api_coverage)
+    app.connect("autodoc-skip-member", _skip_namedtuple_fields)
     app.connect("missing-reference", _existing_python_object)
