@@ -8,7 +8,10 @@ from pathlib import Path
 
 from sphinx.util import logging
 
-import numpyro_extras
+# Document the checkout being built, even where an installed copy of the package lives elsewhere.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpyro_extras  # noqa: E402
 
 project = "numpyro-extras"
 author = "numpyro-extras contributors"
