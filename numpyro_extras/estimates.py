@@ -87,7 +87,7 @@ def to_inference_data(mcmc, rng_key=None):
 
         idata = nx.to_inference_data(mcmc)
         az.summary(idata), az.loo(idata)  # as after NUTS
-        idata.sample_stats["beta"]  # the tempered chain
+        idata.attrs["log_marginal_likelihood"]  # log Z, as nx.log_marginal_likelihood gives it
     """
     _check_estimating_kernel(mcmc)
     if isinstance(mcmc.sampler, ReplicaExchange):
