@@ -323,7 +323,7 @@ def met(result):
 
 def summary_table(results):
     lines = [
-        "| Family | Method | Seeds | Mode-weight error: mean / max | log Z RMSE | Mean |err| "
+        "| Family | Method | Seeds | Mode-weight error: mean / max | log Z RMSE | Mean abs(err) "
         "| Stderr: mean / max | abs(err) < 3 stderr | All targets met | Missed and silent "
         "| log zeta - log Z: mean | Base fit s: mean / max | Run s: mean |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",

@@ -29,7 +29,18 @@ __all__ = [
 
 class BaseCoverageWarning(UserWarning):
     """:func:`fit_base` may have missed modes of the posterior: a run with the base can then be
-    wrong without showing it, so the tempering diagnostics repeat this warning."""
+    wrong without showing it, so the tempering diagnostics repeat this warning.
+
+    **Example:**
+
+    .. code-block:: python
+
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", nx.BaseCoverageWarning)  # stop rather than go on
+            base = nx.fit_base(jax.random.PRNGKey(0), model, (x, y))
+    """
 
 
 class GaussianBase(NamedTuple):
@@ -43,7 +54,7 @@ class GaussianBase(NamedTuple):
 
     .. code-block:: python
 
-        base = GaussianBase(jnp.zeros(2), jnp.eye(2), log_zeta=0.0)
+        base = nx.GaussianBase(jnp.zeros(2), jnp.eye(2), log_zeta=0.0)
         base.potential(jnp.ones(2))  # psi(x) = -log N(x; loc, L L^T)
     """
 
@@ -145,7 +156,7 @@ class MixtureBase(NamedTuple):
 
     .. code-block:: python
 
-        base = MixtureBase(
+        base = nx.MixtureBase(
             jnp.array([[-3.0], [3.0]]), jnp.ones((2, 1, 1)), jnp.log(jnp.array([0.7, 0.3])), 0.0
         )
         base.sample(jax.random.PRNGKey(0), (5,))

@@ -78,6 +78,16 @@ def to_inference_data(mcmc, rng_key=None):
     :param mcmc: a run with a continuous tempering, replica-exchange or VAE-SLMC kernel.
     :param rng_key: unused; kept so that existing calls keep working.
     :return: :class:`arviz.InferenceData`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        import arviz as az
+
+        idata = nx.to_inference_data(mcmc)
+        az.summary(idata), az.loo(idata)  # as after NUTS
+        idata.attrs["log_marginal_likelihood"]  # log Z, as nx.log_marginal_likelihood gives it
     """
     _check_estimating_kernel(mcmc)
     if isinstance(mcmc.sampler, ReplicaExchange):

@@ -57,6 +57,18 @@ class FlatModel(NamedTuple):
         (identity without a model).
     :param initial_position: a flat point where the potential is finite.
     :param latent_sites: names of the latent sites, in the order they appear in ``x``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        def model():
+            numpyro.sample("scale", dist.HalfNormal(1.0))
+
+
+        flat = nx.flatten_model(jax.random.PRNGKey(0), model)
+        flat.latent_sites  # ("scale",)
+        flat.constrain_fn(flat.unravel_fn(flat.initial_position))  # {"scale": ...}, positive
     """
 
     potential_fn: Callable[[jax.Array], jax.Array]
@@ -154,8 +166,13 @@ def flatten_model(
 
     .. code-block:: python
 
-        flat = flatten_model(jax.random.PRNGKey(0), model, (data,))
-        flat.potential_fn(flat.initial_position)
+        def model(y):
+            loc = numpyro.sample("loc", dist.Normal(0.0, 10.0))
+            numpyro.sample("y", dist.Normal(loc, 1.0), obs=y)
+
+
+        flat = nx.flatten_model(jax.random.PRNGKey(0), model, (jnp.array([0.5, 1.5]),))
+        flat.potential_fn(flat.initial_position)  # -log p(loc, y) at a prior draw
     """
     model_kwargs = {} if model_kwargs is None else model_kwargs
     discrete = discrete_latent_sites(model, model_args, model_kwargs)

@@ -93,6 +93,7 @@ class BipartiteBoltzmann:
 
         machine = nx.random_rbm(jax.random.PRNGKey(0), 10, 20, inverse_temperature=2.0)
         machine.log_partition()                    # exact log Z by enumerating 2^10 states
+        v = jnp.ones(10)                           # a visible state in {-1, +1}^10
         machine.visible_log_density(v, beta=0.5)   # -E_V(v, beta), eq. 39
     """
 
@@ -369,6 +370,13 @@ def checkerboard_sites(size):
     :param int size: ``L``, even.
     :return: ``(white, black)``: NumPy arrays of row-major site indices ``i * L + j`` with
         ``i + j`` even (white, the visible layer) and odd (black, the hidden layer).
+
+    **Example:**
+
+    .. code-block:: python
+
+        white, black = nx.checkerboard_sites(4)
+        white[:4]  # array([0, 2, 5, 7]): (0, 0), (0, 2), (1, 1), (1, 3)
     """
     rows, columns = np.divmod(np.arange(size * size), size)
     white = (rows + columns) % 2 == 0

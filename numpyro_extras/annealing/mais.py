@@ -388,6 +388,16 @@ class BoltzmannComparison(NamedTuple):
         ``log_weights`` are the per-particle ``ln W``.
     :param mais: :class:`~numpyro_extras.Evidence` of mAIS (eq. 41 kernel), ``ln Lambda``.
     :param str side: the layer the chain ran on, ``"V"`` or ``"H"``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        machine = nx.random_rbm(jax.random.PRNGKey(0), 20, 40, inverse_temperature=4.0)
+        both = nx.mais_vs_ais(
+            jax.random.PRNGKey(1), machine, num_particles=1000, num_temperatures=10
+        )
+        both.ais.log_z, both.mais.log_z, machine.log_partition()
     """
 
     ais: Evidence

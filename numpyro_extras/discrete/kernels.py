@@ -81,6 +81,14 @@ class ACSState(NamedTuple):
         without an inner kernel).
     :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc = MCMC(nx.ACS(nx.rbm_model), num_warmup=500, num_samples=5000)
+        mcmc.run(jax.random.PRNGKey(0), nx.random_rbm(jax.random.PRNGKey(1), 10, 20))
+        mcmc.last_state.tuning, mcmc.last_state.mean_accept_prob
     """
 
     z: Any

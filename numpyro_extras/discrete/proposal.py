@@ -64,6 +64,16 @@ class DiscreteVariable(NamedTuple):
     :param dtype: the dtype the log density receives (``None``: float for ``binary``,
         ``ordinal`` and ``one_hot``, int32/int64 for ``categorical``; ``binary`` and ``ordinal``
         variables without gradients get this dtype too).
+
+    **Example:**
+
+    .. code-block:: python
+
+        def potential(spins):  # -log density of a ferromagnetic chain of 16 spins in {0, 1}
+            return -jnp.sum((2 * spins[:-1] - 1) * (2 * spins[1:] - 1))
+
+
+        kernel = nx.ACS(potential_fn=potential, variables=nx.DiscreteVariable((16,), num_values=2))
     """
 
     shape: tuple

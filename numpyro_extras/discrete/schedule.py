@@ -17,6 +17,15 @@ class CyclicalSchedule(NamedTuple):
     :param step_sizes: ``alpha_0..alpha_{s-1}``, each ``> 0`` (``inf`` allowed).
     :param balancing: ``beta_0..beta_{s-1}``, each in ``[0.5, 1]`` (the paper's ``[0.5, 1)``,
         and ``1`` as its reference code allows).
+
+    **Example:**
+
+    .. code-block:: python
+
+        schedule = nx.CyclicalSchedule(
+            step_sizes=jnp.array([2.0, 1.0, 0.5, 0.2]), balancing=jnp.array([0.9, 0.7, 0.5, 0.5])
+        )
+        kernel = nx.ACS(nx.rbm_model, schedule=schedule, steps_per_cycle=4)  # skips the tuner
     """
 
     step_sizes: jax.Array

@@ -71,6 +71,13 @@ class TuningSettings(NamedTuple):
         chains (probabilities, not 0/1 accepts: less noise).
     :param str alpha_max_rule: one of :data:`ALPHA_MAX_RULES`; ``None``:
         :func:`default_alpha_max_rule` of the variables.
+
+    **Example:**
+
+    .. code-block:: python
+
+        nx.TuningSettings().budget  # 500 MH steps for the step-size searches
+        kernel = nx.ACS(nx.rbm_model, tuning_settings={"budget": 200})  # the paper's, short runs
     """
 
     steps_per_cycle: int = 20

@@ -76,6 +76,13 @@ class ExchangeDiagnostics(NamedTuple):
     :param problems: one sentence per problem found; empty for a run that looks fine.
     :param pilot_barrier: the barrier the pilot run of ``num_replicas="auto"`` measured before
         the run chose its count (``None`` for a given count).
+
+    **Example:**
+
+    .. code-block:: python
+
+        diagnostics = nx.exchange_diagnostics(mcmc)
+        diagnostics.swap_accept_rate.min(), diagnostics.round_trips, diagnostics.problems
     """
 
     betas: np.ndarray

@@ -35,6 +35,14 @@ class AiState(NamedTuple):
     :param i: transitions so far.
     :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: the chain's key.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc = MCMC(nx.AiSampler(model), num_warmup=1000, num_samples=5000)
+        mcmc.run(jax.random.PRNGKey(0), data)
+        mcmc.last_state.mean_accept_prob  # the sampling phase's acceptance
     """
 
     z: Any

@@ -58,6 +58,12 @@ def load_involution(path) -> InvolutiveProposal:
         checked against the model when a kernel uses it).
     :raises ValueError: when the file is not a saved involution, or its arrays do not match its
         configuration.
+
+    **Example:**
+
+    .. code-block:: python
+
+        kernel = nx.AiSampler(model, params=nx.load_involution("mog6.msgpack"))
     """
     header, payload = read_header(path, FORMAT, "nx.save_involution")
     config = InvolutionConfig(**header["config"])

@@ -160,6 +160,14 @@ class InvolutiveProposal:
     :param tuple sites: ``((name, unconstrained shape), ...)`` of the model it was trained on
         (empty for a ``potential_fn``).
     :param history: the :class:`~numpyro_extras.involutive.training.TrainingHistory`, or ``None``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        proposal = nx.train_ai_sampler(jax.random.PRNGKey(0), model, (data,), epochs=50)
+        proposal.history  # what the training did
+        kernel = nx.AiSampler(model, params=proposal)
     """
 
     params: Any

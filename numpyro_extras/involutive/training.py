@@ -264,7 +264,7 @@ def train_ai_sampler(
     .. code-block:: python
 
         proposal = nx.train_ai_sampler(jax.random.PRNGKey(0), model, (data,), epochs=50)
-        kernel = nx.AiSampler(model, proposal=proposal)
+        kernel = nx.AiSampler(model, params=proposal)
     """
     start = time.perf_counter()
     unknown = sorted(set(settings) - set(TrainingSettings._fields))

@@ -105,6 +105,13 @@ class AnnealingSettings(NamedTuple):
     :param tuple decoder_sizes: the decoder's hidden widths.
     :param float decoder_scale: the extended proposal's decoder noise in standardised units
         (``None``: ``sqrt(beta_vae / 2)``).
+
+    **Example:**
+
+    .. code-block:: python
+
+        nx.AnnealingSettings().epochs  # 150, Table 7
+        proposal = nx.fit_vae_proposal(jax.random.PRNGKey(0), model, (data,), epochs=50)
     """
 
     beta_0: float = 0.1
@@ -231,6 +238,13 @@ class AnnealingHistory(NamedTuple):
     :param int density_evaluations: target-density evaluations the training spent (a gradient
         evaluation of the first rung's NUTS counts as one; -1 when unknown, in files saved
         before it was recorded).
+
+    **Example:**
+
+    .. code-block:: python
+
+        proposal = nx.fit_vae_proposal(jax.random.PRNGKey(0), model, (data,), num_models=2)
+        proposal.history.chosen_model, proposal.history.final_accept_rates
     """
 
     rungs: tuple

@@ -186,6 +186,14 @@ class SLMCState(NamedTuple):
     :param iteration: steps so far, warm-up included.
     :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc = MCMC(nx.VAESLMC(model), num_warmup=2000, num_samples=5000)
+        mcmc.run(jax.random.PRNGKey(0), data)
+        mcmc.last_state.mean_accept_prob
     """
 
     z: Any

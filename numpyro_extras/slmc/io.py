@@ -60,6 +60,12 @@ def load_proposal(path) -> VAEProposal:
         model when a kernel uses it).
     :raises ValueError: when the file is not a saved proposal, or its arrays do not match its
         configuration.
+
+    **Example:**
+
+    .. code-block:: python
+
+        kernel = nx.VAESLMC(model, proposal=nx.load_proposal("gmm.msgpack"))
     """
     header, payload = read_header(path, FORMAT, "nx.save_proposal")
     config = header["config"]

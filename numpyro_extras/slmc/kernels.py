@@ -43,7 +43,20 @@ ISOMETRY_TOLERANCE = 0.05
 
 
 class IsometryWarning(UserWarning):
-    """The VAE is not isometric enough for the paper's acceptance (eq. 3) to be exact."""
+    """The VAE is not isometric enough for the paper's acceptance (eq. 3) to be exact.
+
+    **Example:**
+
+    .. code-block:: python
+
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", nx.IsometryWarning)  # stop rather than go on
+            kernel = nx.VAESLMC(model, acceptance="isometric")
+            mcmc = MCMC(kernel, num_warmup=2000, num_samples=5000)
+            mcmc.run(jax.random.PRNGKey(0), data)
+    """
 
 
 def check_proposal_matches(proposal: VAEProposal, flat_model: FlatModel, has_model=True):

@@ -155,8 +155,9 @@ class VAEProposal:
 
     .. code-block:: python
 
-        proposal = nx.fit_vae_proposal(key, model, (data,))
-        x, z = sample_extended(key, proposal)
+        proposal = nx.fit_vae_proposal(jax.random.PRNGKey(0), model, (data,))
+        proposal.history.chosen_model, proposal.history.final_accept_rates
+        kernel = nx.VAESLMC(model, proposal=proposal)
     """
 
     params: Any
@@ -467,7 +468,7 @@ def isometry_factors(rng_key, proposal: VAEProposal, num_samples=10_000):
 
     .. code-block:: python
 
-        factors = isometry_factors(key, proposal)
+        factors = nx.isometry_factors(jax.random.PRNGKey(0), proposal)
         bool(jnp.all(jnp.abs(factors - 1) < 0.05))
     """
     config = proposal.config

@@ -90,7 +90,7 @@ def boltzmann_states(num_units, start=0, stop=None):
     :param int stop: one past the index of the last state; ``None`` for ``2^{D_B}``, all states.
     :return: float64 numpy array of shape ``[stop - start, D_B]`` with entries -1 and +1.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -121,7 +121,7 @@ def enumerate_boltzmann_machine(weights, biases, chunk_size=2**16):
     :return: tuple ``(log_z, mean, second_moment)``: ``log Z_B`` as a float, ``E[s]`` as a float64
         numpy array ``[D_B]`` and ``E[s s^T]`` as a float64 numpy array ``[D_B, D_B]``.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -218,7 +218,7 @@ def make_boltzmann_relaxation(seed, num_units=16):
     :return: the relaxation with its exact ``log_z``, ``mean`` and ``covariance``.
     :rtype: BoltzmannRelaxation
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -265,9 +265,9 @@ def boltzmann_relaxation_potential(relaxation):
     :param BoltzmannRelaxation relaxation: the relaxation, e.g. from
         :func:`make_boltzmann_relaxation`.
     :return: a JAX function mapping ``x`` of shape ``[..., D_x]`` to ``phi(x)`` of shape ``[...]``.
-    :rtype: callable
+    :rtype: collections.abc.Callable
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -301,7 +301,7 @@ def boltzmann_relaxation_model(relaxation):
     :param BoltzmannRelaxation relaxation: the relaxation, e.g. from
         :func:`make_boltzmann_relaxation`.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 

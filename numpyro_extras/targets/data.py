@@ -45,7 +45,7 @@ def load_radon():
         the arguments of :func:`radon_model`.
     :rtype: dict
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -90,7 +90,7 @@ def radon_model(floor, log_uranium, county, num_counties, log_radon=None):
     :param int num_counties: number of counties ``J`` (static).
     :param log_radon: observed log radon, shape ``[N]``; ``None`` to sample it.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -143,7 +143,7 @@ def load_german_credit(num_predictors=None):
         the arguments of :func:`logistic_regression_model`.
     :raises ValueError: for a ``num_predictors`` outside 1..24 or not an integer.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -191,7 +191,7 @@ def load_logistic_regression_data(name):
     :return: ``(features, labels)``, float64 arrays ``[N, P + 1]`` and ``[N]`` (labels in {0, 1}),
         the arguments of :func:`logistic_regression_model`.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -222,7 +222,7 @@ def logistic_regression_model(features, labels=None):
     :param features: design matrix, shape ``[N, P]``.
     :param labels: observed labels in {0, 1}, shape ``[N]``; ``None`` to sample them.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 

@@ -59,7 +59,7 @@ def bimodal_model(log_scale=0.0):
 
     :param float log_scale: log normalizer of the target.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -91,7 +91,7 @@ def bimodal_mode_weights(x, weights=None):
     :return: array of shape ``[2]`` with the fraction of (weighted) draws with ``x < 0`` and with
         ``x >= 0``; the two entries sum to one.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -131,7 +131,7 @@ def gaussian_model(loc, scale_tril, log_scale=0.0):
     :param scale_tril: lower-triangular Cholesky factor of the covariance, shape ``[D, D]``.
     :param float log_scale: log normalizer of the target.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -168,7 +168,7 @@ def linear_regression_model(features, targets, prior_scale=1.0, noise_scale=1.0)
     :param float prior_scale: prior standard deviation of each weight.
     :param float noise_scale: observation noise standard deviation.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -205,7 +205,7 @@ def linear_regression_log_evidence(features, targets, prior_scale=1.0, noise_sca
     :return: ``log p(targets)`` as a Python float.
     :rtype: float
 
-    **Example**
+    **Example:**
 
     .. doctest::
 
@@ -247,7 +247,7 @@ def make_linear_regression_data(
     :return: tuple ``(features, targets)`` of float64 numpy arrays with shapes ``[N, P]`` and
         ``[N]``.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 

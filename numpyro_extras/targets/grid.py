@@ -94,7 +94,7 @@ def make_multimodal_grid(
     :param str layout: one of :data:`MULTIMODAL_LAYOUTS`.
     :return: :class:`MultimodalGrid`.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 

@@ -100,7 +100,7 @@ def planar_target(name) -> PlanarTarget:
     :param str name: the target.
     :return: :class:`PlanarTarget`.
 
-    **Example**
+    **Example:**
 
     .. doctest::
 

@@ -27,6 +27,13 @@ class BaseMomentCheck(NamedTuple):
     :param passed: every coordinate's weighted mean within 0.5 base standard deviations of the
         base's or within 4 Monte Carlo standard errors of it, and every variance ratio in
         [0.5, 2] or the variance within 4 Monte Carlo standard errors of the base's.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check = nx.base_moment_check(mcmc)
+        check.passed, check.mean_error, check.variance_ratio
     """
 
     mean_error: float
@@ -57,6 +64,14 @@ def base_moment_check(mcmc, warn=True) -> BaseMomentCheck:
     :param mcmc: a run with a continuous tempering kernel.
     :param bool warn: emit a ``UserWarning`` when the check fails.
     :return: :class:`BaseMomentCheck`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc.run(jax.random.PRNGKey(0), x, y)
+        if not nx.base_moment_check(mcmc).passed:
+            kernel = nx.JointContinuousTempering(model, base=nx.refit_base(mcmc))
     """
     kernel = tempering_kernel(mcmc)
     draws = flat_tempered_draws(mcmc)

@@ -116,6 +116,14 @@ class TemperingState(NamedTuple):
     :param mixing: :class:`TemperatureMixing` counts.
     :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc = MCMC(nx.JointContinuousTempering(model), num_warmup=1000, num_samples=2000)
+        mcmc.run(jax.random.PRNGKey(0), x, y)
+        mcmc.last_state.beta, mcmc.last_state.log_zeta
     """
 
     z: Any
@@ -230,8 +238,10 @@ def tempered_potential(target_potential_fn, base: GaussianBase):
 
     .. code-block:: python
 
-        potential = tempered_potential(phi, base)
-        jax.grad(potential)(x, 0.5)   # 0.5 * grad phi(x) + 0.5 * grad psi(x)
+        phi = lambda x: 0.5 * jnp.sum((x - 3.0) ** 2)  # a model's potential, -log density
+        base = nx.GaussianBase(jnp.zeros(2), jnp.eye(2), log_zeta=0.0)
+        potential = nx.tempered_potential(phi, base)
+        jax.grad(potential)(jnp.ones(2), 0.5)  # 0.5 * grad phi(x) + 0.5 * grad psi(x)
     """
     target_value_and_grad = jax.value_and_grad(target_potential_fn)
     base_potential_and_gradient = base.potential_and_gradient()
@@ -291,8 +301,10 @@ def extended_potential(target_potential_fn, base: GaussianBase, beta_scale=1.0, 
 
     .. code-block:: python
 
-        potential = extended_potential(phi, base)
-        jax.grad(potential)(jnp.append(x, -10.0))
+        phi = lambda x: 0.5 * jnp.sum((x - 3.0) ** 2)  # a model's potential, -log density
+        base = nx.GaussianBase(jnp.zeros(2), jnp.eye(2), log_zeta=0.0)
+        potential = nx.extended_potential(phi, base)
+        jax.grad(potential)(jnp.append(jnp.ones(2), -10.0))  # (x, u): beta = sigmoid(u) near 0
     """
     family = _extended_potential_family(target_potential_fn, base, beta_scale)
     log_zeta = base.log_zeta if log_zeta is None else log_zeta

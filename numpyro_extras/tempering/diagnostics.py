@@ -65,6 +65,13 @@ class TemperingDiagnostics(NamedTuple):
         estimates agree (NaN with one chain).
     :param base_moment_check: :class:`BaseMomentCheck` (``None`` if not run).
     :param problems: one sentence per problem found; empty for a run that looks fine.
+
+    **Example:**
+
+    .. code-block:: python
+
+        diagnostics = nx.tempering_diagnostics(mcmc)
+        diagnostics.fraction_near_base, diagnostics.round_trips, diagnostics.problems
     """
 
     fraction_near_base: np.ndarray

@@ -102,7 +102,7 @@ def tempering_log_normalizer(delta, log_zeta) -> Evidence:
 
     .. code-block:: python
 
-        tempering_log_normalizer(np.zeros((4, 100)), log_zeta=1.5).log_z  # 1.5
+        nx.tempering_log_normalizer(np.zeros((4, 100)), log_zeta=1.5).log_z  # 1.5
     """
     delta = _as_chains(delta)
     if not np.all(np.isfinite(delta)):
@@ -136,6 +136,14 @@ def target_log_weights(mcmc):
 
     :return: array ``(num_chains, num_draws)`` whose exponentials sum to 1 over all chains,
         aligned with :func:`~numpyro_extras.tempered_samples`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        weights = np.exp(nx.target_log_weights(mcmc))
+        draws = nx.tempered_samples(mcmc, group_by_chain=True)["x"]
+        (weights * draws).sum()  # the posterior mean of x (eq. 21)
     """
     tempering_kernel(mcmc)
     log_weights = unnormalised_target_log_weights(mcmc)

@@ -23,6 +23,12 @@ def plot_tempering(mcmc, site=None, axes=None):
         default the first latent site.
     :param axes: three matplotlib axes, or ``None`` for a new figure.
     :return: the matplotlib figure.
+
+    **Example:**
+
+    .. code-block:: python
+
+        nx.plot_tempering(mcmc, site="x").savefig("tempering.png")
     """
     import matplotlib.pyplot as plt
 

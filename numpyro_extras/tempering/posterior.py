@@ -34,6 +34,13 @@ def tempered_samples(mcmc, group_by_chain=False):
     :param mcmc: a run with a continuous tempering kernel.
     :param bool group_by_chain: keep a leading chain dimension.
     :return: dict of arrays (a flat array for a ``potential_fn`` kernel).
+
+    **Example:**
+
+    .. code-block:: python
+
+        draws = nx.tempered_samples(mcmc, group_by_chain=True)["x"]  # (num_chains, num_draws)
+        (np.exp(nx.target_log_weights(mcmc)) * draws).sum()  # the posterior mean of x (eq. 21)
     """
     kernel = tempering_kernel(mcmc)
     draws = tempered_draws(mcmc, group_by_chain)
