@@ -27,6 +27,8 @@ from numpyro_extras.exchange.discrete_moves import acs_moves, mixed_moves
 from numpyro_extras.exchange.ladder import (
     MAX_AUTO_REPLICAS,
     MAX_REPLICA_VALUES,
+    MIN_AUTO_LEG_REPLICAS,
+    MIN_AUTO_REPLICAS,
     communication_barrier,
     equalized_ladder,
     replicas_for_barrier,
@@ -532,7 +534,8 @@ class ReplicaExchange(ExtrasKernel):
         )
         betas, accept_rates = run(positions, run_key)
         barrier = float(communication_barrier(accept_rates)[-1])
-        count = replicas_for_barrier(barrier, values)
+        minimum = MIN_AUTO_LEG_REPLICAS if self.stabilized else MIN_AUTO_REPLICAS
+        count = replicas_for_barrier(barrier, values, minimum=minimum)
         return ReplicaPilot(
             barrier,
             count,

@@ -24,6 +24,7 @@ __all__ = [
     "MINIMUM_REJECTION",
     "MAX_REPLICA_VALUES",
     "MIN_AUTO_REPLICAS",
+    "MIN_AUTO_LEG_REPLICAS",
     "MAX_AUTO_REPLICAS",
 ]
 
@@ -37,6 +38,10 @@ MAX_REPLICA_VALUES = 2_000_000
 # still gains: each gap's ratio has less variance the closer its two rungs are. The floor keeps
 # that precision on easy paths; more than the maximum cost more than they could still gain.
 MIN_AUTO_REPLICAS = 16
+# Each leg of a stabilised run (a fitted leg and a prior leg) has its own stepping stone, and
+# the pooled estimate gains the precision of both: half the floor per leg keeps the run's
+# replicas at those of one ladder.
+MIN_AUTO_LEG_REPLICAS = MIN_AUTO_REPLICAS // 2
 MAX_AUTO_REPLICAS = 64
 
 

@@ -16,6 +16,7 @@ from numpyro.infer import HMC
 
 import numpyro_extras as nx
 from numpyro_extras.exchange.evidence import SteppingStone, joined_legs_evidence
+from numpyro_extras.exchange.ladder import MIN_AUTO_LEG_REPLICAS
 from numpyro_extras.exchange.stabilized import junction_parity
 
 # A single Gaussian fitted by variational inference sits on one mode of the bimodal target.
@@ -141,3 +142,24 @@ def test_stabilized_needs_a_model():
         nx.ReplicaExchange(potential_fn=lambda x: x @ x, reference="stabilized")
     with pytest.raises(ValueError, match="'prior'"):
         nx.ReplicaExchange(nx.ising_model, inner_kernel=nx.ACS, reference="stabilized")
+
+
+def test_auto_counts_each_leg_from_its_own_pilot():
+    kernel = nx.ReplicaExchange(
+        bimodal_likelihood_model,
+        reference="stabilized",
+        fit_base_kwargs=ONE_MODE_FIT,
+        inner_kernel=HMC,
+        num_steps=3,
+    )
+    mcmc = run(kernel, num_warmup=4, num_samples=4, num_chains=1)
+    fit_pilot, prior_pilot = kernel.pilot, kernel.prior_leg_pilot
+    assert fit_pilot is not None and prior_pilot is not None
+    assert kernel.num_replicas >= MIN_AUTO_LEG_REPLICAS
+    assert kernel.num_prior_replicas >= MIN_AUTO_LEG_REPLICAS
+    assert (kernel.num_replicas - kernel.num_prior_replicas) % 2 == 0
+    # From the prior the path crosses the gap between the bumps; from the fit it does not.
+    assert prior_pilot.barrier > fit_pilot.barrier
+    fields = mcmc.get_extra_fields()
+    assert fields["log_likelihood"].shape == (4, kernel.num_replicas)
+    assert fields["prior_log_likelihood"].shape == (4, kernel.num_prior_replicas)
