@@ -14,7 +14,7 @@ def plot_exchange(mcmc, site=None, axes=None):
     """Plot each chain's swap acceptance per gap of its ladder (a tuned ladder makes it flat),
     its cumulative communication barrier ``Lambda(beta)`` (Syed et al. eq. 12), and the
     posterior replica's trace of one coordinate (jumps between modes are states that came up
-    the ladder).
+    the ladder). A stabilised run draws its prior leg dashed beside its fitted leg.
 
     :param mcmc: a run with :class:`~numpyro_extras.ReplicaExchange`.
     :param str site: a latent site for the trace (its first coordinate); default the first.
@@ -35,12 +35,30 @@ def plot_exchange(mcmc, site=None, axes=None):
         figure, axes = plt.subplots(1, 3, figsize=(13, 3.5))
     else:
         figure = axes[0].figure
-    for chain, (betas, rates) in enumerate(
-        zip(diagnostics.betas, diagnostics.swap_accept_rate, strict=True)
-    ):
-        axes[0].plot(np.arange(rates.size), rates, marker="o", ms=3, lw=0.8, label=f"chain {chain}")
-        barrier = np.concatenate([[0.0], np.cumsum(1.0 - rates)])
-        axes[1].plot(betas, barrier, marker="o", ms=3, lw=0.8)
+    legs = [("", "-", diagnostics.betas, diagnostics.swap_accept_rate)]
+    if diagnostics.prior_leg is not None:
+        legs = [
+            ("fitted leg, ", "-", diagnostics.betas, diagnostics.swap_accept_rate),
+            (
+                "prior leg, ",
+                "--",
+                diagnostics.prior_leg.betas,
+                diagnostics.prior_leg.swap_accept_rate,
+            ),
+        ]
+    for leg, style, leg_betas, leg_rates in legs:
+        for chain, (betas, rates) in enumerate(zip(leg_betas, leg_rates, strict=True)):
+            line = axes[0].plot(
+                np.arange(rates.size),
+                rates,
+                style,
+                marker="o",
+                ms=3,
+                lw=0.8,
+                label=f"{leg}chain {chain}",
+            )
+            barrier = np.concatenate([[0.0], np.cumsum(1.0 - rates)])
+            axes[1].plot(betas, barrier, style, marker="o", ms=3, lw=0.8, color=line[0].get_color())
     axes[0].set(xlabel="gap i (beta_i to beta_i+1)", ylabel="swap acceptance")
     axes[0].set(ylim=(0, 1.02), title="Swap rate along the ladder")
     axes[0].legend(fontsize="small")

@@ -105,6 +105,11 @@ def test_stabilized_fields_and_arviz(one_mode_fit_run):
     assert "prior_log_likelihood" in idata.sample_stats
     with pytest.raises(AttributeError, match="prior_log_likelihood"):
         _ = mcmc.last_state.no_such_field
+    figure = nx.plot_exchange(mcmc)
+    labels = figure.axes[0].get_legend_handles_labels()[1]
+    assert labels == [
+        f"{leg} leg, chain {chain}" for leg in ("fitted", "prior") for chain in (0, 1)
+    ]
 
 
 def test_conjugate_log_z_from_both_legs_and_chain_methods():
