@@ -3,6 +3,8 @@ the thresholds behind the families' warnings, and the ArviZ export the families 
 
 from __future__ import annotations
 
+import warnings
+
 import arviz as az
 import jax
 import numpy as np
@@ -68,8 +70,19 @@ def posterior_convergence(mcmc):
     ess = min(float(az.ess(draws[..., i], method="bulk")) for i in range(draws.shape[-1]))
     if draws.shape[0] < 2:
         return ess, float("nan")
-    rhat = max(float(az.rhat(draws[..., i])) for i in range(draws.shape[-1]))
-    return ess, rhat
+    rhat = np.nanmax([_rhat(draws[..., i]) for i in range(draws.shape[-1])])
+    return ess, float(rhat)
+
+
+def _rhat(draws):
+    """ArviZ's rank-normalised R-hat of one coordinate, or the split R-hat where the rank one
+    is undefined: a binary site with its median on a value folds to a constant tail."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rhat = float(az.rhat(draws))
+        if np.isnan(rhat):
+            rhat = float(az.rhat(draws, method="split"))
+    return rhat
 
 
 def inference_data(mcmc, has_model, exclude_fields=()):

@@ -1,0 +1,25 @@
+"""The run checks shared by every family."""
+
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+
+from numpyro_extras.runs import posterior_convergence
+
+
+def _finished_run(samples):
+    return SimpleNamespace(get_samples=lambda group_by_chain: samples)
+
+
+def test_a_binary_site_split_evenly_needs_no_warning_and_hides_no_rhat():
+    rng = np.random.default_rng(0)
+    # A 0/1 site whose median sits on a value folds to a constant tail (rank R-hat undefined),
+    # beside a site whose chains disagree: the largest R-hat must still be the second one's.
+    balanced = np.tile(np.repeat([0.0, 1.0], 500)[rng.permutation(1000)], (4, 1))
+    stuck = np.repeat([[0.0], [0.0], [1.0], [1.0]], 1000, axis=1) + rng.normal(0, 0.1, (4, 1000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ess, rhat = posterior_convergence(_finished_run({"a": balanced, "b": stuck}))
+    assert np.isfinite(ess)
+    assert rhat > 1.5
