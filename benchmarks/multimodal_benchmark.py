@@ -209,7 +209,7 @@ def run_smc(target, seed, budget):
 
 
 def run_method(
-    method, target, seed, chain_method, fit_base_kwargs, timed_fit, exchange_reference="prior"
+    method, target, seed, chain_method, fit_base_kwargs, timed_fit, exchange_reference="auto"
 ):
     """One run of ``method`` on ``target``; returns a dict of measurements."""
     if method == "nuts":
@@ -236,7 +236,7 @@ def run_method(
     )
     # The leapfrog steps of every rung: the gradient budget SMC gets beside replica exchange.
     extra_fields = ("inner_state.num_steps",) if method == "exchange" else ()
-    if method == "exchange" and exchange_reference == "stabilized":
+    if method == "exchange" and exchange_reference in ("auto", "stabilized"):
         extra_fields += ("prior_leg.inner_state.num_steps",)
     timed_fit.fit_seconds = timed_fit.spent_seconds = 0.0
     start = time.perf_counter()
@@ -460,8 +460,8 @@ def main(argv=None):
     parser.add_argument("--fit-base-kwargs", default="{}", help="JSON dict for the kernels")
     parser.add_argument(
         "--exchange-reference",
-        default="prior",
-        choices=("prior", "fit", "stabilized"),
+        default="auto",
+        choices=("auto", "prior", "fit", "stabilized"),
         help="reference of nx.ReplicaExchange (method exchange)",
     )
     parser.add_argument(

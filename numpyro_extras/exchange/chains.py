@@ -212,6 +212,17 @@ class ExchangeState(NamedTuple):
     def num_round_trips(self):
         return self.statistics.num_round_trips
 
+    @property
+    def prior_log_likelihood(self):
+        """Empty: one ladder has no prior leg (the field of a stabilised run's state, which a
+        kernel with ``reference="auto"`` collects before it knows it runs one ladder)."""
+        return self.log_likelihood[..., :0]
+
+    @property
+    def prior_swap_accept_prob(self):
+        """Empty, as :attr:`prior_log_likelihood`."""
+        return self.swap_accept_prob[..., :0]
+
     __getattr__, __getitem__ = field_lookup("A replica exchange state", lambda: EXCHANGE_FIELDS)
 
 

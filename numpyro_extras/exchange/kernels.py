@@ -9,6 +9,7 @@ are the ``beta = 1`` replica's draws: the posterior.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -17,7 +18,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.util import not_jax_tracer
+from numpyro.util import find_stack_level, not_jax_tracer
 
 from numpyro_extras.bases import GaussianBase, MixtureBase, validate_base
 from numpyro_extras.discrete.kernels import ACS, DiscreteTarget
@@ -69,7 +70,8 @@ __all__ = [
 ]
 
 DEFAULT_NUM_REPLICAS = "auto"
-REFERENCES = ("prior", "fit", "stabilized")
+REFERENCES = ("auto", "prior", "fit", "stabilized")
+DEFAULT_REFERENCE = "auto"
 # The pilot's ladder: long enough that a barrier of several units is still measured on gaps whose
 # swaps are often accepted (a gap that rejects nearly always understates its share of Lambda),
 # short enough that its scans cost little beside the run.
@@ -159,12 +161,13 @@ class ReplicaExchange(ExtrasKernel):
 
     Each chain runs ``num_replicas`` copies of the model at inverse temperatures
     ``0 = beta_0 < ... < beta_{N-1} = 1`` of the path ``log r(x) + beta l(x)`` from a reference
-    ``r`` to the posterior (:mod:`numpyro_extras.exchange.path`): by default the model's prior;
-    or a Gaussian mixture fitted to the posterior's modes (the variational reference of
-    Surjanovic et al., NeurIPS 2022), so that the ladder is short and states jump between the
-    modes the fit found at ``beta = 0``; or both, as two ladders joined at the posterior
-    (``reference="stabilized"``, their section 4), so that a mode the fit missed still enters
-    through the prior leg and the two legs' estimates of ``log Z`` check each other.
+    ``r`` to the posterior (:mod:`numpyro_extras.exchange.path`): the model's prior; or a
+    Gaussian mixture fitted to the posterior's modes (the variational reference of Surjanovic
+    et al., NeurIPS 2022), so that the ladder is short and states jump between the modes the
+    fit found at ``beta = 0``; or, by default for continuous sites, both, as two ladders joined
+    at the posterior (``reference="stabilized"``, their section 4), so that a mode the fit
+    missed still enters through the prior leg and the two legs' estimates of ``log Z`` check
+    each other.
     Every scan moves every replica but the reference one with ``inner_kernel`` on its own
     tempered target (vectorized, each adapting its own step size and mass matrix in warm-up),
     renews the ``beta = 0`` replica with an exact reference draw, and offers swaps between
@@ -224,7 +227,10 @@ class ReplicaExchange(ExtrasKernel):
         or the memory bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`),
         starting from the pilot's ladder resized to that count; or an integer of at least 2,
         used as given, with :func:`~numpyro_extras.exchange_diagnostics` reporting the barrier.
-    :param reference: ``"prior"`` (the default: the model's prior, which must be proper; no
+    :param reference: ``"auto"`` (the default): ``"stabilized"`` for a model with continuous
+        latent sites and a proper prior, ``"fit"`` if the prior is improper, ``"prior"`` if
+        the variational fit fails (with a warning) and for ACS/DMALA moves.
+        ``"prior"`` (the model's prior, which must be proper; no
         fit, but a longer ladder when the posterior is far from the prior), ``"fit"`` (a
         Gaussian mixture with a component on each mode that :func:`~numpyro_extras.fit_base`
         finds by variational inference, fitted on the first ``init``; a mode it misses is
@@ -271,7 +277,7 @@ class ReplicaExchange(ExtrasKernel):
         *,
         inner_kernel=NUTS,
         num_replicas=DEFAULT_NUM_REPLICAS,
-        reference="prior",
+        reference=DEFAULT_REFERENCE,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -290,7 +296,9 @@ class ReplicaExchange(ExtrasKernel):
         # Rebuilt with NUTS for the continuous sites if the model turns out to have some.
         self._acs_class = inner_kernel if from_class else None
         self._acs_kwargs = dict(inner_kwargs) if from_class else {}
-        if self._acs is not None and not (isinstance(reference, str) and reference == "prior"):
+        if self._acs is not None and not (
+            isinstance(reference, str) and reference in ("prior", "auto")
+        ):
             raise ValueError(
                 "With ACS/DMALA moves the path starts from the prior of the discrete sites: "
                 f"reference must be 'prior', got {reference!r}."
@@ -301,9 +309,11 @@ class ReplicaExchange(ExtrasKernel):
             self._reference = reference
         else:
             raise ValueError(
-                "reference must be 'prior', 'fit', 'stabilized', a GaussianBase or a "
+                "reference must be 'auto', 'prior', 'fit', 'stabilized', a GaussianBase or a "
                 f"MixtureBase, got {reference!r}."
             )
+        # The reference the path of the last init starts from ("auto" resolved).
+        self._path_reference = None
         if potential_fn is not None and isinstance(reference, str):
             raise ValueError(
                 "With `potential_fn`, `reference` must be a GaussianBase or MixtureBase on the "
@@ -340,9 +350,21 @@ class ReplicaExchange(ExtrasKernel):
 
     @property
     def stabilized(self) -> bool:
-        """Whether the replicas run on two legs joined at the posterior
-        (``reference="stabilized"``)."""
-        return isinstance(self._reference, str) and self._reference == "stabilized"
+        """Whether the replicas run on two legs joined at the posterior (``reference=
+        "stabilized"``, or ``"auto"`` on a model with continuous sites and a proper prior whose
+        fit succeeded): the reference of the last ``init``, or before it the one intended."""
+        if self._path_reference is not None:
+            return isinstance(self._path_reference, str) and self._path_reference == "stabilized"
+        return self._intends_stabilized
+
+    @property
+    def _intends_stabilized(self) -> bool:
+        requested = self._reference
+        if not isinstance(requested, str):
+            return False
+        return requested == "stabilized" or (
+            requested == "auto" and self._model is not None and self._acs is None
+        )
 
     @property
     def prior_leg_pilot(self) -> ReplicaPilot | None:
@@ -376,9 +398,10 @@ class ReplicaExchange(ExtrasKernel):
     def reference(self):
         """``"prior"``, or the base density the path starts from (fitted on the first ``init``
         for ``reference="fit"`` and ``"stabilized"``)."""
-        if self._reference in ("fit", "stabilized"):
+        reference = self._reference if self._path_reference is None else self._path_reference
+        if isinstance(reference, str) and reference in ("fit", "stabilized"):
             return self._fitted_reference
-        return self._reference
+        return reference
 
     @property
     def flat_model(self) -> FlatModel | None:
@@ -418,7 +441,9 @@ class ReplicaExchange(ExtrasKernel):
     @property
     def default_fields(self):
         fields = ("z", "log_likelihood", "swap_accept_prob", "diverging")
-        if self.stabilized:
+        # Read by MCMC before init: "auto" collects the prior leg's fields, which a run that
+        # falls back to one ladder leaves empty.
+        if self._intends_stabilized:
             fields += ("prior_log_likelihood", "prior_swap_accept_prob")
         return fields
 
@@ -429,6 +454,7 @@ class ReplicaExchange(ExtrasKernel):
 
     def _forget_target(self):
         self._flat_model = self._path = self._fitted_reference = self._prior_leg_path = None
+        self._path_reference = None
         self._discrete_target = None
         self._forget_count()
         self._reference_fit_problems = ()
@@ -548,10 +574,11 @@ class ReplicaExchange(ExtrasKernel):
         """Build the flat potential and the tempered path for these model arguments."""
         key = jax.random.PRNGKey(self._fit_base_seed)
         if self._acs is not None:
+            self._path_reference = "prior"
             self._prepare_discrete(key, model_args, model_kwargs)
             return
         if self._model is None:
-            base = self._reference
+            base = self._path_reference = self._reference
             self._flat_model = flat_model_from_potential(self._potential_fn, base.loc)
             self._check_memory(
                 self._flat_model.dimension, f"a potential of dimension {self._flat_model.dimension}"
@@ -571,31 +598,57 @@ class ReplicaExchange(ExtrasKernel):
             ),
         )
         dimension = self._flat_model.dimension
+        reference = self._reference
+        prior = None
+        if isinstance(reference, str) and reference in ("prior", "stabilized", "auto"):
+            try:
+                prior = self._prior_path(
+                    key, lambda: split_model(key, self._model, model_args, model_kwargs)
+                )
+            except ValueError:
+                if reference != "auto":
+                    raise
+                # An improper prior has no prior leg: the fitted reference alone.
+                reference = "fit"
+            else:
+                reference = "stabilized" if reference == "auto" else reference
+        if reference in ("fit", "stabilized"):
+            try:
+                base = self._fit_reference(model_args, model_kwargs, reference == "stabilized")
+            except RuntimeError as error:
+                if self._reference != "auto" or prior is None:
+                    raise
+                warnings.warn(
+                    f"The variational fit of the reference failed ({error}); the replicas run "
+                    "from the prior (reference='prior').",
+                    stacklevel=find_stack_level(),
+                )
+                reference = "prior"
+        self._path_reference = reference
         self._check_memory(dimension, f"{dimension} unconstrained dimensions")
-        if self._reference == "prior":
-            self._path = self._prior_path(
-                key, lambda: split_model(key, self._model, model_args, model_kwargs)
-            )
+        if reference == "prior":
+            self._path = prior
             return
-        if self._reference in ("fit", "stabilized"):
-            fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
-            self._fitted_reference, self._reference_fit_problems = fit_base_for_kernel(
-                fit_base,
-                self._model,
-                model_args,
-                model_kwargs,
-                self._fit_base_seed,
-                fit_kwargs,
-                coverage_checked_by_run=self.stabilized,
-            )
-            base = self._fitted_reference
-        else:
-            base = validate_base(self._reference, dimension)
+        if not isinstance(reference, str):
+            base = validate_base(reference, dimension)
         self._path = reference_path(self._flat_model.potential_fn, base)
-        if self.stabilized:
-            self._prior_leg_path = self._prior_path(
-                key, lambda: split_model(key, self._model, model_args, model_kwargs)
-            )
+        if reference == "stabilized":
+            self._prior_leg_path = prior
+
+    def _fit_reference(self, model_args, model_kwargs, stabilized):
+        """The Gaussian mixture of :func:`~numpyro_extras.fit_base` for these model arguments;
+        its coverage problems are kept for the run's diagnostics."""
+        fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
+        self._fitted_reference, self._reference_fit_problems = fit_base_for_kernel(
+            fit_base,
+            self._model,
+            model_args,
+            model_kwargs,
+            self._fit_base_seed,
+            fit_kwargs,
+            coverage_checked_by_run=stabilized,
+        )
+        return self._fitted_reference
 
     def _prior_path(self, key, split_fn):
         """The prior path of the model's split (``split_fn()``), checked at a prior draw."""

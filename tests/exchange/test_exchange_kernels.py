@@ -173,7 +173,7 @@ def test_bad_input_gets_a_clear_error():
         run(nx.ReplicaExchange(_mixed_model, num_replicas=2), num_warmup=2, num_samples=2)
     with pytest.raises(ValueError, match="init_params have 2 unconstrained dimensions"):
         run(
-            nx.ReplicaExchange(conjugate_model, num_replicas=2),
+            nx.ReplicaExchange(conjugate_model, num_replicas=2, reference="prior"),
             CONJUGATE_DATA,
             num_warmup=2,
             num_samples=2,

@@ -2,6 +2,8 @@
 
 import arviz as az
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import pytest
 from exchange_targets import (
     BIMODAL_LOG_Z,
@@ -168,3 +170,37 @@ def test_auto_counts_each_leg_from_its_own_pilot():
     fields = mcmc.get_extra_fields()
     assert fields["log_likelihood"].shape == (4, kernel.num_replicas)
     assert fields["prior_log_likelihood"].shape == (4, kernel.num_prior_replicas)
+
+
+def _improper_model(y):
+    x = numpyro.sample("x", dist.ImproperUniform(dist.constraints.real, (), (3,)))
+    numpyro.sample("y", dist.Normal(x, 0.5), obs=y)
+
+
+def test_auto_is_stabilized_and_falls_back_where_it_cannot_be(monkeypatch):
+    short = {"num_warmup": 4, "num_samples": 4, "num_chains": 1}
+    settings = {"num_replicas": 2, "inner_kernel": HMC, "num_steps": 2}
+    settings["fit_base_kwargs"] = ONE_MODE_FIT
+    kernel = nx.ReplicaExchange(conjugate_model, **settings)
+    assert kernel.stabilized and "prior_log_likelihood" in kernel.default_fields
+    run(kernel, CONJUGATE_DATA, **short)
+    assert kernel.stabilized and isinstance(kernel.reference, nx.GaussianBase)
+
+    # An improper prior has no prior leg: the fitted reference alone.
+    kernel = nx.ReplicaExchange(_improper_model, **settings)
+    mcmc = run(kernel, CONJUGATE_DATA, **short)
+    assert not kernel.stabilized and isinstance(kernel.reference, nx.GaussianBase)
+    assert mcmc.get_extra_fields()["prior_log_likelihood"].shape == (4, 0)
+    assert nx.exchange_diagnostics(mcmc).prior_leg is None
+
+    # A fit that fails leaves the prior.
+    def failing_fit(*args, **kwargs):
+        raise RuntimeError("every variational fit diverged")
+
+    monkeypatch.setattr("numpyro_extras.exchange.kernels.fit_base", failing_fit)
+    kernel = nx.ReplicaExchange(conjugate_model, **settings)
+    with pytest.warns(UserWarning, match="fit of the reference failed"):
+        run(kernel, CONJUGATE_DATA, **short)
+    assert kernel.reference == "prior" and not kernel.stabilized
+    with pytest.raises(RuntimeError, match="diverged"):
+        run(nx.ReplicaExchange(conjugate_model, reference="stabilized", **settings), CONJUGATE_DATA)
