@@ -59,10 +59,12 @@ class TrainingSettings(NamedTuple):
     :param int seed_warmup: their warm-up transitions.
     :param int seed_samples: their kept draws per chain.
     :param float seed_radius: half-width of the box their starts are drawn in (unconstrained).
+    :param int patience: training stops once this many bootstrap epochs in a row have not beaten
+        the best bootstrap acceptance so far (0: never stops early).
     """
 
     epochs: int = 50
-    seed_epochs: int = 10
+    seed_epochs: int = 5
     learning_rate: float = 1e-4
     kernel_steps: int = 3
     discriminator_steps: int = 1
@@ -74,14 +76,16 @@ class TrainingSettings(NamedTuple):
     seed_warmup: int = 300
     seed_samples: int = 300
     seed_radius: float = 2.0
+    patience: int = 5
 
     def validated(self) -> TrainingSettings:
         counts = {
             name: check_count(name, getattr(self, name))
             for name in self._fields
-            if name not in ("seed_epochs", "learning_rate", "seed_radius")
+            if name not in ("seed_epochs", "learning_rate", "seed_radius", "patience")
         }
         seed_epochs = check_count("seed_epochs", self.seed_epochs, minimum=0)
+        patience = check_count("patience", self.patience, minimum=0)
         if seed_epochs > counts["epochs"]:
             raise ValueError(
                 f"seed_epochs ({seed_epochs}) cannot exceed epochs ({counts['epochs']})."
@@ -89,6 +93,7 @@ class TrainingSettings(NamedTuple):
         return self._replace(
             **counts,
             seed_epochs=seed_epochs,
+            patience=patience,
             learning_rate=check_real(
                 "learning_rate", self.learning_rate, "a positive number", low=0.0
             ),
@@ -99,7 +104,8 @@ class TrainingSettings(NamedTuple):
 class TrainingHistory(NamedTuple):
     """What training did, per epoch (JSON-friendly tuples).
 
-    :param accept_rates: mean acceptance of the bootstrap chains (NaN for seed epochs).
+    :param accept_rates: mean acceptance of the bootstrap chains at the start of each epoch (NaN
+        for the seed epochs after the first).
     :param kernel_losses: mean ``-E[r(D)]`` of the flow's updates.
     :param discriminator_losses: mean ``E[r(D) log r(D)]`` of the discriminator's updates.
     :param seed_gradient_evaluations: gradient evaluations of the pilot NUTS run (0 when
@@ -221,20 +227,25 @@ def train_ai_sampler(
     num_layers=5,
     hidden=32,
     discriminator_hidden=128,
+    swap=True,
+    whiten=True,
     progress_bar=True,
     **settings,
 ) -> InvolutiveProposal:
     """Train the Ai-sampler's involution on a model (the paper's Algorithm 1).
 
     1. Seed data: ``seed_chains`` NUTS chains from dispersed starts on the unconstrained space
-       (or ``init_samples``, for example replica-exchange draws). The position is standardised
-       with the seed data's mean and standard deviation.
-    2. ``seed_epochs`` epochs on the seed data, then ``epochs - seed_epochs`` bootstrap epochs,
+       (or ``init_samples``, for example replica-exchange draws). The position is whitened
+       with the seed data's mean and the Cholesky factor of their covariance (``whiten``), and
+       the untrained flow is the swap of position and momentum (``swap``): an independence
+       proposal from the seed data's Gaussian fit.
+    2. ``seed_epochs`` epochs on the seed data, then up to ``epochs - seed_epochs`` bootstrap
+       epochs (fewer when ``patience`` of them in a row bring no better acceptance),
        each on ``num_chains x num_kept`` fresh draws of the current kernel (exact
        Metropolis-Hastings, chains continuing from epoch to epoch from seed draws). An epoch
        shuffles its data into minibatches; per minibatch ``kernel_steps`` Adam updates of the
        flow, then ``discriminator_steps`` of the discriminator (eq. 23).
-    3. The flow of the last epoch is returned, frozen; the discriminator is dropped.
+    3. The flow whose bootstrap accepted most is returned, frozen; the discriminator is dropped.
 
     The losses never evaluate the target, so a mode that no seed draw visits cannot be learned:
     seed widely (more ``seed_chains``, a larger ``seed_radius``, or ``init_samples`` from a
@@ -253,6 +264,10 @@ def train_ai_sampler(
     :param int num_layers: Henon layers ``K``.
     :param int hidden: width of each layer's ``V``.
     :param int discriminator_hidden: width of the discriminator's hidden layers.
+    :param bool swap: start from the swap of the standardised position and the momentum (see
+        :class:`~numpyro_extras.involutive.networks.InvolutionConfig`).
+    :param bool whiten: standardise with the Cholesky factor of the seed draws' covariance
+        (``False``: their per-coordinate standard deviations).
     :param bool progress_bar: show the pilot run's and the training's progress.
     :param settings: fields of :class:`TrainingSettings` (``epochs``, ``seed_epochs``,
         ``learning_rate``, ...).
@@ -298,12 +313,9 @@ def train_ai_sampler(
         seed_evaluations = pilot.gradient_evaluations
     else:
         seed = _flat_samples(init_samples, flat_model, dimension, dtype)
-    loc = jnp.mean(seed, 0)
-    scale = jnp.std(seed, 0)
-    # A coordinate that never moves in the seed keeps unit scale rather than dividing by zero.
-    scale = jnp.where(scale > 0, scale, 1.0)
+    loc, scale = _standardization(seed, whiten)
 
-    config = InvolutionConfig(dimension, num_layers, hidden, discriminator_hidden)
+    config = InvolutionConfig(dimension, num_layers, hidden, discriminator_hidden, swap)
     flow_key, discriminator_key, chains_key = jax.random.split(init_key, 3)
     proposal = init_proposal(flow_key, config, loc, scale, sites=site_shapes(flat_model))
     zeros = jnp.zeros((2 * dimension,), jnp.float32)
@@ -318,25 +330,44 @@ def train_ai_sampler(
     )
     train = jax.jit(train)
     bootstrap = jax.jit(_bootstrap(proposal, potential_fn, settings))
-    seed_standardized = (seed - loc) / scale
+    seed_standardized = proposal.standardize(seed)
     positions = seed[jax.random.choice(chains_key, seed.shape[0], (settings.num_chains,))]
 
-    def run_epoch(carry, seed_epoch):
+    # The flow kept is the one whose bootstrap accepted most (the reference code's checkpoint
+    # choice): adversarial updates do not raise the acceptance monotonically, and the flow of the
+    # last update has never been run.
+    best = {"params": networks[0], "rate": -math.inf, "stalled": 0}
+
+    def run_epoch(carry, epoch):
         networks, positions, key = carry
         epoch_key, key = jax.random.split(key)
-        if seed_epoch:
-            networks, losses = train(networks, seed_standardized, epoch_key)
-            return (networks, positions, key), (np.nan, *losses)
         bootstrap_key, train_key = jax.random.split(epoch_key)
+        seed_epoch = epoch < settings.seed_epochs
+        # The first epoch also runs the untrained flow, so that a good start (the swap) is a
+        # candidate even when the seed epochs spoil it.
+        if seed_epoch and epoch > 0:
+            networks, losses = train(networks, seed_standardized, train_key)
+            return (networks, positions, key), (np.nan, *losses)
         positions, kept, accept_rate = bootstrap(networks[0], positions, bootstrap_key)
-        networks, losses = train(networks, (kept - loc) / scale, train_key)
+        rate = float(accept_rate)
+        if rate > best["rate"]:
+            best.update(params=networks[0], rate=rate, stalled=0)
+        elif not seed_epoch:
+            best["stalled"] += 1
+        data = seed_standardized if seed_epoch else proposal.standardize(kept)
+        networks, losses = train(networks, data, train_key)
         return (networks, positions, key), (accept_rate, *losses)
 
-    epochs = [(epoch < settings.seed_epochs, 1) for epoch in range(settings.epochs)]
+    def epochs():
+        for epoch in range(settings.epochs):
+            if settings.patience and best["stalled"] >= settings.patience:
+                return
+            yield epoch, 1
+
     (networks, positions, _), outputs = run_chunks(
         run_epoch,
         (networks, positions, rng_key),
-        epochs,
+        epochs(),
         total=settings.epochs,
         description="training the Ai-sampler",
         progress_bar=progress_bar,
@@ -352,15 +383,17 @@ def train_ai_sampler(
         seed_evaluations,
         time.perf_counter() - start,
     )
-    final_rate = accept_rates[-1]
-    if math.isfinite(final_rate) and final_rate < LOW_ACCEPTANCE:
+    flow_params, best_rate = best["params"], best["rate"]
+    if not math.isfinite(best_rate):
+        flow_params = networks[0]
+    elif best_rate < LOW_ACCEPTANCE:
         warnings.warn(
-            f"The trained Ai-sampler accepts {final_rate:.1%} of its proposals in its last "
+            f"The trained Ai-sampler accepts {best_rate:.1%} of its proposals in its best "
             "bootstrap epoch: it will barely move. Train longer (epochs), seed it with draws "
             "closer to the posterior (init_samples), or use another kernel.",
             stacklevel=2,
         )
-    return proposal.replace(params=networks[0], starts=positions, history=history)
+    return proposal.replace(params=flow_params, starts=positions, history=history)
 
 
 def _flat_samples(init_samples, flat_model, dimension, dtype):
@@ -385,3 +418,24 @@ def _flat_samples(init_samples, flat_model, dimension, dtype):
     if points.shape[0] < 2:
         raise ValueError("init_samples need at least two finite points.")
     return points.astype(dtype)
+
+
+def _standardization(seed, whiten):
+    """``(loc, scale)`` from the seed draws: their mean, and the Cholesky factor of their
+    covariance (``whiten``) or their standard deviations.
+
+    A coordinate that never moves in the seed keeps unit scale rather than dividing by zero. The
+    covariance falls back to its diagonal when it is not positive definite (fewer seed draws than
+    dimensions, or perfectly correlated coordinates).
+    """
+    loc = jnp.mean(seed, 0)
+    std = jnp.std(seed, 0)
+    std = jnp.where(std > 0, std, 1.0)
+    if not whiten or seed.shape[0] <= seed.shape[1]:
+        return loc, std
+    centred = (seed - loc) / std
+    correlation = centred.T @ centred / seed.shape[0]
+    cholesky = jnp.linalg.cholesky(correlation)
+    if not bool(jnp.all(jnp.isfinite(cholesky))) or float(jnp.min(jnp.diag(cholesky))) <= 1e-3:
+        return loc, std
+    return loc, std[:, None] * cholesky
