@@ -24,6 +24,7 @@ QUICK = dict(
     seed_samples=200,
     batch_size=1024,
     discriminator_hidden=32,
+    patience=0,
 )
 
 
