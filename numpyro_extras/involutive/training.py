@@ -39,6 +39,10 @@ __all__ = ["TrainingSettings", "TrainingHistory", "train_ai_sampler", "LOW_ACCEP
 
 # Below this bootstrap acceptance the learned kernel barely moves: training has failed.
 LOW_ACCEPTANCE = 0.05
+# The swap start is chosen when it accepts at least this often on the seed draws: then the seed
+# draws' Gaussian fit is close to the target. On separated modes it accepts far less and the
+# adversarial updates do not move it, while the paper's start learns to jump between them.
+SWAP_ACCEPTANCE = 0.5
 
 
 class TrainingSettings(NamedTuple):
@@ -227,7 +231,7 @@ def train_ai_sampler(
     num_layers=5,
     hidden=32,
     discriminator_hidden=128,
-    swap=True,
+    swap=None,
     whiten=True,
     progress_bar=True,
     **settings,
@@ -238,7 +242,7 @@ def train_ai_sampler(
        (or ``init_samples``, for example replica-exchange draws). The position is whitened
        with the seed data's mean and the Cholesky factor of their covariance (``whiten``), and
        the untrained flow is the swap of position and momentum (``swap``): an independence
-       proposal from the seed data's Gaussian fit.
+       proposal from the seed data's Gaussian fit, when it accepts often enough on them.
     2. ``seed_epochs`` epochs on the seed data, then up to ``epochs - seed_epochs`` bootstrap
        epochs (fewer when ``patience`` of them in a row bring no better acceptance),
        each on ``num_chains x num_kept`` fresh draws of the current kernel (exact
@@ -264,8 +268,10 @@ def train_ai_sampler(
     :param int num_layers: Henon layers ``K``.
     :param int hidden: width of each layer's ``V``.
     :param int discriminator_hidden: width of the discriminator's hidden layers.
-    :param bool swap: start from the swap of the standardised position and the momentum (see
-        :class:`~numpyro_extras.involutive.networks.InvolutionConfig`).
+    :param swap: start from the swap of the standardised position and the momentum (``True``,
+        see :class:`~numpyro_extras.involutive.networks.InvolutionConfig`) or from the paper's
+        random flow (``False``). By default the swap when it accepts at least half of its
+        proposals from the seed draws, which it does on near-Gaussian posteriors.
     :param bool whiten: standardise with the Cholesky factor of the seed draws' covariance
         (``False``: their per-coordinate standard deviations).
     :param bool progress_bar: show the pilot run's and the training's progress.
@@ -314,6 +320,10 @@ def train_ai_sampler(
     else:
         seed = _flat_samples(init_samples, flat_model, dimension, dtype)
     loc, scale = _standardization(seed, whiten)
+    if swap is None:
+        # fold_in leaves the other keys, and so the training, as they are without the test.
+        rate = _swap_acceptance(jax.random.fold_in(init_key, 1), seed, loc, scale, potential_fn)
+        swap = rate >= SWAP_ACCEPTANCE
 
     config = InvolutionConfig(dimension, num_layers, hidden, discriminator_hidden, swap)
     flow_key, discriminator_key, chains_key = jax.random.split(init_key, 3)
@@ -439,3 +449,26 @@ def _standardization(seed, whiten):
     if not bool(jnp.all(jnp.isfinite(cholesky))) or float(jnp.min(jnp.diag(cholesky))) <= 1e-3:
         return loc, std
     return loc, std[:, None] * cholesky
+
+
+def _swap_acceptance(rng_key, seed, loc, scale, potential_fn, max_points=1000):
+    """The mean Metropolis-Hastings acceptance of the swap start ``x' = loc + scale v``,
+    ``v' = scale^-1 (x - loc)`` from (up to ``max_points``) seed draws ``x`` with fresh
+    ``v ~ N(0, I)``: the acceptance of an independence proposal from the Gaussian fit."""
+    subset_key, momentum_key = jax.random.split(rng_key)
+    if seed.shape[0] > max_points:
+        seed = seed[jax.random.choice(subset_key, seed.shape[0], (max_points,), replace=False)]
+    template = init_proposal(
+        jax.random.PRNGKey(0), InvolutionConfig(seed.shape[1], num_layers=1, hidden=1), loc, scale
+    )
+    momentum = jax.random.normal(momentum_key, seed.shape, seed.dtype)
+    proposed = template.unstandardize(momentum)
+    energy = jax.vmap(potential_fn)
+    log_ratio = (
+        energy(seed)
+        - energy(proposed)
+        + 0.5 * jnp.sum(momentum**2, -1)
+        - 0.5 * jnp.sum(template.standardize(seed) ** 2, -1)
+    )
+    log_ratio = jnp.where(jnp.isfinite(log_ratio), log_ratio, -jnp.inf)
+    return float(jnp.mean(jnp.exp(jnp.minimum(log_ratio, 0.0))))

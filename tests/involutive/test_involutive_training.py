@@ -12,7 +12,7 @@ from numpyro.infer.hmc import hmc
 
 import numpyro_extras as nx
 from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal, involution
-from numpyro_extras.involutive.training import _standardization
+from numpyro_extras.involutive.training import SWAP_ACCEPTANCE, _standardization, _swap_acceptance
 
 MEANS = jnp.array([[5.0, 0.0], [-5.0, 0.0]])
 VARIANCE = 0.5  # the reference code's mog2
@@ -48,6 +48,8 @@ def _chains(kernel, num_chains=4, num_warmup=500, num_samples=3000, method="vect
 def test_trained_kernel_switches_modes_where_hmc_does_not(trained):
     history = trained.history
     assert 5 < len(history.accept_rates) <= 50 and history.seed_gradient_evaluations > 0
+    # The swap from a Gaussian fit of the two modes accepts little: the paper's start is used.
+    assert trained.config.swap is False
     check = nx.involution_check(trained, jax.random.PRNGKey(2))
     assert check.max_involution_error < 1e-4 and check.max_log_det < 1e-4
 
@@ -140,3 +142,8 @@ def test_whitened_swap_start_accepts_on_a_correlated_gaussian():
         images = involution(proposal, states)
         rates[swap] = float(jnp.mean(jnp.minimum(1.0, jnp.exp(energy(states) - energy(images)))))
     assert rates[True] > 0.8 and rates[False] < 0.1, rates
+    # The estimate that chooses the start agrees, from the seed draws alone.
+    loc, scale = _standardization(seed, whiten=True)
+    potential = lambda x: 0.5 * x @ precision @ x  # noqa: E731
+    estimate = _swap_acceptance(jax.random.PRNGKey(2), seed, loc, scale, potential)
+    assert abs(estimate - rates[True]) < 0.05 and estimate > SWAP_ACCEPTANCE, (estimate, rates)
