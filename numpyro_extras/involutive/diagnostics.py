@@ -38,7 +38,7 @@ def involution_check(params: InvolutiveProposal, rng_key, num_points=256, spread
     """Check on random extended states that ``M`` is an involution with unit Jacobian, the two
     properties that make the kernel exact (eq. 3 with ``|det dM/ds| = 1``).
 
-    The states are ``(x, v)`` with ``x = loc + spread * scale * e`` and ``v = spread * e'``,
+    The states are ``(x, v)`` with ``x = loc + spread * scale e`` and ``v = spread * e'``,
     ``e, e' ~ N(0, I)``: around and well beyond where the network was trained.
 
     :param InvolutiveProposal params: the involution.
@@ -62,7 +62,7 @@ def involution_check(params: InvolutiveProposal, rng_key, num_points=256, spread
 def _check(params, rng_key, num_points, spread):
     n = params.dimension
     noise = spread * jax.random.normal(rng_key, (num_points, 2 * n), params.loc.dtype)
-    states = noise.at[:, :n].set(params.loc + params.scale * noise[:, :n])
+    states = noise.at[:, :n].set(params.unstandardize(noise[:, :n]))
     images = involution(params, states)
     error = jnp.max(jnp.abs(involution(params, images) - states))
     jacobians = jax.vmap(jax.jacfwd(lambda state: involution(params, state)))(states[:32])
@@ -120,8 +120,8 @@ def plot_ai_sampler(params: InvolutiveProposal, potential_fn=None, rng_key=None,
     starts = np.asarray(params.starts)
     if potential_fn is not None:
         low, high = (
-            starts.min(0) - 3 * np.asarray(params.scale),
-            starts.max(0) + 3 * np.asarray(params.scale),
+            starts.min(0) - 3 * np.asarray(params.marginal_scale),
+            starts.max(0) + 3 * np.asarray(params.marginal_scale),
         )
         grid = np.stack(
             np.meshgrid(np.linspace(low[0], high[0], 120), np.linspace(low[1], high[1], 120)), -1

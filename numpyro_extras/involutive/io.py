@@ -39,6 +39,7 @@ def save_involution(path, params: InvolutiveProposal):
         "config": dataclasses.asdict(params.config),
         "sites": [[name, list(shape)] for name, shape in params.sites],
         "num_starts": int(params.starts.shape[0]),
+        "full_scale": jnp.ndim(params.scale) == 2,
         "history": None if history is None else history._asdict(),
     }
     arrays = {
@@ -66,12 +67,15 @@ def load_involution(path) -> InvolutiveProposal:
         kernel = nx.AiSampler(model, params=nx.load_involution("mog6.msgpack"))
     """
     header, payload = read_header(path, FORMAT, "nx.save_involution")
-    config = InvolutionConfig(**header["config"])
+    # Files written before the swap option hold the plain flow, whose parameters mean another map.
+    config = InvolutionConfig(**{"swap": False, **header["config"]})
     sites = tuple((name, tuple(shape)) for name, shape in header["sites"])
+    n = config.dimension
     template = init_proposal(
         jax.random.PRNGKey(0),
         config,
-        starts=jnp.zeros((header["num_starts"], config.dimension)),
+        scale=jnp.zeros((n, n) if header.get("full_scale", False) else (n,)),
+        starts=jnp.zeros((header["num_starts"], n)),
         sites=sites,
     )
     arrays = restore_arrays(

@@ -46,16 +46,25 @@ class InvolutionConfig:
     :param int hidden: width of the one hidden layer of each layer's ``V``.
     :param int discriminator_hidden: width of the three hidden layers of the discriminator's
         ``psi`` and ``eta_D``.
+    :param bool swap: conjugate the flow by a fixed rotation of each (position, momentum) pair
+        and start every ``V`` at zero, so that the untrained ``M`` is the swap
+        ``(u, v) -> (v, u)`` of the standardised position and the momentum: an independence
+        proposal from the seed draws' Gaussian fit, which training then bends. ``False`` is the
+        paper's plain ``g`` with Glorot-normal ``V`` (involutions saved before the option was
+        added load that way).
     """
 
     dimension: int
     num_layers: int = 5
     hidden: int = 32
     discriminator_hidden: int = 128
+    swap: bool = True
 
     def __post_init__(self):
         for name in ("dimension", "num_layers", "hidden", "discriminator_hidden"):
             check_count(name, getattr(self, name))
+        if not isinstance(self.swap, bool):
+            raise TypeError(f"swap must be True or False, got {self.swap!r}.")
 
 
 def flip_momentum(state):
@@ -65,16 +74,19 @@ def flip_momentum(state):
 
 
 class _HenonPotential(nn.Module):
-    """``V``: R^n -> R^n, Dense(hidden) -> ReLU -> Dense(n), Glorot-normal kernels, zero biases."""
+    """``V``: R^n -> R^n, Dense(hidden) -> ReLU -> Dense(n), Glorot-normal kernels (the output
+    kernel zero when ``zero_output``), zero biases."""
 
     hidden: int
     dimension: int
+    zero_output: bool = False
 
     @nn.compact
     def __call__(self, value):
         init = nn.initializers.glorot_normal()
         hidden = nn.relu(nn.Dense(self.hidden, kernel_init=init)(value))
-        return nn.Dense(self.dimension, kernel_init=init)(hidden)
+        output_init = nn.initializers.zeros if self.zero_output else init
+        return nn.Dense(self.dimension, kernel_init=output_init)(hidden)
 
 
 class HenonFlow(nn.Module):
@@ -91,10 +103,12 @@ class HenonFlow(nn.Module):
     dimension: int
     num_layers: int
     hidden: int
+    zero_output: bool = False
 
     def setup(self):
         self.potentials = [
-            _HenonPotential(self.hidden, self.dimension) for _ in range(self.num_layers)
+            _HenonPotential(self.hidden, self.dimension, self.zero_output)
+            for _ in range(self.num_layers)
         ]
         self.shifts = [
             self.param(f"eta_{layer}", nn.initializers.zeros, (self.dimension,))
@@ -147,12 +161,14 @@ class InvolutiveProposal:
     """A (trained) Ai-sampler proposal: the Henon flow's parameters and the affine
     standardisation of the position, with its configuration and the model's sites as static data.
 
-    The proposal works on standardised positions ``u = (x - loc) / scale``; conjugating ``M`` by
-    this fixed affine map keeps it an involution with unit Jacobian in ``(x, v)``.
+    The proposal works on standardised positions ``u = scale^-1 (x - loc)``, ``scale`` either a
+    vector (per-coordinate standard deviations) or a lower-triangular matrix (a Cholesky factor
+    of the seed draws' covariance, which whitens correlated posteriors); conjugating ``M`` by this
+    fixed affine map keeps it an involution with unit Jacobian in ``(x, v)``.
 
     :param params: the flow's flax parameters.
     :param loc: standardisation offset ``(n,)``.
-    :param scale: standardisation scale ``(n,)``.
+    :param scale: standardisation scale, ``(n,)`` or lower-triangular ``(n, n)``.
     :param starts: flat positions ``(S, n)`` where chains may start: the last positions of the
         training's bootstrap chains. The map is learned where the training data lie; a chain
         started far outside them can find every proposal rejected.
@@ -182,9 +198,30 @@ class InvolutiveProposal:
     def dimension(self) -> int:
         return self.config.dimension
 
+    @property
+    def marginal_scale(self):
+        """The standard deviation of each coordinate under the standardisation, ``(n,)``."""
+        scale = jnp.asarray(self.scale)
+        return scale if scale.ndim == 1 else jnp.sqrt(jnp.sum(scale**2, axis=-1))
+
+    def standardize(self, position):
+        """``u = scale^-1 (x - loc)`` for positions ``(..., n)``."""
+        centred = position - self.loc
+        if jnp.ndim(self.scale) == 1:
+            return centred / self.scale
+        flat = centred.reshape(-1, self.dimension).T
+        solved = jax.scipy.linalg.solve_triangular(self.scale, flat, lower=True)
+        return solved.T.reshape(centred.shape)
+
+    def unstandardize(self, standardized):
+        """``x = loc + scale u`` for standardised positions ``(..., n)``."""
+        if jnp.ndim(self.scale) == 1:
+            return self.loc + self.scale * standardized
+        return self.loc + standardized @ self.scale.T
+
 
 def flow_module(config: InvolutionConfig) -> HenonFlow:
-    return HenonFlow(config.dimension, config.num_layers, config.hidden)
+    return HenonFlow(config.dimension, config.num_layers, config.hidden, config.swap)
 
 
 def discriminator_module(config: InvolutionConfig) -> Discriminator:
@@ -192,13 +229,14 @@ def discriminator_module(config: InvolutionConfig) -> Discriminator:
 
 
 def init_proposal(rng_key, config: InvolutionConfig, loc=None, scale=None, sites=(), starts=None):
-    """An untrained proposal (Glorot-normal ``V`` weights, zero shifts); already exact as an
-    MCMC proposal, only inefficient.
+    """An untrained proposal (zero shifts; ``V`` zero with ``config.swap``, else Glorot-normal);
+    already exact as an MCMC proposal.
 
     :param rng_key: key for the initialisation.
     :param InvolutionConfig config: the architecture.
     :param loc: standardisation offset (zeros by default).
-    :param scale: standardisation scale (ones by default).
+    :param scale: standardisation scale, ``(n,)`` or lower-triangular ``(n, n)`` (ones by
+        default).
     :param tuple sites: the model's ``((name, shape), ...)``.
     :param starts: where chains may start, ``(S, n)`` (``loc`` by default).
     :return: :class:`InvolutiveProposal`.
@@ -218,11 +256,32 @@ def init_proposal(rng_key, config: InvolutionConfig, loc=None, scale=None, sites
     return InvolutiveProposal(params, loc, scale, starts, config, tuple(sites))
 
 
+def _rotate(state, sign):
+    """``B(u, v) = ((u - v) / sqrt 2, (u + v) / sqrt 2)`` (``sign=1``) or ``B^-1`` (``sign=-1``),
+    a rotation of each (position, momentum) pair: orthogonal, so ``|det B| = 1``."""
+    position, momentum = jnp.split(state, 2, axis=-1)
+    return jnp.concatenate(
+        [position - sign * momentum, sign * position + momentum], axis=-1
+    ) / jnp.sqrt(jnp.asarray(2.0, state.dtype))
+
+
 def standardized_involution(config: InvolutionConfig, params, state):
-    """``M(s) = g^-1(R(g(s)))`` on standardised extended states ``(..., 2n)`` (eq. 6)."""
+    """``M(s) = g^-1(R(g(s)))`` on standardised extended states ``(..., 2n)`` (eq. 6).
+
+    With ``config.swap`` the flow is ``g o B``: still an involution with unit Jacobian (``M`` is
+    conjugated by the fixed ``B``). A Henon layer with ``V = 0`` and ``eta = 0`` is the quarter
+    turn ``(a, b) -> (b, -a)``, so at initialisation ``g^-1 R g`` is ``(u, v) -> (-u, v)`` for an
+    odd number of layers and ``R`` for an even one; conjugated by ``B`` both are the swap of
+    ``u`` and ``v`` (up to the sign of the momentum, which ``N(0, I)`` does not see). The swap
+    keeps ``p(u) N(v; 0, I)`` exactly invariant when ``p`` is the standard normal, so whitened,
+    near-Gaussian posteriors are accepted often before any training.
+    """
     flow = flow_module(config)
+    if config.swap:
+        state = _rotate(state, 1)
     image = flow.apply({"params": params}, state)
-    return flow.apply({"params": params}, flip_momentum(image), method=HenonFlow.inverse)
+    image = flow.apply({"params": params}, flip_momentum(image), method=HenonFlow.inverse)
+    return _rotate(image, -1) if config.swap else image
 
 
 def involution(proposal: InvolutiveProposal, state):
@@ -235,10 +294,10 @@ def involution(proposal: InvolutiveProposal, state):
     :return: ``M(s)``, same shape.
     """
     position, momentum = jnp.split(state, 2, axis=-1)
-    standardized = jnp.concatenate([(position - proposal.loc) / proposal.scale, momentum], -1)
+    standardized = jnp.concatenate([proposal.standardize(position), momentum], -1)
     image = standardized_involution(proposal.config, proposal.params, standardized)
     new_position, new_momentum = jnp.split(image, 2, axis=-1)
-    return jnp.concatenate([proposal.loc + proposal.scale * new_position, new_momentum], -1)
+    return jnp.concatenate([proposal.unstandardize(new_position), new_momentum], -1)
 
 
 def discriminator_logit(config: InvolutionConfig, discriminator_params, state, image):

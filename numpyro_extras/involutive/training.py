@@ -39,6 +39,10 @@ __all__ = ["TrainingSettings", "TrainingHistory", "train_ai_sampler", "LOW_ACCEP
 
 # Below this bootstrap acceptance the learned kernel barely moves: training has failed.
 LOW_ACCEPTANCE = 0.05
+# The swap start is chosen when it accepts at least this often on the seed draws: then the seed
+# draws' Gaussian fit is close to the target. On separated modes it accepts far less and the
+# adversarial updates do not move it, while the paper's start learns to jump between them.
+SWAP_ACCEPTANCE = 0.5
 
 
 class TrainingSettings(NamedTuple):
@@ -59,10 +63,12 @@ class TrainingSettings(NamedTuple):
     :param int seed_warmup: their warm-up transitions.
     :param int seed_samples: their kept draws per chain.
     :param float seed_radius: half-width of the box their starts are drawn in (unconstrained).
+    :param int patience: training stops once this many bootstrap epochs in a row have not beaten
+        the best bootstrap acceptance so far (0: never stops early).
     """
 
     epochs: int = 50
-    seed_epochs: int = 10
+    seed_epochs: int = 5
     learning_rate: float = 1e-4
     kernel_steps: int = 3
     discriminator_steps: int = 1
@@ -74,14 +80,16 @@ class TrainingSettings(NamedTuple):
     seed_warmup: int = 300
     seed_samples: int = 300
     seed_radius: float = 2.0
+    patience: int = 5
 
     def validated(self) -> TrainingSettings:
         counts = {
             name: check_count(name, getattr(self, name))
             for name in self._fields
-            if name not in ("seed_epochs", "learning_rate", "seed_radius")
+            if name not in ("seed_epochs", "learning_rate", "seed_radius", "patience")
         }
         seed_epochs = check_count("seed_epochs", self.seed_epochs, minimum=0)
+        patience = check_count("patience", self.patience, minimum=0)
         if seed_epochs > counts["epochs"]:
             raise ValueError(
                 f"seed_epochs ({seed_epochs}) cannot exceed epochs ({counts['epochs']})."
@@ -89,6 +97,7 @@ class TrainingSettings(NamedTuple):
         return self._replace(
             **counts,
             seed_epochs=seed_epochs,
+            patience=patience,
             learning_rate=check_real(
                 "learning_rate", self.learning_rate, "a positive number", low=0.0
             ),
@@ -99,7 +108,8 @@ class TrainingSettings(NamedTuple):
 class TrainingHistory(NamedTuple):
     """What training did, per epoch (JSON-friendly tuples).
 
-    :param accept_rates: mean acceptance of the bootstrap chains (NaN for seed epochs).
+    :param accept_rates: mean acceptance of the bootstrap chains at the start of each epoch (NaN
+        for the seed epochs after the first).
     :param kernel_losses: mean ``-E[r(D)]`` of the flow's updates.
     :param discriminator_losses: mean ``E[r(D) log r(D)]`` of the discriminator's updates.
     :param seed_gradient_evaluations: gradient evaluations of the pilot NUTS run (0 when
@@ -221,20 +231,25 @@ def train_ai_sampler(
     num_layers=5,
     hidden=32,
     discriminator_hidden=128,
+    swap=None,
+    whiten=True,
     progress_bar=True,
     **settings,
 ) -> InvolutiveProposal:
     """Train the Ai-sampler's involution on a model (the paper's Algorithm 1).
 
     1. Seed data: ``seed_chains`` NUTS chains from dispersed starts on the unconstrained space
-       (or ``init_samples``, for example replica-exchange draws). The position is standardised
-       with the seed data's mean and standard deviation.
-    2. ``seed_epochs`` epochs on the seed data, then ``epochs - seed_epochs`` bootstrap epochs,
+       (or ``init_samples``, for example replica-exchange draws). The position is whitened
+       with the seed data's mean and the Cholesky factor of their covariance (``whiten``), and
+       the untrained flow is the swap of position and momentum (``swap``): an independence
+       proposal from the seed data's Gaussian fit, when it accepts often enough on them.
+    2. ``seed_epochs`` epochs on the seed data, then up to ``epochs - seed_epochs`` bootstrap
+       epochs (fewer when ``patience`` of them in a row bring no better acceptance),
        each on ``num_chains x num_kept`` fresh draws of the current kernel (exact
        Metropolis-Hastings, chains continuing from epoch to epoch from seed draws). An epoch
        shuffles its data into minibatches; per minibatch ``kernel_steps`` Adam updates of the
        flow, then ``discriminator_steps`` of the discriminator (eq. 23).
-    3. The flow of the last epoch is returned, frozen; the discriminator is dropped.
+    3. The flow whose bootstrap accepted most is returned, frozen; the discriminator is dropped.
 
     The losses never evaluate the target, so a mode that no seed draw visits cannot be learned:
     seed widely (more ``seed_chains``, a larger ``seed_radius``, or ``init_samples`` from a
@@ -253,6 +268,12 @@ def train_ai_sampler(
     :param int num_layers: Henon layers ``K``.
     :param int hidden: width of each layer's ``V``.
     :param int discriminator_hidden: width of the discriminator's hidden layers.
+    :param swap: start from the swap of the standardised position and the momentum (``True``,
+        see :class:`~numpyro_extras.involutive.networks.InvolutionConfig`) or from the paper's
+        random flow (``False``). By default the swap when it accepts at least half of its
+        proposals from the seed draws, which it does on near-Gaussian posteriors.
+    :param bool whiten: standardise with the Cholesky factor of the seed draws' covariance
+        (``False``: their per-coordinate standard deviations).
     :param bool progress_bar: show the pilot run's and the training's progress.
     :param settings: fields of :class:`TrainingSettings` (``epochs``, ``seed_epochs``,
         ``learning_rate``, ...).
@@ -298,12 +319,13 @@ def train_ai_sampler(
         seed_evaluations = pilot.gradient_evaluations
     else:
         seed = _flat_samples(init_samples, flat_model, dimension, dtype)
-    loc = jnp.mean(seed, 0)
-    scale = jnp.std(seed, 0)
-    # A coordinate that never moves in the seed keeps unit scale rather than dividing by zero.
-    scale = jnp.where(scale > 0, scale, 1.0)
+    loc, scale = _standardization(seed, whiten)
+    if swap is None:
+        # fold_in leaves the other keys, and so the training, as they are without the test.
+        rate = _swap_acceptance(jax.random.fold_in(init_key, 1), seed, loc, scale, potential_fn)
+        swap = rate >= SWAP_ACCEPTANCE
 
-    config = InvolutionConfig(dimension, num_layers, hidden, discriminator_hidden)
+    config = InvolutionConfig(dimension, num_layers, hidden, discriminator_hidden, swap)
     flow_key, discriminator_key, chains_key = jax.random.split(init_key, 3)
     proposal = init_proposal(flow_key, config, loc, scale, sites=site_shapes(flat_model))
     zeros = jnp.zeros((2 * dimension,), jnp.float32)
@@ -318,25 +340,44 @@ def train_ai_sampler(
     )
     train = jax.jit(train)
     bootstrap = jax.jit(_bootstrap(proposal, potential_fn, settings))
-    seed_standardized = (seed - loc) / scale
+    seed_standardized = proposal.standardize(seed)
     positions = seed[jax.random.choice(chains_key, seed.shape[0], (settings.num_chains,))]
 
-    def run_epoch(carry, seed_epoch):
+    # The flow kept is the one whose bootstrap accepted most (the reference code's checkpoint
+    # choice): adversarial updates do not raise the acceptance monotonically, and the flow of the
+    # last update has never been run.
+    best = {"params": networks[0], "rate": -math.inf, "stalled": 0}
+
+    def run_epoch(carry, epoch):
         networks, positions, key = carry
         epoch_key, key = jax.random.split(key)
-        if seed_epoch:
-            networks, losses = train(networks, seed_standardized, epoch_key)
-            return (networks, positions, key), (np.nan, *losses)
         bootstrap_key, train_key = jax.random.split(epoch_key)
+        seed_epoch = epoch < settings.seed_epochs
+        # The first epoch also runs the untrained flow, so that a good start (the swap) is a
+        # candidate even when the seed epochs spoil it.
+        if seed_epoch and epoch > 0:
+            networks, losses = train(networks, seed_standardized, train_key)
+            return (networks, positions, key), (np.nan, *losses)
         positions, kept, accept_rate = bootstrap(networks[0], positions, bootstrap_key)
-        networks, losses = train(networks, (kept - loc) / scale, train_key)
+        rate = float(accept_rate)
+        if rate > best["rate"]:
+            best.update(params=networks[0], rate=rate, stalled=0)
+        elif not seed_epoch:
+            best["stalled"] += 1
+        data = seed_standardized if seed_epoch else proposal.standardize(kept)
+        networks, losses = train(networks, data, train_key)
         return (networks, positions, key), (accept_rate, *losses)
 
-    epochs = [(epoch < settings.seed_epochs, 1) for epoch in range(settings.epochs)]
+    def epochs():
+        for epoch in range(settings.epochs):
+            if settings.patience and best["stalled"] >= settings.patience:
+                return
+            yield epoch, 1
+
     (networks, positions, _), outputs = run_chunks(
         run_epoch,
         (networks, positions, rng_key),
-        epochs,
+        epochs(),
         total=settings.epochs,
         description="training the Ai-sampler",
         progress_bar=progress_bar,
@@ -352,15 +393,17 @@ def train_ai_sampler(
         seed_evaluations,
         time.perf_counter() - start,
     )
-    final_rate = accept_rates[-1]
-    if math.isfinite(final_rate) and final_rate < LOW_ACCEPTANCE:
+    flow_params, best_rate = best["params"], best["rate"]
+    if not math.isfinite(best_rate):
+        flow_params = networks[0]
+    elif best_rate < LOW_ACCEPTANCE:
         warnings.warn(
-            f"The trained Ai-sampler accepts {final_rate:.1%} of its proposals in its last "
+            f"The trained Ai-sampler accepts {best_rate:.1%} of its proposals in its best "
             "bootstrap epoch: it will barely move. Train longer (epochs), seed it with draws "
             "closer to the posterior (init_samples), or use another kernel.",
             stacklevel=2,
         )
-    return proposal.replace(params=networks[0], starts=positions, history=history)
+    return proposal.replace(params=flow_params, starts=positions, history=history)
 
 
 def _flat_samples(init_samples, flat_model, dimension, dtype):
@@ -385,3 +428,47 @@ def _flat_samples(init_samples, flat_model, dimension, dtype):
     if points.shape[0] < 2:
         raise ValueError("init_samples need at least two finite points.")
     return points.astype(dtype)
+
+
+def _standardization(seed, whiten):
+    """``(loc, scale)`` from the seed draws: their mean, and the Cholesky factor of their
+    covariance (``whiten``) or their standard deviations.
+
+    A coordinate that never moves in the seed keeps unit scale rather than dividing by zero. The
+    covariance falls back to its diagonal when it is not positive definite (fewer seed draws than
+    dimensions, or perfectly correlated coordinates).
+    """
+    loc = jnp.mean(seed, 0)
+    std = jnp.std(seed, 0)
+    std = jnp.where(std > 0, std, 1.0)
+    if not whiten or seed.shape[0] <= seed.shape[1]:
+        return loc, std
+    centred = (seed - loc) / std
+    correlation = centred.T @ centred / seed.shape[0]
+    cholesky = jnp.linalg.cholesky(correlation)
+    if not bool(jnp.all(jnp.isfinite(cholesky))) or float(jnp.min(jnp.diag(cholesky))) <= 1e-3:
+        return loc, std
+    return loc, std[:, None] * cholesky
+
+
+def _swap_acceptance(rng_key, seed, loc, scale, potential_fn, max_points=1000):
+    """The mean Metropolis-Hastings acceptance of the swap start ``x' = loc + scale v``,
+    ``v' = scale^-1 (x - loc)`` from (up to ``max_points``) seed draws ``x`` with fresh
+    ``v ~ N(0, I)``: the acceptance of an independence proposal from the Gaussian fit."""
+    subset_key, momentum_key = jax.random.split(rng_key)
+    if seed.shape[0] > max_points:
+        seed = seed[jax.random.choice(subset_key, seed.shape[0], (max_points,), replace=False)]
+    template = init_proposal(
+        jax.random.PRNGKey(0), InvolutionConfig(seed.shape[1], num_layers=1, hidden=1), loc, scale
+    )
+    momentum = jax.random.normal(momentum_key, seed.shape, seed.dtype)
+    proposed = template.unstandardize(momentum)
+    energy = jax.vmap(potential_fn)
+    log_ratio = (
+        energy(seed)
+        - energy(proposed)
+        + 0.5 * jnp.sum(momentum**2, -1)
+        - 0.5 * jnp.sum(template.standardize(seed) ** 2, -1)
+    )
+    log_ratio = jnp.where(jnp.isfinite(log_ratio), log_ratio, -jnp.inf)
+    return float(jnp.mean(jnp.exp(jnp.minimum(log_ratio, 0.0))))

@@ -23,7 +23,8 @@ def _potential(x):
 
 
 def _untrained():
-    return init_proposal(jax.random.PRNGKey(0), InvolutionConfig(dimension=2))
+    # The paper's plain flow with Glorot-normal V: a nonlinear map, unlike the swap start.
+    return init_proposal(jax.random.PRNGKey(0), InvolutionConfig(dimension=2, swap=False))
 
 
 def test_pairwise_detailed_balance():

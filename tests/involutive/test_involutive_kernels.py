@@ -24,6 +24,7 @@ QUICK = dict(
     seed_samples=200,
     batch_size=1024,
     discriminator_hidden=32,
+    patience=0,
 )
 
 
@@ -68,6 +69,7 @@ def test_trained_in_init_and_exact_on_a_gaussian_posterior(trained_kernel):
     stderr = np.sqrt(np.diag(covariance) / ess)
     assert np.all(np.abs(draws.mean((0, 1)) - mean) < 4 * stderr)
     assert kernel.params.sites == (("mu", (2,)),)
+    assert kernel.params.config.swap is True  # a Gaussian posterior: the swap start is chosen
     assert len(kernel.params.history.accept_rates) == QUICK["epochs"]
     # Trained once: a second run on the same data reuses the involution.
     params = kernel.params

@@ -18,19 +18,27 @@ from numpyro_extras.involutive.networks import (
 )
 
 
-def _random_proposal(key, dimension, hidden, dtype):
-    """Glorot-normal weights, and random biases and shifts (an untrained proposal has zero
-    biases and eta = 0, which would leave part of the map untested)."""
-    config = InvolutionConfig(dimension=dimension, hidden=hidden)
+def _random_proposal(key, dimension, hidden, dtype, swap=True, full_scale=False):
+    """Random kernels, biases and shifts (an untrained proposal has zero biases, eta = 0 and,
+    with ``swap``, zero output kernels, which would leave part of the map untested), and a random
+    diagonal or lower-triangular standardisation."""
+    config = InvolutionConfig(dimension=dimension, hidden=hidden, swap=swap)
     proposal = init_proposal(key, config)
     leaves, treedef = jax.tree.flatten(proposal.params)
-    keys = jax.random.split(key, len(leaves))
+    keys = jax.random.split(key, len(leaves) + 2)
     leaves = [
-        (leaf + (0.5 * jax.random.normal(k, leaf.shape) if leaf.ndim == 1 else 0.0)).astype(dtype)
-        for leaf, k in zip(leaves, keys, strict=True)
+        (
+            leaf + jax.random.normal(k, leaf.shape) / np.sqrt(leaf.shape[0] if leaf.ndim > 1 else 4)
+        ).astype(dtype)
+        for leaf, k in zip(leaves, keys, strict=False)
     ]
-    loc = jax.random.normal(keys[0], (dimension,), dtype)
-    scale = jnp.exp(0.5 * jax.random.normal(keys[1], (dimension,), dtype))
+    loc = jax.random.normal(keys[-2], (dimension,), dtype)
+    scale = jnp.exp(0.5 * jax.random.normal(keys[-1], (dimension,), dtype))
+    if full_scale:
+        lower = 0.3 * jnp.tril(
+            jax.random.normal(jax.random.fold_in(keys[-1], 1), (dimension, dimension), dtype), -1
+        )
+        scale = jnp.diag(scale) + lower
     return proposal.replace(params=jax.tree.unflatten(treedef, leaves), loc=loc, scale=scale)
 
 
@@ -42,16 +50,20 @@ def _round_trip(proposal, states):
 
 
 @pytest.mark.parametrize(
-    "dimension,hidden,dtype,tolerance",
+    "dimension,hidden,dtype,tolerance,swap,full_scale",
     [
-        (1, 32, jnp.float32, 1e-4),
-        (2, 32, jnp.float64, 1e-10),
-        (14, 64, jnp.float64, 1e-10),
-        (25, 64, jnp.float32, 1e-4),
+        (1, 32, jnp.float32, 1e-4, True, False),
+        (2, 32, jnp.float64, 1e-10, False, False),
+        (14, 64, jnp.float64, 1e-10, True, True),
+        (25, 64, jnp.float32, 1e-4, True, True),
     ],
 )
-def test_involution_and_unit_jacobian_for_random_parameters(dimension, hidden, dtype, tolerance):
-    proposal = _random_proposal(jax.random.PRNGKey(dimension), dimension, hidden, dtype)
+def test_involution_and_unit_jacobian_for_random_parameters(
+    dimension, hidden, dtype, tolerance, swap, full_scale
+):
+    proposal = _random_proposal(
+        jax.random.PRNGKey(dimension), dimension, hidden, dtype, swap, full_scale
+    )
     states = 3.0 * jax.random.normal(jax.random.PRNGKey(1), (64, 2 * dimension), dtype)
     images, round_trip, log_det = _round_trip(proposal, states)
     assert images.dtype == dtype
@@ -116,3 +128,24 @@ def test_configuration_rejects_bad_sizes():
         InvolutionConfig(dimension=2, num_layers=0)
     with pytest.raises(TypeError, match="hidden"):
         InvolutionConfig(dimension=2, hidden=3.5)
+
+
+@pytest.mark.parametrize("num_layers,sign", [(5, 1.0), (4, -1.0)])
+def test_untrained_swap_is_an_independence_proposal_from_the_gaussian_fit(num_layers, sign):
+    """With the swap start, the untrained ``M`` maps ``(x, v)`` to ``(loc + L v, L^-1 (x - loc))``
+    (up to the sign of the image, for an even number of layers): ``x'`` is a draw from
+    ``N(loc, L L^T)`` whatever ``x`` is."""
+    key_loc, key_scale, key_states = jax.random.split(jax.random.PRNGKey(11), 3)
+    loc = jax.random.normal(key_loc, (4,), jnp.float64)
+    scale = jnp.diag(jnp.array([0.5, 1.0, 2.0, 3.0])) + jnp.tril(
+        jax.random.normal(key_scale, (4, 4), jnp.float64), -1
+    )
+    config = InvolutionConfig(dimension=4, num_layers=num_layers)
+    proposal = init_proposal(jax.random.PRNGKey(0), config, loc=loc, scale=scale)
+    states = 2.0 * jax.random.normal(key_states, (16, 8), jnp.float64)
+    position, momentum = states[:, :4], states[:, 4:]
+    expected_position = loc + sign * momentum @ scale.T
+    expected_momentum = sign * jnp.linalg.solve(scale, (position - loc).T).T
+    images = involution(proposal, states)
+    np.testing.assert_allclose(images[:, :4], expected_position, atol=1e-12)
+    np.testing.assert_allclose(images[:, 4:], expected_momentum, atol=1e-12)
