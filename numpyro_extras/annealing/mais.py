@@ -11,6 +11,7 @@ bias) apply to the pair.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -22,6 +23,7 @@ from numpyro_extras.annealing.driver import (
     evidence_from_log_weights,
     inverse_temperature_schedule,
 )
+from numpyro_extras.annealing.model_annealing import MIN_ESS_FRACTION
 from numpyro_extras.evidence import Evidence
 
 __all__ = [
@@ -298,6 +300,29 @@ def paired_log_weights(rng_key, machine, inverse_temperatures, num_particles, *,
     return PairedLogWeights(ais_log_weights, result.log_weights)
 
 
+def _warn_on_small_ess(estimator, evidence, num_particles, advice):
+    # Same threshold as nx.ais: below it the sample variance of a few dominant weights
+    # understates the error, so a wrong log Z would come with a small error bar.
+    if evidence.ess >= MIN_ESS_FRACTION * num_particles:
+        return
+    warnings.warn(
+        f"{estimator}: final ESS {evidence.ess:.1f} of {num_particles} particles "
+        f"({100 * evidence.ess / num_particles:.1f}%, below {100 * MIN_ESS_FRACTION:.0f}%): a few "
+        f"particles carry almost all the weight, so the log Z estimate ({evidence.log_z:.3f}) "
+        f"and its stderr ({evidence.stderr:.3f}) are unreliable (log Z is biased low on "
+        f"average, the free energy high, and one run can be off by far more than its stderr); "
+        f"{advice}.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+_MORE_TEMPERATURES = "use more temperatures"
+_MORE_TEMPERATURES_OR_MAIS = (
+    "use more temperatures, or mAIS (nx.marginalized_ais_boltzmann), whose weights vary less"
+)
+
+
 def _schedule(schedule, num_temperatures):
     if isinstance(schedule, str) and num_temperatures is None:
         raise ValueError(f"num_temperatures (K) is needed with schedule={schedule!r}.")
@@ -323,6 +348,9 @@ def marginalized_ais_boltzmann(
     :param str side: ``"V"`` (mAIS-V), ``"H"`` (mAIS-H) or ``"auto"`` (sum out the larger
         layer, the paper's rule).
     :return: :class:`~numpyro_extras.Evidence`; the free energy is ``F = -log_z``.
+    :warns UserWarning: when the final ESS is below 5% of the particles, as
+        :func:`~numpyro_extras.ais` does: the estimate and its stderr are then unreliable; use
+        more temperatures.
 
     **Example:**
 
@@ -338,7 +366,9 @@ def marginalized_ais_boltzmann(
     resolve_side(machine, side)
     betas = _schedule(schedule, num_temperatures)
     log_weights = mais_log_weights(rng_key, machine, betas, num_particles, side=side)
-    return evidence_from_log_weights(log_weights, float(machine.base_log_partition()))
+    evidence = evidence_from_log_weights(log_weights, float(machine.base_log_partition()))
+    _warn_on_small_ess("nx.marginalized_ais_boltzmann", evidence, num_particles, _MORE_TEMPERATURES)
+    return evidence
 
 
 def ais_boltzmann(
@@ -364,6 +394,9 @@ def ais_boltzmann(
     :param schedule: ``"linear"`` (default), another schedule name, or an array.
     :param str kernel: ``"paired"`` or ``"gibbs"``.
     :return: :class:`~numpyro_extras.Evidence`; the free energy is ``F = -log_z``.
+    :warns UserWarning: when the final ESS is below 5% of the particles, as
+        :func:`~numpyro_extras.ais` does: the estimate and its stderr are then unreliable; use
+        more temperatures or mAIS.
 
     **Example:**
 
@@ -378,7 +411,9 @@ def ais_boltzmann(
     betas = _schedule(schedule, num_temperatures)
     log_weights = ais_log_weights(rng_key, machine, betas, num_particles, kernel=kernel)
     # The joint density at beta = 0 is 1 on each of the 2^n states.
-    return evidence_from_log_weights(log_weights, machine.num_units * math.log(2.0))
+    evidence = evidence_from_log_weights(log_weights, machine.num_units * math.log(2.0))
+    _warn_on_small_ess("nx.ais_boltzmann", evidence, num_particles, _MORE_TEMPERATURES_OR_MAIS)
+    return evidence
 
 
 class BoltzmannComparison(NamedTuple):
@@ -433,6 +468,9 @@ def mais_vs_ais(
     :param schedule: ``"linear"`` (default), another schedule name, or an array.
     :param str side: ``"V"``, ``"H"`` or ``"auto"`` (sum out the larger layer).
     :return: :class:`BoltzmannComparison`.
+    :warns UserWarning: once per estimator (AIS, mAIS) whose final ESS is below 5% of the
+        particles, as :func:`~numpyro_extras.ais` does. The example's short schedule on a cold
+        machine warns for both: its numbers show the typical gap, not reliable estimates.
 
     **Example:**
 
@@ -450,8 +488,13 @@ def mais_vs_ais(
     betas = _schedule(schedule, num_temperatures)
     weights = paired_log_weights(rng_key, machine, betas, num_particles, side=resolved_side)
     log_z0 = float(machine.base_log_partition())
-    return BoltzmannComparison(
+    comparison = BoltzmannComparison(
         ais=evidence_from_log_weights(weights.ais, log_z0),
         mais=evidence_from_log_weights(weights.mais, log_z0),
         side=resolved_side,
     )
+    _warn_on_small_ess(
+        "nx.mais_vs_ais (AIS)", comparison.ais, num_particles, _MORE_TEMPERATURES_OR_MAIS
+    )
+    _warn_on_small_ess("nx.mais_vs_ais (mAIS)", comparison.mais, num_particles, _MORE_TEMPERATURES)
+    return comparison
