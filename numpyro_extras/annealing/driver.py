@@ -12,6 +12,7 @@ that leaves ``f_{k-1}`` invariant. ``exp(log weight)`` is an unbiased estimate o
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -27,6 +28,8 @@ from numpyro_extras.progress import run_chunks
 from numpyro_extras.validation import check_count
 
 __all__ = [
+    "MIN_ESS_FRACTION",
+    "warn_on_small_ess",
     "AnnealingResult",
     "anneal",
     "compiled_annealing_chunk",
@@ -330,3 +333,37 @@ def evidence_from_log_weights(log_weights, log_z0=0.0, *, reverse=False) -> Evid
     )
     log_z = float(log_z0) - log_mean if reverse else float(log_z0) + log_mean
     return Evidence(log_z, stderr, jnp.asarray(log_weights), ess)
+
+
+# Below this fraction of the particles a few weights carry the estimate, and the sample variance
+# of those few weights understates the error: a wrong log Z would come with a small error bar.
+MIN_ESS_FRACTION = 0.05
+
+
+def warn_on_small_ess(estimator, evidence, num_particles, bias, advice, stacklevel=3):
+    """Warn when an annealed importance sampling estimate rests on too few effective particles.
+
+    :param str estimator: how the message starts, naming the estimator (e.g. ``"AIS"``).
+    :param Evidence evidence: the estimate, with its final ``ess``.
+    :param int num_particles: the particles it used.
+    :param str bias: which way such weights push the estimate.
+    :param str advice: what to change.
+    :param int stacklevel: as for :func:`warnings.warn`, counted from the caller of this
+        function.
+
+    **Example:**
+
+    .. code-block:: python
+
+        warn_on_small_ess("AIS", evidence, 500, "biased low", "use more temperatures")
+    """
+    if evidence.ess >= MIN_ESS_FRACTION * num_particles:
+        return
+    warnings.warn(
+        f"{estimator} final ESS {evidence.ess:.1f} of {num_particles} particles "
+        f"({100 * evidence.ess / num_particles:.1f}%, below {100 * MIN_ESS_FRACTION:.0f}%): a "
+        f"few particles carry almost all the weight, so the log Z estimate ({evidence.log_z:.3f}) "
+        f"and its stderr ({evidence.stderr:.3f}) are unreliable ({bias}); {advice}.",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )

@@ -11,7 +11,6 @@ bias) apply to the pair.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import NamedTuple
 
 import jax
@@ -22,8 +21,8 @@ from numpyro_extras.annealing.driver import (
     anneal,
     evidence_from_log_weights,
     inverse_temperature_schedule,
+    warn_on_small_ess,
 )
-from numpyro_extras.annealing.model_annealing import MIN_ESS_FRACTION
 from numpyro_extras.evidence import Evidence
 
 __all__ = [
@@ -301,18 +300,13 @@ def paired_log_weights(rng_key, machine, inverse_temperatures, num_particles, *,
 
 
 def _warn_on_small_ess(estimator, evidence, num_particles, advice):
-    # Same threshold as nx.ais: below it the sample variance of a few dominant weights
-    # understates the error, so a wrong log Z would come with a small error bar.
-    if evidence.ess >= MIN_ESS_FRACTION * num_particles:
-        return
-    warnings.warn(
-        f"{estimator}: final ESS {evidence.ess:.1f} of {num_particles} particles "
-        f"({100 * evidence.ess / num_particles:.1f}%, below {100 * MIN_ESS_FRACTION:.0f}%): a few "
-        f"particles carry almost all the weight, so the log Z estimate ({evidence.log_z:.3f}) "
-        f"and its stderr ({evidence.stderr:.3f}) are unreliable (log Z is biased low on "
-        f"average, the free energy high, and one run can be off by far more than its stderr); "
-        f"{advice}.",
-        UserWarning,
+    warn_on_small_ess(
+        f"{estimator}:",
+        evidence,
+        num_particles,
+        "log Z is biased low on average, the free energy high, and one run can be off by far "
+        "more than its stderr",
+        advice,
         stacklevel=3,
     )
 

@@ -39,6 +39,7 @@ from numpyro_extras.annealing.driver import (
     anneal,
     evidence_from_log_weights,
     inverse_temperature_schedule,
+    warn_on_small_ess,
 )
 from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase, validate_base
 from numpyro_extras.evidence import Evidence
@@ -541,10 +542,6 @@ _FUNCTION_CACHE: OrderedDict = OrderedDict()
 _BASE_CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 16
 
-# Below this fraction of the particles the weights are dominated by a few particles; their
-# sample variance then understates the spread and log Z is biased by about var(log w) / 2.
-MIN_ESS_FRACTION = 0.05
-
 BASES = ("auto", "prior")
 
 
@@ -789,17 +786,13 @@ def _resolve_base(base, fit_key, model, model_args, model_kwargs, split, model_k
 
 
 def _warn_on_small_ess(evidence, num_particles, path_base, reverse):
-    if evidence.ess >= MIN_ESS_FRACTION * num_particles:
-        return
     start = "the prior" if path_base is None else "a Gaussian base"
-    bias = "high" if reverse else "low"
-    warnings.warn(
-        f"AIS final ESS {evidence.ess:.1f} of {num_particles} particles "
-        f"({100 * evidence.ess / num_particles:.1f}%, below {100 * MIN_ESS_FRACTION:.0f}%) on the "
-        f"path from {start}: a few particles carry almost all the weight, so the log Z "
-        f"estimate ({evidence.log_z:.3f}) and its stderr ({evidence.stderr:.3f}) are unreliable "
-        f"(such weights bias the estimate {bias}); use more temperatures or a better base.",
-        UserWarning,
+    warn_on_small_ess(
+        "AIS",
+        evidence,
+        num_particles,
+        f"on the path from {start} such weights bias the estimate {'high' if reverse else 'low'}",
+        "use more temperatures or a better base",
         stacklevel=3,
     )
 
