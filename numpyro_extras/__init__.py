@@ -5,6 +5,7 @@ likelihood as they go; more method families follow the same pattern (a functiona
 thin :class:`~numpyro.infer.mcmc.MCMCKernel`).
 """
 
+from numpyro_extras import targets as targets  # nx.targets: the built-in test models
 from numpyro_extras.annealing.boltzmann import (
     BipartiteBoltzmann,
     checkerboard_sites,

@@ -26,6 +26,8 @@ One module per family of targets; every public name is also available from this 
 * :mod:`~numpyro_extras.targets.grid` -- the ACS paper's synthetic two-dimensional multimodal
   distribution over ordinal integers (its Sec. 4.1 and Table 3), with its exact distribution by
   enumeration.
+* :mod:`~numpyro_extras.targets.planar` -- two-dimensional potentials with exact mode weights
+  (the Ai-sampler paper's mixtures and rings, and an uneven mixture of three).
 * :mod:`~numpyro_extras.targets.multimodal` -- multimodal families with exact :math:`\log Z` and
   exact mode weights (:class:`MultimodalTarget`): separated Gaussian mixtures, products of
   sign-ambiguous parameters and Boltzmann machine relaxations read by orthant.
@@ -78,6 +80,7 @@ from numpyro_extras.targets.multimodal import (
     sign_product_model,
     sign_product_target,
 )
+from numpyro_extras.targets.planar import PLANAR_TARGETS, PlanarTarget, planar_target
 
 __all__ = [
     # gaussian
@@ -122,4 +125,8 @@ __all__ = [
     "mode_weight_error",
     "sign_product_model",
     "sign_product_target",
+    # planar
+    "PLANAR_TARGETS",
+    "PlanarTarget",
+    "planar_target",
 ]

@@ -19,3 +19,9 @@ def test_mode_weights_match_a_grid_integral(name):
     weights = np.bincount(labels, weights=density, minlength=len(target.mode_weights))
     np.testing.assert_allclose(weights / weights.sum(), target.mode_weights, atol=2e-3)
     np.testing.assert_array_equal(target.label_fn(target.starts), np.arange(len(target.starts)))
+
+
+def test_the_targets_are_reachable_from_the_package():
+    import numpyro_extras as nx
+
+    assert nx.targets.planar_target is planar_target
