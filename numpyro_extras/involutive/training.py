@@ -51,7 +51,8 @@ class TrainingSettings(NamedTuple):
 
     :param int epochs: training epochs in all.
     :param int seed_epochs: of which the first train on the seed draws (pilot NUTS or
-        ``init_samples``); the rest on the kernel's own draws.
+        ``init_samples``); the rest on the kernel's own draws. Default (``None``): 5 from the
+        swap start, 10 from the paper's (at most ``epochs``).
     :param float learning_rate: Adam's learning rate, for both networks.
     :param int kernel_steps: flow updates per minibatch.
     :param int discriminator_steps: discriminator updates per minibatch.
@@ -64,11 +65,13 @@ class TrainingSettings(NamedTuple):
     :param int seed_samples: their kept draws per chain.
     :param float seed_radius: half-width of the box their starts are drawn in (unconstrained).
     :param int patience: training stops once this many bootstrap epochs in a row have not beaten
-        the best bootstrap acceptance so far (0: never stops early).
+        the best bootstrap acceptance so far (0: never stops early). Default (``None``): 5 from
+        the swap start; 0 from the paper's, whose flow learns to jump between modes while its
+        acceptance has stopped rising.
     """
 
     epochs: int = 50
-    seed_epochs: int = 5
+    seed_epochs: int | None = None
     learning_rate: float = 1e-4
     kernel_steps: int = 3
     discriminator_steps: int = 1
@@ -80,7 +83,7 @@ class TrainingSettings(NamedTuple):
     seed_warmup: int = 300
     seed_samples: int = 300
     seed_radius: float = 2.0
-    patience: int = 5
+    patience: int | None = None
 
     def validated(self) -> TrainingSettings:
         counts = {
@@ -88,9 +91,11 @@ class TrainingSettings(NamedTuple):
             for name in self._fields
             if name not in ("seed_epochs", "learning_rate", "seed_radius", "patience")
         }
-        seed_epochs = check_count("seed_epochs", self.seed_epochs, minimum=0)
-        patience = check_count("patience", self.patience, minimum=0)
-        if seed_epochs > counts["epochs"]:
+        seed_epochs, patience = (
+            None if value is None else check_count(name, value, minimum=0)
+            for name, value in (("seed_epochs", self.seed_epochs), ("patience", self.patience))
+        )
+        if seed_epochs is not None and seed_epochs > counts["epochs"]:
             raise ValueError(
                 f"seed_epochs ({seed_epochs}) cannot exceed epochs ({counts['epochs']})."
             )
@@ -102,6 +107,17 @@ class TrainingSettings(NamedTuple):
                 "learning_rate", self.learning_rate, "a positive number", low=0.0
             ),
             seed_radius=check_real("seed_radius", self.seed_radius, "a positive number", low=0.0),
+        )
+
+    def for_start(self, swap) -> TrainingSettings:
+        """The settings with the defaults of ``seed_epochs`` and ``patience`` for the start
+        chosen (the swap, or the paper's random flow)."""
+        seed_epochs, patience = (5, 5) if swap else (10, 0)
+        return self._replace(
+            seed_epochs=min(seed_epochs, self.epochs)
+            if self.seed_epochs is None
+            else self.seed_epochs,
+            patience=patience if self.patience is None else self.patience,
         )
 
 
@@ -324,6 +340,7 @@ def train_ai_sampler(
         # fold_in leaves the other keys, and so the training, as they are without the test.
         rate = _swap_acceptance(jax.random.fold_in(init_key, 1), seed, loc, scale, potential_fn)
         swap = rate >= SWAP_ACCEPTANCE
+    settings = settings.for_start(swap)
 
     config = InvolutionConfig(dimension, num_layers, hidden, discriminator_hidden, swap)
     flow_key, discriminator_key, chains_key = jax.random.split(init_key, 3)

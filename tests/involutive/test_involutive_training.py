@@ -12,7 +12,12 @@ from numpyro.infer.hmc import hmc
 
 import numpyro_extras as nx
 from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal, involution
-from numpyro_extras.involutive.training import SWAP_ACCEPTANCE, _standardization, _swap_acceptance
+from numpyro_extras.involutive.training import (
+    SWAP_ACCEPTANCE,
+    TrainingSettings,
+    _standardization,
+    _swap_acceptance,
+)
 
 MEANS = jnp.array([[5.0, 0.0], [-5.0, 0.0]])
 VARIANCE = 0.5  # the reference code's mog2
@@ -147,3 +152,17 @@ def test_whitened_swap_start_accepts_on_a_correlated_gaussian():
     potential = lambda x: 0.5 * x @ precision @ x  # noqa: E731
     estimate = _swap_acceptance(jax.random.PRNGKey(2), seed, loc, scale, potential)
     assert abs(estimate - rates[True]) < 0.05 and estimate > SWAP_ACCEPTANCE, (estimate, rates)
+
+
+def test_the_schedule_defaults_follow_the_start():
+    settings = TrainingSettings().validated()
+    # From the swap: a short seed phase and an early stop once acceptance stops rising.
+    swap, paper = settings.for_start(True), settings.for_start(False)
+    assert (swap.seed_epochs, swap.patience) == (5, 5)
+    # From the paper's flow: every epoch, since it learns to jump while acceptance is flat.
+    assert (paper.seed_epochs, paper.patience) == (10, 0)
+    assert TrainingSettings(epochs=4).validated().for_start(False).seed_epochs == 4
+    explicit = TrainingSettings(seed_epochs=2, patience=3).validated().for_start(False)
+    assert (explicit.seed_epochs, explicit.patience) == (2, 3)
+    with pytest.raises(ValueError, match="seed_epochs"):
+        TrainingSettings(epochs=3, seed_epochs=4).validated()
