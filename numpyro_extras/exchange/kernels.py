@@ -239,6 +239,11 @@ class ReplicaExchange(ExtrasKernel):
         rungs, or its own count for ``"auto"``; ``log Z`` combines the legs' stepping stones
         and warns when they disagree), or a :class:`~numpyro_extras.GaussianBase` /
         :class:`~numpyro_extras.MixtureBase` on the flat unconstrained space.
+    :param base: a :class:`~numpyro_extras.GaussianBase` or
+        :class:`~numpyro_extras.MixtureBase` on the flat unconstrained space used as the fitted
+        leg's reference of ``"auto"``, ``"fit"`` or ``"stabilized"`` instead of fitting one, so
+        that one :func:`~numpyro_extras.fit_base` serves several kernels (the prior leg of
+        ``"stabilized"`` still covers what it misses).
     :param init_strategy: NumPyro init strategy for the fallback start of a replica whose
         reference draw is not in the target's support.
     :param dict fit_base_kwargs: keyword arguments of :func:`~numpyro_extras.fit_base` for
@@ -278,6 +283,7 @@ class ReplicaExchange(ExtrasKernel):
         inner_kernel=NUTS,
         num_replicas=DEFAULT_NUM_REPLICAS,
         reference=DEFAULT_REFERENCE,
+        base=None,
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
@@ -312,9 +318,24 @@ class ReplicaExchange(ExtrasKernel):
                 "reference must be 'auto', 'prior', 'fit', 'stabilized', a GaussianBase or a "
                 f"MixtureBase, got {reference!r}."
             )
+        self._given_base = None
+        if base is not None:
+            if not (isinstance(reference, str) and reference in ("auto", "fit", "stabilized")):
+                raise ValueError(
+                    "`base` is the fitted leg's reference: pass it with reference='auto', 'fit' "
+                    f"or 'stabilized', got reference={reference!r}."
+                )
+            if self._acs is not None:
+                raise ValueError(
+                    "With ACS/DMALA moves the path starts from the prior of the discrete sites: "
+                    "a `base` has no place in it."
+                )
+            self._given_base = validate_base(base)
         # The reference the path of the last init starts from ("auto" resolved).
         self._path_reference = None
-        if potential_fn is not None and isinstance(reference, str):
+        if potential_fn is not None and self._given_base is not None and reference != "stabilized":
+            self._reference, self._given_base = self._given_base, None
+        elif potential_fn is not None and isinstance(reference, str):
             raise ValueError(
                 "With `potential_fn`, `reference` must be a GaussianBase or MixtureBase on the "
                 "same flat space: a potential has no prior, and fitting one needs a model."
@@ -636,8 +657,13 @@ class ReplicaExchange(ExtrasKernel):
             self._prior_leg_path = prior
 
     def _fit_reference(self, model_args, model_kwargs, stabilized):
-        """The Gaussian mixture of :func:`~numpyro_extras.fit_base` for these model arguments;
-        its coverage problems are kept for the run's diagnostics."""
+        """The Gaussian mixture of :func:`~numpyro_extras.fit_base` for these model arguments
+        (or the ``base`` given to the kernel); its coverage problems are kept for the run's
+        diagnostics."""
+        if self._given_base is not None:
+            self._fitted_reference = validate_base(self._given_base, self._flat_model.dimension)
+            self._reference_fit_problems = ()
+            return self._fitted_reference
         fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
         self._fitted_reference, self._reference_fit_problems = fit_base_for_kernel(
             fit_base,

@@ -204,3 +204,19 @@ def test_auto_is_stabilized_and_falls_back_where_it_cannot_be(monkeypatch):
     assert kernel.reference == "prior" and not kernel.stabilized
     with pytest.raises(RuntimeError, match="diverged"):
         run(nx.ReplicaExchange(conjugate_model, reference="stabilized", **settings), CONJUGATE_DATA)
+
+    # A given base serves as the fitted leg's reference: nothing is fitted.
+    base = nx.GaussianBase(np.full(3, 0.5), 0.6 * np.eye(3), 0.0)
+    kernel = nx.ReplicaExchange(conjugate_model, base=base, **settings)
+    run(kernel, CONJUGATE_DATA, **short)
+    assert kernel.stabilized and kernel.reference is not None
+    np.testing.assert_allclose(kernel.reference.loc, base.loc)
+    assert kernel.reference_fit_problems == ()
+    kernel = nx.ReplicaExchange(conjugate_model, base=base, reference="fit", **settings)
+    run(kernel, CONJUGATE_DATA, **short)
+    assert not kernel.stabilized
+    np.testing.assert_allclose(kernel.reference.scale_tril, base.scale_tril)
+    with pytest.raises(ValueError, match="fitted leg's reference"):
+        nx.ReplicaExchange(conjugate_model, base=base, reference="prior")
+    with pytest.raises(ValueError, match="no place"):
+        nx.ReplicaExchange(nx.ising_model, base=base, inner_kernel=nx.ACS)
