@@ -220,9 +220,15 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
     if warn:
         diagnostics = tempering_diagnostics(mcmc, check_base=check_base)
         if diagnostics.problems:
+            advice = ""
+            if tempering_kernel(mcmc).base_fit_problems:
+                advice = (
+                    " A posterior with more modes than a fitted base lists is better served by "
+                    "nx.ReplicaExchange(model): its prior leg reaches the modes a fit misses."
+                )
             warnings.warn(
                 "The continuous tempering run shows trouble, so log Z and its standard error "
-                "may be unreliable: " + "; ".join(diagnostics.problems) + ".",
+                "may be unreliable: " + "; ".join(diagnostics.problems) + "." + advice,
                 stacklevel=2,
             )
     return run_log_normalizer(mcmc)

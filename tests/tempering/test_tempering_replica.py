@@ -344,8 +344,9 @@ def test_warns_when_the_base_fit_may_miss_modes():
         mcmc.run(jax.random.PRNGKey(0), *target.model_args)
     assert any("may have modes" in problem for problem in kernel.base_fit_problems)
     assert any("may have modes" in problem for problem in nx.tempering_diagnostics(mcmc).problems)
-    with pytest.warns(UserWarning, match="may have modes the base does not cover"):
+    with pytest.warns(UserWarning, match="may have modes the base does not cover") as caught:
         nx.log_marginal_likelihood(mcmc)
+    assert "nx.ReplicaExchange(model)" in str(caught[0].message)
 
 
 def eight_schools_centred(sigma, y=None):
