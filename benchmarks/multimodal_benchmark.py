@@ -209,7 +209,14 @@ def run_smc(target, seed, budget):
 
 
 def run_method(
-    method, target, seed, chain_method, fit_base_kwargs, timed_fit, exchange_reference="auto"
+    method,
+    target,
+    seed,
+    chain_method,
+    fit_base_kwargs,
+    timed_fit,
+    exchange_reference="auto",
+    tempering_kwargs=None,
 ):
     """One run of ``method`` on ``target``; returns a dict of measurements."""
     if method == "nuts":
@@ -225,7 +232,9 @@ def run_method(
             "joint": nx.JointContinuousTempering,
             "gibbs": nx.GibbsContinuousTempering,
         }[method]
-        kernel = kernel_class(target.model, fit_base_kwargs=fit_base_kwargs)
+        kernel = kernel_class(
+            target.model, fit_base_kwargs=fit_base_kwargs, **(tempering_kwargs or {})
+        )
     mcmc = MCMC(
         kernel,
         num_warmup=NUM_WARMUP,
@@ -459,6 +468,11 @@ def main(argv=None):
     parser.add_argument("--chain-method", default="vectorized")
     parser.add_argument("--fit-base-kwargs", default="{}", help="JSON dict for the kernels")
     parser.add_argument(
+        "--tempering-kwargs",
+        default="{}",
+        help="JSON dict of settings for the tempering kernels (methods joint and gibbs)",
+    )
+    parser.add_argument(
         "--exchange-reference",
         default="auto",
         choices=("auto", "prior", "fit", "stabilized"),
@@ -510,12 +524,15 @@ def main(argv=None):
                         fit_base_kwargs,
                         timed_fit,
                         args.exchange_reference,
+                        json.loads(args.tempering_kwargs),
                     )
                 if method == "exchange":
                     exchange_budgets[family, seed] = result["gradient_evaluations"]
                 result.update(family=family, seed=seed, target=target.name)
                 if method == "exchange":
                     result.update(reference=args.exchange_reference)
+                if method in ("joint", "gibbs") and args.tempering_kwargs != "{}":
+                    result.update(tempering_kwargs=args.tempering_kwargs)
                 results.append(result)
                 message = (
                     f"{family} {target.name} seed {seed} {method}: mode-weight error "
