@@ -2,7 +2,9 @@
 
 The cheap examples (building objects, tiny computations) are executed. Those that sample, anneal
 or train take seconds to minutes each, too long for the suite; they are listed in ``NOT_RUN``
-with the reason, and only compiled and checked to name public objects that exist.
+with the reason, and only compiled and checked to name public objects that exist. The same holds
+for the functions and classes of ``numpyro_extras.targets`` (``TARGETS_NOT_RUN``); its constants
+are described in their module's docstring.
 """
 
 import ast
@@ -13,6 +15,7 @@ import textwrap
 import pytest
 
 import numpyro_extras as nx
+from numpyro_extras import targets
 
 # What every example may assume, as the API reference's introduction says.
 PREAMBLE = """\
@@ -32,6 +35,7 @@ _TRAINS = "trains a network"
 _TRAINED = "needs a trained proposal or one saved to a file"
 _ANNEALS = "runs annealed importance sampling"
 _FITS = "fits a base by variational inference on a user's model"
+_COMPILES = "evaluates a JAX function whose compilation takes a second or more"
 
 NOT_RUN = {
     "AiSampler": _RUN,
@@ -86,6 +90,29 @@ NOT_RUN = {
     "BaseCoverageWarning": _FITS,
 }
 
+# The targets' functions and classes (their examples import them from numpyro_extras.targets).
+TARGETS = [
+    name
+    for name in targets.__all__
+    if inspect.isfunction(getattr(targets, name)) or inspect.isclass(getattr(targets, name))
+]
+
+TARGETS_NOT_RUN = {
+    "bimodal_model": _RUN,
+    "boltzmann_relaxation_model": _RUN,
+    "gaussian_mixture_model": _RUN,
+    "linear_regression_model": _RUN,
+    "multimodal_grid_model": _RUN,
+    "radon_model": _RUN,
+    "sign_product_model": _RUN,
+    "logistic_regression_model": _ANNEALS,
+    "boltzmann_relaxation_potential": _COMPILES,
+    "gaussian_model": _COMPILES,
+    "make_multimodal_grid": _COMPILES,
+    "multimodal_grid_log_density": _COMPILES,
+    "multimodal_grid_probabilities": _COMPILES,
+}
+
 _CODE_BLOCK = re.compile(r"^(?P<indent>[ \t]*)\.\. code-block:: python[ \t]*$")
 
 
@@ -122,29 +149,50 @@ def test_every_public_name_has_an_example():
     assert not missing, f"public names without a docstring example: {missing}"
 
 
+def test_every_target_has_an_example():
+    missing = [name for name in TARGETS if not examples(getattr(targets, name))]
+    assert not missing, f"targets without a docstring example: {missing}"
+
+
 def test_the_not_run_list_names_public_objects():
     assert set(NOT_RUN) <= set(nx.__all__), set(NOT_RUN) - set(nx.__all__)
+    assert set(TARGETS_NOT_RUN) <= set(TARGETS), set(TARGETS_NOT_RUN) - set(TARGETS)
+
+
+def check_names(code, label):
+    """Parse an example; every ``nx.X`` must be public, and a public name of ``nx`` used bare
+    must be written ``nx.X``; names imported from ``numpyro_extras.targets`` (or one of its
+    modules) must be public targets."""
+    public = set(nx.__all__)
+    tree = ast.parse(code, filename=f"<example of {label}>")
+    assigned = {
+        node.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+    } | {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "nx":
+                assert node.attr in public, f"the example of {label} uses nx.{node.attr}"
+        if isinstance(node, ast.Name) and node.id in public and node.id not in assigned:
+            raise AssertionError(f"the example of {label} should write nx.{node.id}")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(targets.__name__):
+            for alias in node.names:
+                assert alias.name in targets.__all__, (
+                    f"the example of {label} imports {alias.name}, not a public target"
+                )
 
 
 @pytest.mark.parametrize("name", nx.__all__)
 def test_example_compiles_and_names_public_objects(name):
-    public = set(nx.__all__)
     for code in examples(getattr(nx, name)):
-        tree = ast.parse(code, filename=f"<example of nx.{name}>")
-        assigned = {
-            node.id
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
-        } | {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "nx"
-            ):
-                assert node.attr in public, f"the example of nx.{name} uses nx.{node.attr}"
-            if isinstance(node, ast.Name) and node.id in public and node.id not in assigned:
-                raise AssertionError(f"the example of nx.{name} should write nx.{node.id}")
+        check_names(code, f"nx.{name}")
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_target_example_compiles_and_names_public_objects(name):
+    for code in examples(getattr(targets, name)):
+        check_names(code, f"targets.{name}")
 
 
 @pytest.mark.parametrize("name", [name for name in nx.__all__ if name not in NOT_RUN])
@@ -153,3 +201,11 @@ def test_cheap_example_runs(name):
     exec(compile(PREAMBLE, "<preamble>", "exec"), namespace)
     for code in examples(getattr(nx, name)):
         exec(compile(code, f"<example of nx.{name}>", "exec"), namespace)
+
+
+@pytest.mark.parametrize("name", [name for name in TARGETS if name not in TARGETS_NOT_RUN])
+def test_cheap_target_example_runs(name):
+    namespace = {}
+    exec(compile(PREAMBLE, "<preamble>", "exec"), namespace)
+    for code in examples(getattr(targets, name)):
+        exec(compile(code, f"<example of targets.{name}>", "exec"), namespace)

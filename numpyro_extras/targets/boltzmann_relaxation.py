@@ -68,6 +68,14 @@ class BoltzmannRelaxation(NamedTuple):
         eq. 51 (eq. 52).
     :ivar mean: exact ``E[x]``, shape ``[D_x]`` (eq. 53).
     :ivar covariance: exact ``Cov[x]``, shape ``[D_x, D_x]`` (eq. 54, typo fixed).
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import make_boltzmann_relaxation
+        relaxation = make_boltzmann_relaxation(0, num_units=10)
+        relaxation.log_z, relaxation.mean.shape  # the exact log Z and E[x], shape (9,)
     """
 
     weights: np.ndarray
@@ -92,11 +100,10 @@ def boltzmann_states(num_units, start=0, stop=None):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> from numpyro_extras.targets.boltzmann_relaxation import boltzmann_states
-        >>> boltzmann_states(2).tolist()
-        [[-1.0, -1.0], [1.0, -1.0], [-1.0, 1.0], [1.0, 1.0]]
+        from numpyro_extras.targets.boltzmann_relaxation import boltzmann_states
+        boltzmann_states(2).tolist()  # [[-1.0, -1.0], [1.0, -1.0], [-1.0, 1.0], [1.0, 1.0]]
     """
     if stop is None:
         stop = 2**num_units
@@ -123,13 +130,11 @@ def enumerate_boltzmann_machine(weights, biases, chunk_size=2**16):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> import numpy as np
-        >>> from numpyro_extras.targets.boltzmann_relaxation import enumerate_boltzmann_machine
-        >>> log_z, mean, second_moment = enumerate_boltzmann_machine(np.zeros((3, 3)), np.zeros(3))
-        >>> round(float(log_z), 6)  # 3 log 2: all 8 states equally likely
-        2.079442
+        from numpyro_extras.targets.boltzmann_relaxation import enumerate_boltzmann_machine
+        log_z, mean, second_moment = enumerate_boltzmann_machine(np.zeros((3, 3)), np.zeros(3))
+        log_z  # 3 log 2 = 2.0794: all 8 states equally likely
     """
     weights = np.asarray(weights, dtype=np.float64)
     biases = np.asarray(biases, dtype=np.float64)
@@ -220,12 +225,11 @@ def make_boltzmann_relaxation(seed, num_units=16):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> from numpyro_extras.targets import make_boltzmann_relaxation
-        >>> relaxation = make_boltzmann_relaxation(0, num_units=10)
-        >>> relaxation.projection.shape
-        (9, 10)
+        from numpyro_extras.targets import make_boltzmann_relaxation
+        relaxation = make_boltzmann_relaxation(0, num_units=10)
+        relaxation.projection.shape  # (9, 10)
     """
     rng = np.random.default_rng(seed)
     gaussian_matrix = rng.standard_normal((num_units, num_units))
@@ -269,14 +273,12 @@ def boltzmann_relaxation_potential(relaxation):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> import jax, jax.numpy as jnp
-        >>> from numpyro_extras.targets import (
-        ...     boltzmann_relaxation_potential, make_boltzmann_relaxation)
-        >>> relaxation = make_boltzmann_relaxation(0, num_units=8)
-        >>> potential = boltzmann_relaxation_potential(relaxation)
-        >>> gradient = jax.grad(potential)(jnp.zeros(7))
+        from numpyro_extras.targets import boltzmann_relaxation_potential, make_boltzmann_relaxation
+        relaxation = make_boltzmann_relaxation(0, num_units=8)
+        potential = boltzmann_relaxation_potential(relaxation)
+        gradient = jax.grad(potential)(jnp.zeros(7))
     """
     projection = jnp.asarray(relaxation.projection)
     biases = jnp.asarray(relaxation.biases)
@@ -303,16 +305,13 @@ def boltzmann_relaxation_model(relaxation):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> import jax
-        >>> from numpyro.infer import MCMC, NUTS
-        >>> from numpyro_extras.targets import (
-        ...     boltzmann_relaxation_model, make_boltzmann_relaxation)
-        >>> relaxation = make_boltzmann_relaxation(0, num_units=8)
-        >>> mcmc = MCMC(NUTS(boltzmann_relaxation_model), num_warmup=100, num_samples=100,
-        ...             progress_bar=False)
-        >>> mcmc.run(jax.random.PRNGKey(0), relaxation)
+        from numpyro_extras.targets import boltzmann_relaxation_model, make_boltzmann_relaxation
+        relaxation = make_boltzmann_relaxation(0, num_units=8)
+        mcmc = MCMC(NUTS(boltzmann_relaxation_model), num_warmup=100, num_samples=100,
+                    progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0), relaxation)
     """
     projection = jnp.asarray(relaxation.projection)
     biases = jnp.asarray(relaxation.biases)

@@ -47,12 +47,11 @@ def load_radon():
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> from numpyro_extras.targets import load_radon, radon_model
-        >>> data = load_radon()
-        >>> int(data["county"].min()), data["num_counties"]
-        (0, 85)
+        from numpyro_extras.targets import load_radon
+        data = load_radon()
+        int(data["county"].min()), data["num_counties"]  # (0, 85)
     """
     raw = json.loads(_data_file("radon_mn.json").read_text())
     return {
@@ -92,13 +91,11 @@ def radon_model(floor, log_uranium, county, num_counties, log_radon=None):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> import jax
-        >>> from numpyro.infer import MCMC, NUTS
-        >>> from numpyro_extras.targets import load_radon, radon_model
-        >>> mcmc = MCMC(NUTS(radon_model), num_warmup=200, num_samples=200, progress_bar=False)
-        >>> mcmc.run(jax.random.PRNGKey(0), **load_radon())
+        from numpyro_extras.targets import load_radon, radon_model
+        mcmc = MCMC(NUTS(radon_model), num_warmup=200, num_samples=200, progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0), **load_radon())
     """
     floor = jnp.asarray(floor)
     log_uranium = jnp.asarray(log_uranium)
@@ -145,12 +142,11 @@ def load_german_credit(num_predictors=None):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> from numpyro_extras.targets import load_german_credit
-        >>> features, labels = load_german_credit(num_predictors=8)
-        >>> features.shape, labels.shape
-        ((1000, 9), (1000,))
+        from numpyro_extras.targets import load_german_credit
+        features, labels = load_german_credit(num_predictors=8)
+        features.shape, labels.shape  # ((1000, 9), (1000,))
     """
     if num_predictors is None:
         num_predictors = GERMAN_CREDIT_NUM_PREDICTORS
@@ -193,12 +189,11 @@ def load_logistic_regression_data(name):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> from numpyro_extras.targets import load_logistic_regression_data
-        >>> features, labels = load_logistic_regression_data("heart")
-        >>> features.shape
-        (270, 14)
+        from numpyro_extras.targets import load_logistic_regression_data
+        features, labels = load_logistic_regression_data("heart")
+        features.shape  # (270, 14)
     """
     if name not in LOGISTIC_REGRESSION_DATASETS:
         raise ValueError(
@@ -224,15 +219,13 @@ def logistic_regression_model(features, labels=None):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> import jax
-        >>> import numpyro_extras as nx
-        >>> from numpyro_extras.targets import load_german_credit, logistic_regression_model
-        >>> features, labels = load_german_credit(num_predictors=8)
-        >>> evidence = nx.ais(jax.random.PRNGKey(0), logistic_regression_model,
-        ...                   (features, labels), num_particles=100, num_temperatures=50,
-        ...                   progress_bar=False)
+        from numpyro_extras.targets import load_german_credit, logistic_regression_model
+        features, labels = load_german_credit(num_predictors=8)
+        evidence = nx.ais(jax.random.PRNGKey(0), logistic_regression_model,
+                          (features, labels), num_particles=100, num_temperatures=50,
+                          progress_bar=False)
     """
     features = jnp.asarray(features)
     num_data, num_features = features.shape

@@ -61,14 +61,12 @@ def bimodal_model(log_scale=0.0):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> import jax
-        >>> from numpyro.infer import MCMC, NUTS
-        >>> from numpyro_extras.targets import bimodal_model, bimodal_mode_weights
-        >>> mcmc = MCMC(NUTS(bimodal_model), num_warmup=200, num_samples=200, progress_bar=False)
-        >>> mcmc.run(jax.random.PRNGKey(0), log_scale=2.0)
-        >>> negative_mass, positive_mass = bimodal_mode_weights(mcmc.get_samples()["x"])
+        from numpyro_extras.targets import bimodal_model, bimodal_mode_weights
+        mcmc = MCMC(NUTS(bimodal_model), num_warmup=200, num_samples=200, progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0), log_scale=2.0)
+        negative_mass, positive_mass = bimodal_mode_weights(mcmc.get_samples()["x"])
     """
     mixture = dist.MixtureSameFamily(
         dist.Categorical(probs=jnp.array(BIMODAL_WEIGHTS)),
@@ -93,13 +91,11 @@ def bimodal_mode_weights(x, weights=None):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> import numpy as np
-        >>> from numpyro_extras.targets import bimodal_mode_weights
-        >>> fractions = bimodal_mode_weights(np.array([-8.1, -7.9, 8.3, -8.0]))
-        >>> [float(fraction) for fraction in fractions]
-        [0.75, 0.25]
+        from numpyro_extras.targets import bimodal_mode_weights
+        fractions = bimodal_mode_weights(np.array([-8.1, -7.9, 8.3, -8.0]))
+        [float(fraction) for fraction in fractions]  # [0.75, 0.25]
     """
     x = jnp.ravel(jnp.asarray(x))
     if weights is None:
@@ -133,15 +129,12 @@ def gaussian_model(loc, scale_tril, log_scale=0.0):
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> import jax, jax.numpy as jnp
-        >>> from numpyro.infer.util import initialize_model
-        >>> from numpyro_extras.targets import gaussian_model
-        >>> model_info = initialize_model(
-        ...     jax.random.PRNGKey(0), gaussian_model,
-        ...     model_args=(jnp.zeros(3), jnp.eye(3)), model_kwargs={"log_scale": -1.5})
-        >>> potential = model_info.potential_fn({"x": jnp.zeros(3)})  # 1.5 + 1.5 log(2 pi)
+        from numpyro.infer.util import potential_energy
+        from numpyro_extras.targets import gaussian_model
+        args, kwargs = (jnp.zeros(3), jnp.eye(3)), {"log_scale": -1.5}
+        potential_energy(gaussian_model, args, kwargs, {"x": jnp.zeros(3)})  # 1.5 + 1.5 log(2 pi)
     """
     numpyro.sample("x", dist.MultivariateNormal(loc, scale_tril=scale_tril))
     numpyro.factor("scale", log_scale)
@@ -170,18 +163,18 @@ def linear_regression_model(features, targets, prior_scale=1.0, noise_scale=1.0)
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> import jax
-        >>> from numpyro.infer import MCMC, NUTS
-        >>> from numpyro_extras.targets import (
-        ...     linear_regression_log_evidence, linear_regression_model,
-        ...     make_linear_regression_data)
-        >>> features, targets = make_linear_regression_data(0)
-        >>> log_z = linear_regression_log_evidence(features, targets)
-        >>> mcmc = MCMC(NUTS(linear_regression_model), num_warmup=100, num_samples=100,
-        ...             progress_bar=False)
-        >>> mcmc.run(jax.random.PRNGKey(0), features, targets)
+        from numpyro_extras.targets import (
+            linear_regression_log_evidence,
+            linear_regression_model,
+            make_linear_regression_data,
+        )
+        features, targets = make_linear_regression_data(0)
+        log_z = linear_regression_log_evidence(features, targets)
+        mcmc = MCMC(NUTS(linear_regression_model), num_warmup=100, num_samples=100,
+                    progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0), features, targets)
     """
     features = jnp.asarray(features)
     num_data, num_features = features.shape
@@ -207,12 +200,14 @@ def linear_regression_log_evidence(features, targets, prior_scale=1.0, noise_sca
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> from numpyro_extras.targets import (
-        ...     linear_regression_log_evidence, make_linear_regression_data)
-        >>> features, targets = make_linear_regression_data(0, num_data=20, num_features=3)
-        >>> log_z = linear_regression_log_evidence(features, targets)
+        from numpyro_extras.targets import (
+            linear_regression_log_evidence,
+            make_linear_regression_data,
+        )
+        features, targets = make_linear_regression_data(0, num_data=20, num_features=3)
+        log_z = linear_regression_log_evidence(features, targets)
     """
     features = np.asarray(features, dtype=np.float64)
     targets = np.asarray(targets, dtype=np.float64)
@@ -249,12 +244,11 @@ def make_linear_regression_data(
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> from numpyro_extras.targets import make_linear_regression_data
-        >>> features, targets = make_linear_regression_data(0, num_data=10, num_features=2)
-        >>> features.shape, targets.shape
-        ((10, 2), (10,))
+        from numpyro_extras.targets import make_linear_regression_data
+        features, targets = make_linear_regression_data(0, num_data=10, num_features=2)
+        features.shape, targets.shape  # ((10, 2), (10,))
     """
     rng = np.random.default_rng(seed)
     features = rng.standard_normal((num_data, num_features))

@@ -46,6 +46,14 @@ class MultimodalGrid(NamedTuple):
     :param modes: mode centres ``mu_m``, float array ``[L, 2]``.
     :param weights: mode weights ``w_m``, float array ``[L]``.
     :param float scale: ``s = sigma^2 L``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import make_multimodal_grid
+        grid = make_multimodal_grid(modes_per_side=3, layout="diagonal")
+        grid.modes  # [[25, 25], [50, 50], [75, 75]]
     """
 
     num_values: int
@@ -96,12 +104,11 @@ def make_multimodal_grid(
 
     **Example:**
 
-    .. doctest::
+    .. code-block:: python
 
-        >>> from numpyro_extras.targets import make_multimodal_grid, multimodal_grid_probabilities
-        >>> grid = make_multimodal_grid()
-        >>> multimodal_grid_probabilities(grid).shape
-        (150, 150)
+        from numpyro_extras.targets import make_multimodal_grid, multimodal_grid_probabilities
+        grid = make_multimodal_grid()
+        multimodal_grid_probabilities(grid).shape  # (150, 150)
     """
     modes_per_side, spacing, num_values = int(modes_per_side), int(spacing), int(num_values)
     if modes_per_side < 1 or spacing < 1 or spacing * modes_per_side >= num_values:
@@ -144,6 +151,14 @@ def multimodal_grid_log_density(grid, theta):
     :param MultimodalGrid grid: the target.
     :param theta: coordinates, float array ``[..., 2]`` (integers in ``{0, ..., N - 1}``).
     :return: array ``[...]``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import make_multimodal_grid, multimodal_grid_log_density
+        grid = make_multimodal_grid()
+        multimodal_grid_log_density(grid, grid.modes[:2])  # at two mode centres
     """
     theta = jnp.asarray(theta, dtype=jnp.result_type(float))
     distances = _safe_norm(theta[..., None, :] - jnp.asarray(grid.modes))
@@ -159,6 +174,14 @@ def multimodal_grid_probabilities(grid):
 
     :param MultimodalGrid grid: the target.
     :return: float64 numpy array ``[N, N]`` summing to 1; entry ``[a, b]`` is ``P(theta = (a, b))``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import make_multimodal_grid, multimodal_grid_probabilities
+        probabilities = multimodal_grid_probabilities(make_multimodal_grid())
+        probabilities[25, 25] / probabilities[0, 0]  # a mode centre against a corner
     """
     values = np.arange(grid.num_values, dtype=np.float64)
     theta = np.stack(np.meshgrid(values, values, indexing="ij"), -1)
@@ -174,6 +197,14 @@ def multimodal_grid_nearest_mode(grid, theta):
     :param MultimodalGrid grid: the target.
     :param theta: coordinates, array ``[..., 2]``.
     :return: integer numpy array ``[...]`` and the distance to that mode, float array ``[...]``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import make_multimodal_grid, multimodal_grid_nearest_mode
+        grid = make_multimodal_grid()
+        mode, distance = multimodal_grid_nearest_mode(grid, [[24, 27], [149, 149]])  # [0, 24]
     """
     theta = np.asarray(theta, dtype=np.float64)
     distances = np.linalg.norm(theta[..., None, :] - grid.modes, axis=-1)
@@ -189,6 +220,14 @@ def multimodal_grid_model(grid):
     NumPyro's discrete Gibbs kernels, which enumerate the values of one site at a time).
 
     :param MultimodalGrid grid: the target.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import make_multimodal_grid, multimodal_grid_model
+        mcmc = MCMC(nx.ACS(multimodal_grid_model), num_warmup=500, num_samples=2000)
+        mcmc.run(jax.random.PRNGKey(0), make_multimodal_grid())
     """
     logits = jnp.zeros(grid.num_values)
     a = numpyro.sample("a", dist.Categorical(logits=logits))

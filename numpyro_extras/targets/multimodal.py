@@ -68,6 +68,15 @@ class MultimodalTarget:
         to 1.
     :ivar site: the latent site :meth:`mode_labels` reads.
     :ivar info: the target's construction details (family specific).
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import sign_product_target
+        target = sign_product_target(0, 3)  # 2^3 = 8 modes
+        draws = {"theta": np.array([[2.0, 2.0, 2.0], [-2.0, 2.0, 2.0]])}
+        target.mode_labels(draws), target.empirical_mode_weights(draws)  # [7, 6], half in each
     """
 
     name: str
@@ -111,7 +120,15 @@ class MultimodalTarget:
 
 
 def mode_weight_error(estimated, exact) -> float:
-    """The largest absolute error over the mode weights, ``max_k |w_hat_k - w_k|``."""
+    """The largest absolute error over the mode weights, ``max_k |w_hat_k - w_k|``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import mode_weight_error
+        mode_weight_error([0.55, 0.45], [0.6, 0.4])  # 0.05
+    """
     return float(np.max(np.abs(np.asarray(estimated) - np.asarray(exact))))
 
 
@@ -154,6 +171,15 @@ def gaussian_mixture_model(prior_scale, locs, inverse_scale_trils, log_weights):
     :param inverse_scale_trils: inverses ``L_k^-1`` of the Cholesky factors of the likelihood
         covariances ``S_k = L_k L_k^T``, shape ``[2, D, D]``.
     :param log_weights: ``log a_k``, shape ``[2]``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import gaussian_mixture_model, gaussian_mixture_target
+        target = gaussian_mixture_target(0, 6)
+        mcmc = MCMC(nx.ReplicaExchange(gaussian_mixture_model), num_warmup=1000, num_samples=2000)
+        mcmc.run(jax.random.PRNGKey(0), *target.model_args)
     """
     dimension = locs.shape[-1]
     x = numpyro.sample("x", dist.Normal(0.0, prior_scale).expand([dimension]).to_event(1))
@@ -212,6 +238,14 @@ def gaussian_mixture_target(
         standard deviation.
     :return: :class:`MultimodalTarget` with ``info`` holding the posterior's ``weights``,
         ``locs`` and ``scale_trils``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import gaussian_mixture_target
+        target = gaussian_mixture_target(0, 6)
+        target.mode_weights, target.log_z  # the exact weights of the two modes and log Z
     """
     rng = np.random.default_rng(seed)
     if minor_weight is None:
@@ -305,6 +339,16 @@ def sign_product_model(prior_locs, prior_scale, observations, noise_scale):
     :param float prior_scale: prior standard deviation.
     :param observations: shape ``[d, n]``.
     :param float noise_scale: observation noise standard deviation.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import sign_product_model, sign_product_target
+        target = sign_product_target(0, 3)
+        kernel = nx.JointContinuousTempering(sign_product_model)
+        mcmc = MCMC(kernel, num_warmup=1000, num_samples=2000)
+        mcmc.run(jax.random.PRNGKey(0), *target.model_args)
     """
     theta = numpyro.sample("theta", dist.Normal(prior_locs, prior_scale).to_event(1))  # shape [d]
     with numpyro.plate("observations", observations.shape[-1]):
@@ -356,6 +400,14 @@ def sign_product_target(
     :param positive_probabilities: the ``p_i`` that set the prior means, or ``None``.
     :return: :class:`MultimodalTarget`; ``info["positive_probability"]`` holds the exact
         ``P(theta_i > 0)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import sign_product_target
+        target = sign_product_target(0, 3)
+        target.log_z, target.info["positive_probability"]  # exact, by quadrature
     """
     rng = np.random.default_rng(seed)
     magnitudes = rng.uniform(*magnitude_range, num_parameters)
@@ -443,6 +495,15 @@ def boltzmann_orthant_weights(relaxation: BoltzmannRelaxation, directions) -> np
     :param BoltzmannRelaxation relaxation: the relaxation.
     :param directions: orthonormal columns ``v_j``, shape ``[D_x, m]``.
     :return: float64 array ``[2^m]``; entry ``sum_j [v_j^T x > 0] 2^j``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import boltzmann_orthant_weights, boltzmann_target
+        target = boltzmann_target(0, num_units=8)
+        relaxation, directions = target.info["relaxation"], target.info["directions"]
+        boltzmann_orthant_weights(relaxation, directions)  # target.mode_weights
     """
     directions = np.asarray(directions, dtype=np.float64)
     states = boltzmann_states(len(relaxation.biases))
@@ -478,6 +539,14 @@ def boltzmann_target(seed, num_units=16, num_directions=2) -> MultimodalTarget:
     :param int num_units: ``D_B``.
     :param int num_directions: ``m``; ``2^m`` mode labels.
     :return: :class:`MultimodalTarget`; ``info`` holds the ``relaxation`` and ``directions``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.targets import boltzmann_target
+        target = boltzmann_target(0, num_units=8)
+        target.num_modes, target.log_z  # 4 sign patterns of 2 directions, the exact log Z
     """
     relaxation = make_boltzmann_relaxation(seed, num_units)
     _, eigenvectors = np.linalg.eigh(relaxation.covariance)
