@@ -16,6 +16,7 @@ import arviz
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import scipy.linalg
 from blackjax.smc.ess import ess as effective_sample_size
 from jax.flatten_util import ravel_pytree
@@ -418,6 +419,97 @@ def _mixture_base(rng_key, batched_potential, fits, prior_positions, settings, d
     return base, estimate
 
 
+class _LocalOptima(NamedTuple):
+    """Distinct local minima of ``phi`` and whether a refitting round has started a fit there."""
+
+    positions: np.ndarray
+    potentials: np.ndarray
+    tried: np.ndarray
+
+
+def _local_optima(potential_fn, starts, num_steps, dtype, learning_rate=0.1) -> _LocalOptima:
+    """Local minima of ``phi`` from many starts at once: Adam (optax) with a cosine-decayed step
+    size, vmapped over the starts, in one compiled loop.
+
+    A minimisation is far cheaper than a variational fit, so hundreds of them find most modes of
+    a posterior with many (each start lands in the mode whose basin holds it), where a few dozen
+    fits find only some; the refitting rounds then start fits only in the modes the base misses.
+    Minima with a non-finite ``phi`` or gradient are dropped, and so are repeats (closer than
+    ``1e-3`` of the minima's spread).
+
+    :return: :class:`_LocalOptima`, ordered by ``phi`` (the highest density first).
+    """
+    if len(starts) == 0:
+        return _LocalOptima(starts, np.zeros(0), np.zeros(0, dtype=bool))
+    value_and_gradient = jax.vmap(jax.value_and_grad(potential_fn))
+    optimizer = optax.adam(optax.cosine_decay_schedule(learning_rate, num_steps, alpha=0.01))
+
+    @jax.jit
+    def minimise(positions):
+        def step(carry, _):
+            positions, optimizer_state = carry
+            _, gradients = value_and_gradient(positions)
+            # A start where phi is not finite stays where it is and is dropped below.
+            gradients = jnp.where(jnp.isfinite(gradients), gradients, 0.0)
+            updates, optimizer_state = optimizer.update(gradients, optimizer_state)
+            return (optax.apply_updates(positions, updates), optimizer_state), None
+
+        (positions, _), _ = jax.lax.scan(
+            step, (positions, optimizer.init(positions)), None, length=num_steps
+        )
+        return (positions, *value_and_gradient(positions))
+
+    positions, potentials, gradients = (
+        np.asarray(value, dtype=np.float64) for value in minimise(jnp.asarray(starts, dtype))
+    )
+    finite = np.isfinite(potentials) & np.all(np.isfinite(gradients), axis=-1)
+    positions, potentials = positions[finite], potentials[finite]
+    order = np.argsort(potentials)
+    positions, potentials = positions[order], potentials[order]
+    if len(positions) > 1:
+        spread = max(float(np.max(np.std(positions, axis=0))), 1e-12)
+        kept = [0]
+        for index in range(1, len(positions)):
+            distances = np.max(np.abs(positions[kept] - positions[index]), axis=1)
+            if np.min(distances) > 1e-3 * spread:
+                kept.append(index)
+        positions, potentials = positions[kept], potentials[kept]
+    return _LocalOptima(positions, potentials, np.zeros(len(positions), dtype=bool))
+
+
+# A local minimum where the target's density is this many times the base's (times zeta) lies
+# in a mode that no component of the base covers.
+_UNCOVERED_RATIO = 10.0
+
+
+def _uncovered_optima(optima: _LocalOptima, base: MixtureBase) -> np.ndarray:
+    """The local minima of ``phi`` that the base does not cover (the target's density there is
+    more than ``_UNCOVERED_RATIO`` times ``zeta`` times the base's) and that no round has started
+    a fit at, the highest target density first, at most one per mode (two minima are of one mode
+    when they lie within 0.1 standard deviations of the base's broad component of each other).
+
+    :return: indices into ``optima``.
+    """
+    if len(optima.positions) == 0:
+        return np.zeros(0, dtype=int)
+    locs = np.asarray(base.component_locs, dtype=np.float64)
+    scale_trils = np.asarray(base.component_scale_trils, dtype=np.float64)
+    log_weights = np.asarray(base.component_log_weights, dtype=np.float64)
+    log_base = logsumexp(
+        _component_log_densities(optima.positions, locs, scale_trils) + log_weights, axis=1
+    )
+    log_ratio = -optima.potentials - float(base.log_zeta) - log_base
+    candidates = np.flatnonzero((log_ratio > math.log(_UNCOVERED_RATIO)) & ~optima.tried)
+    whitened = scipy.linalg.solve_triangular(
+        scale_trils[-1], optima.positions[candidates].T, lower=True
+    ).T
+    chosen: list[int] = []
+    for row in range(len(candidates)):
+        if not chosen or np.min(np.max(np.abs(whitened[chosen] - whitened[row]), axis=1)) > 0.1:
+            chosen.append(row)
+    return candidates[chosen]
+
+
 def _new_starts(positions, log_weights, existing, scale_tril, num_starts, rng):
     """Starting points for new fits from weighted draws: half resampled by weight, half spread
     out by farthest-point selection among the draws that carry weight, away from the ``existing``
@@ -463,6 +555,7 @@ def fit_base(
     duplicate_tolerance=0.5,
     importance_draws=4096,
     defensive_weight=0.1,
+    num_optima=512,
     bootstrap_rounds=None,
     bootstrap_num_warmup=500,
     bootstrap_num_samples=1000,
@@ -482,15 +575,16 @@ def fit_base(
        (the fits' and the prior's moments) gives ``log zeta`` and each fit's share of the
        posterior mass.
     3. Up to ``bootstrap_rounds`` times (default 4), until two rounds in a row add no new
-       component: ``num_starts`` new fits of ``num_steps / 4`` steps, half started from the
-       importance draws that only the defensive component reaches (resampled by weight and
-       spread out away from the fits so far, so a region of target mass that no fit covers gets
-       one), half from new dispersed starts (which keep finding modes when there are many);
-       step 2 over all fits. When the rounds run out before that, or the importance weights'
+       component and no uncovered minimum is left: ``num_starts`` new fits of
+       ``num_steps / 4`` steps, half started from the importance draws that only the defensive
+       component reaches (resampled by weight and spread out away from the fits so far, so a
+       region of target mass that no fit covers gets one), half from local minima of ``phi``
+       that the base does not cover (``num_optima`` cheap minimisations from dispersed starts,
+       run once, find most modes when there are many), then from new dispersed starts; step 2
+       over all fits. When the rounds run out before that, or the importance weights'
        Pareto ``k`` exceeds 0.7, it warns (:class:`BaseCoverageWarning`).
-    4. The base is the mixture of the fits with those masses, and with weight
-       ``defensive_weight`` the Gaussian with the moments of the fits' mixture, which spans
-       every mode found, so the kernels' proposals from the base jump between them.
+    4. The base is the mixture of the fits with those masses (the broad component only serves
+       the importance sampling of the rounds).
 
     ``method="gaussian"`` is a single fit, a :class:`GaussianBase` with ``log zeta = ELBO``
     (recipe 1), the ELBO estimated with ``elbo_particles`` particles; a bootstrap round, if
@@ -513,7 +607,10 @@ def fit_base(
     :param float duplicate_tolerance: duplicate distance, in standard deviations of a kept fit
         (fits with no barrier of the target between their means are duplicates too).
     :param int importance_draws: importance draws per estimate of the masses and ``log zeta``.
-    :param float defensive_weight: weight of the broad component of a mixture base.
+    :param float defensive_weight: weight of the broad component in the importance sampling of
+        ``"mixture"``'s rounds.
+    :param int num_optima: minimisations of ``phi`` (Adam, ``num_steps / 4`` steps each, all
+        vmapped) whose minima seed the refitting rounds of ``"mixture"``; 0 for none.
     :param int bootstrap_rounds: most refitting rounds after the first fits; ``None`` for 4 with
         ``"mixture"`` and 0 with ``"gaussian"`` (whose rounds are short Gibbs tempering runs
         followed by :func:`~numpyro_extras.refit_base`).
@@ -539,6 +636,8 @@ def fit_base(
         raise ValueError(f"guide must be 'multivariate' or 'diagonal', got {guide!r}.")
     if not 0.0 < defensive_weight < 1.0:
         raise ValueError(f"defensive_weight must be in (0, 1), got {defensive_weight!r}.")
+    if isinstance(num_optima, bool) or not isinstance(num_optima, int) or num_optima < 0:
+        raise ValueError(f"num_optima must be a non-negative integer, got {num_optima!r}.")
     if bootstrap_rounds is None:
         bootstrap_rounds = 4 if method == "mixture" else 0
     init_key, fits_key, bootstrap_key = jax.random.split(rng_key, 3)
@@ -605,6 +704,18 @@ def fit_base(
     base, estimate = _mixture_base(
         round_keys[0], batched_potential, fits, prior_positions, settings, dtype
     )
+    optima = _local_optima(
+        flat_model.potential_fn,
+        _dispersed_starts(
+            jax.random.fold_in(starts_key, 1),
+            num_optima if bootstrap_rounds else 0,
+            flat_model.dimension,
+            init_radius,
+            prior_positions[rng.permutation(len(prior_positions))],
+        ),
+        max(num_steps // 4, 1),
+        dtype,
+    )
     empty_rounds = 0
     for round_key in round_keys[1:]:
         # Importance draws with target weight where only the defensive component reaches show
@@ -619,8 +730,11 @@ def fit_base(
         # mode's share of the basins, while the importance draws in uncovered modes are too few
         # to seed more than a handful of fits per round.
         num_dispersed = num_starts // 2
+        uncovered = _uncovered_optima(optima, base)[:num_dispersed]
+        optima.tried[uncovered] = True
         starts = np.concatenate(
             [
+                optima.positions[uncovered],
                 _new_starts(
                     estimate.positions[finite],
                     log_scores[finite],
@@ -631,7 +745,7 @@ def fit_base(
                 ),
                 _dispersed_starts(
                     starts_key,
-                    num_dispersed,
+                    num_dispersed - len(uncovered),
                     flat_model.dimension,
                     init_radius,
                     prior_positions[rng.permutation(len(prior_positions))],
@@ -646,8 +760,8 @@ def fit_base(
             importance_key, batched_potential, fits, prior_positions, settings, dtype
         )
         empty_rounds = empty_rounds + 1 if base.component_locs.shape[0] <= num_components else 0
-        if empty_rounds == min(2, bootstrap_rounds):
-            break  # two rounds in a row found no new region of target mass
+        if empty_rounds >= min(2, bootstrap_rounds) and not len(_uncovered_optima(optima, base)):
+            break  # two rounds in a row found no new region of target mass, nor is one known
     else:
         if bootstrap_rounds:
             warnings.warn(
@@ -669,32 +783,26 @@ def fit_base(
             BaseCoverageWarning,
             stacklevel=2,
         )
-    return _with_moment_matched_component(base)
+    return _fits_only(base)
 
 
-def _with_moment_matched_component(base: MixtureBase) -> MixtureBase:
-    """The base the kernels run with: the fits with their masses, and as the defensive component
-    the Gaussian with the moments of the fits' mixture (paper eq. 25) instead of the prior-wide
-    one of the fitting rounds.
+def _fits_only(base: MixtureBase) -> MixtureBase:
+    """The base the kernels run with: the fits with their masses, without the broad component
+    of the fitting rounds.
 
-    Its tails are the target's, not the prior's: a component far wider than the target puts
-    base mass where ``Delta`` is huge, which the tempered chain reaches only at ``beta``
-    within ``1 / Delta`` of 0, so the base-weighted draws (eq. 22) would seldom see it; it still
-    spans every mode found, so the proposals from the base jump between them.
+    Under the base, a draw of the broad component mostly lands where the target is negligible,
+    with ``Delta`` in the tens to thousands of nats, and the base weight ``w0`` (eq. 20) grows
+    linearly with ``Delta``: those rare draws then carry most of the denominator of the
+    ``log Z`` estimate, whose error bar, from the few seen, comes out too small. With a
+    component on every mode, the fits alone jump between the modes just as well.
     """
-    locs = np.asarray(base.component_locs[:-1], dtype=np.float64)
-    trils = np.asarray(base.component_scale_trils[:-1], dtype=np.float64)
-    log_weights = np.asarray(base.component_log_weights, dtype=np.float64)
-    masses = np.exp(log_weights[:-1] - logsumexp(log_weights[:-1]))
-    loc, covariance = _moment_match(masses, locs, trils @ np.swapaxes(trils, -1, -2))
+    log_weights = np.asarray(base.component_log_weights[:-1], dtype=np.float64)
     dtype = base.component_locs.dtype
     return base._replace(
-        component_locs=jnp.asarray(np.concatenate([locs, loc[None]]), dtype),
-        component_scale_trils=jnp.asarray(
-            np.concatenate([trils, _cholesky(covariance)[None]]), dtype
-        ),
+        component_locs=base.component_locs[:-1],
+        component_scale_trils=base.component_scale_trils[:-1],
+        component_log_weights=jnp.asarray(log_weights - logsumexp(log_weights), dtype),
     )
-    return base
 
 
 def _prior_moment_base(rng_key, model, model_args, model_kwargs, flat_model, num_draws=2000):
