@@ -134,6 +134,7 @@ def run_log_normalizer(mcmc) -> Evidence:
 def target_log_weights(mcmc):
     """Self-normalised log weights of every tempered draw for target expectations (eq. 21).
 
+    :param mcmc: a run with a continuous tempering kernel.
     :return: array ``(num_chains, num_draws)`` whose exponentials sum to 1 over all chains,
         aligned with :func:`~numpyro_extras.tempered_samples`.
 
