@@ -223,8 +223,9 @@ class ReplicaExchange(ExtrasKernel):
         communication barrier ``Lambda`` at the first ``init`` for a set of model arguments, by
         a pilot run of this kernel's own core (``PILOT_REPLICAS`` rungs, ``PILOT_TUNING_SCANS``
         scans tuning the ladder and ``PILOT_SCANS`` measuring its swap rates, one chain, seeded
-        by ``fit_base_seed``), and uses ``ceil(2 Lambda)`` replicas, at least 16 and at most 64
-        or the memory bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`),
+        by ``fit_base_seed``), and uses ``ceil(2 Lambda)`` replicas, at least 16 (8 per leg of
+        ``reference="stabilized"``, each leg with its own pilot) and at most 64 or the memory
+        bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`),
         starting from the pilot's ladder resized to that count; or an integer of at least 2,
         used as given, with :func:`~numpyro_extras.exchange_diagnostics` reporting the barrier.
     :param reference: ``"auto"`` (the default): ``"stabilized"`` for a model with continuous
