@@ -679,16 +679,22 @@ class ReplicaExchange(ExtrasKernel):
 
     def _prior_path(self, key, split_fn):
         """The prior path of the model's split (``split_fn()``), checked at a prior draw."""
+        # Name the reference the user asked for: a stabilised run needs the prior for its prior leg.
+        asked = (
+            "reference='stabilized' (its prior leg)"
+            if isinstance(self._reference, str) and self._reference == "stabilized"
+            else "reference='prior'"
+        )
         try:
             split = split_fn()
             path = prior_path(split)
             draw = path.sample_reference_fn(key)
         except NotImplementedError as error:
             raise ValueError(
-                "reference='prior' needs exact draws from the model's prior, but a latent site "
+                f"{asked} needs exact draws from the model's prior, but a latent site "
                 "cannot be sampled (an improper prior such as ImproperUniform has no beta = 0 "
-                "replica). Use reference='fit' (a fitted Gaussian mixture) or pass a "
-                "GaussianBase."
+                "replica). Use reference='fit' (a fitted Gaussian mixture; the default "
+                "reference='auto' picks it) or pass a GaussianBase."
             ) from error
         if self._flat_model is not None and split.dimension != self._flat_model.dimension:
             raise ValueError(
@@ -697,7 +703,7 @@ class ReplicaExchange(ExtrasKernel):
             )
         if not np.isfinite(float(path.reference_potential_fn(draw))):
             raise ValueError(
-                "The prior's log density is not finite at a prior draw; reference='prior' needs "
+                f"The prior's log density is not finite at a prior draw; {asked} needs "
                 "a proper prior. Use reference='fit' or pass a GaussianBase."
             )
         return path

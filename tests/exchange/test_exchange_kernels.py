@@ -163,9 +163,16 @@ def test_bad_input_gets_a_clear_error():
         nx.ReplicaExchange(conjugate_model, num_replicas="8")
     with pytest.raises(ValueError, match="reference must be"):
         nx.ReplicaExchange(conjugate_model, reference="posterior")
-    with pytest.raises(ValueError, match="reference='fit'"):
+    with pytest.raises(ValueError, match="reference='prior' needs.*reference='fit'"):
         run(
             nx.ReplicaExchange(_improper_model, num_replicas=2, reference="prior"),
+            num_warmup=2,
+            num_samples=2,
+        )
+    # The two-leg reference needs the prior too, for its prior leg: the error names it.
+    with pytest.raises(ValueError, match="reference='stabilized' .its prior leg. needs"):
+        run(
+            nx.ReplicaExchange(_improper_model, num_replicas=2, reference="stabilized"),
             num_warmup=2,
             num_samples=2,
         )
