@@ -214,6 +214,34 @@ def test_extra_fields_by_numpyro_names(conjugate_run):
         mcmc.run(jax.random.PRNGKey(5), CONJUGATE_DATA, extra_fields=("tree_depth",))
 
 
+def test_the_ladder_is_tuned_in_warmup_then_frozen_and_every_rung_adapts_its_own_moves(
+    conjugate_run,
+):
+    from numpyro.infer import MCMC
+
+    from numpyro_extras.exchange.ladder import tuning_rounds
+
+    # Equal swap rejection in every gap after warm-up's tuning rounds.
+    rates = nx.exchange_diagnostics(conjugate_run).swap_accept_rate
+    assert np.all(np.ptp(rates, axis=1) < 0.2), rates
+    # Each rung adapted its own mass matrix: near the prior (beta = 0: variance 1) it is several
+    # times the posterior replica's, which is the posterior variance 0.2.
+    inverse_mass = np.asarray(conjugate_run.last_state.inner_state.adapt_state.inverse_mass_matrix)
+    assert np.all(inverse_mass[:, 1] > 2 * inverse_mass[:, -1])
+    assert np.all(np.abs(inverse_mass[:, -1] - 0.2) < 0.1)
+
+    mcmc = MCMC(conjugate_run.sampler, num_warmup=100, num_samples=30, progress_bar=False)
+    mcmc.warmup(jax.random.PRNGKey(6), CONJUGATE_DATA, collect_warmup=True, extra_fields=("betas",))
+    warmup = np.asarray(mcmc.get_extra_fields()["betas"])
+    # The ladder moves only at the ends of the tuning rounds (8, 16, 32, 64 scans) ...
+    moved = np.flatnonzero(np.any(np.diff(warmup, axis=0) != 0, axis=1)) + 1
+    np.testing.assert_array_equal(moved + 1, tuning_rounds(100))
+    # ... and sampling keeps the last one.
+    mcmc.run(jax.random.PRNGKey(7), CONJUGATE_DATA, extra_fields=("betas",))
+    sampling = np.asarray(mcmc.get_extra_fields()["betas"])
+    np.testing.assert_array_equal(sampling, np.broadcast_to(warmup[-1], sampling.shape))
+
+
 def test_plot_shows_the_ladder_and_the_trace(conjugate_run):
     figure = nx.plot_exchange(conjugate_run)
     rates, barrier, trace = figure.axes[:3]
