@@ -62,6 +62,11 @@ def test_arviz_export_and_habits(conjugate_run):
     assert idata.attrs["sampler"] == "ReplicaExchange"
     assert abs(idata.attrs["log_marginal_likelihood"] - CONJUGATE_LOG_Z) < 0.5
     assert idata.sample_stats["diverging"].dtype == bool
+    # The ladder's communication: swap rates per draw and gap, the ladder and round trips.
+    assert idata.sample_stats["swap_accept_prob"].shape == (2, 1500, 5)
+    assert np.asarray(idata.attrs["betas"]).shape == (2, 6)
+    assert idata.attrs["round_trips"] == nx.exchange_diagnostics(conjugate_run).round_trips.tolist()
+    assert len(idata.attrs["communication_barrier"]) == 2
     samples = conjugate_run.get_samples()
     predictive = numpyro.infer.Predictive(conjugate_model, samples)(jax.random.PRNGKey(1), None)
     assert predictive["y"].shape == (3000, 3)
