@@ -135,6 +135,7 @@ def run_mcmc(kernel, problem, seed):
 def evidence_row(method, problem, seed):
     start = time.perf_counter()
     extra = "-"
+    problems = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if method == "ais":
@@ -168,6 +169,7 @@ def evidence_row(method, problem, seed):
                 )
             divergent = np.mean(np.asarray(mcmc.get_extra_fields()["diverging"]))
             extra += f", divergent {divergent:.1%}"
+            problems = list(diagnostics.problems)
     seconds = time.perf_counter() - start
     warned = any(
         "trouble" in str(w.message) or isinstance(w.message, nx.BaseCoverageWarning) for w in caught
@@ -181,6 +183,7 @@ def evidence_row(method, problem, seed):
         seconds=seconds,
         warned=warned,
         extra=extra,
+        problems=problems,
     )
 
 
