@@ -1,8 +1,9 @@
 """Replica exchange with its defaults on real models, against continuous tempering and AIS, and
 its cost against NUTS.
 
-Part 1, evidences: ``MCMC(nx.ReplicaExchange(model, reference=...), num_warmup=1000,
-num_samples=2000, num_chains=4)`` with the prior and the fitted reference, beside
+Part 1, evidences: ``MCMC(nx.ReplicaExchange(model), num_warmup=1000, num_samples=2000,
+num_chains=4)`` with its defaults (``exchange auto``: two legs, fitted and prior, joined at the
+posterior), and with the prior and the fitted reference alone, beside
 ``nx.JointContinuousTempering(model)`` at the same run length and ``nx.ais(..., num_particles=1000,
 num_temperatures=200)``, each with its defaults, on
 
@@ -14,12 +15,14 @@ num_temperatures=200)``, each with its defaults, on
 
 Part 2, cost: seconds per scan of ``nx.ReplicaExchange`` with 4, 8, 16 and 32 replicas
 (vectorized over the replicas; compilation excluded: timed on a second call) divided by
-seconds per transition of NumPyro's NUTS on the same model, on the linear regression.
+seconds per transition of NumPyro's NUTS on the same model, on the linear regression (one
+ladder from the prior, so that the count is the replicas a scan moves).
 
 Usage::
 
     python benchmarks/exchange_benchmark.py --output report.md
     python benchmarks/exchange_benchmark.py --quick       # linear regression only, 1 seed
+    python benchmarks/exchange_benchmark.py --models radon --methods "exchange auto" --seeds 0
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ def eight_schools_log_evidence():
     return float(np.log(value) - shift)
 
 
-def problems(quick):
+def problems(quick, models=None):
     features, targets = make_linear_regression_data(0, num_data=50, num_features=5)
     regression = dict(
         name="Linear regression N=50, P=5",
@@ -112,7 +115,8 @@ def problems(quick):
         kwargs=load_radon(),
         truth=RADON_REFERENCE,
     )
-    return [regression, schools, radon]
+    chosen = {"regression": regression, "schools": schools, "radon": radon}
+    return [chosen[name] for name in (models or chosen)]
 
 
 def run_mcmc(kernel, problem, seed):
@@ -131,6 +135,7 @@ def run_mcmc(kernel, problem, seed):
 def evidence_row(method, problem, seed):
     start = time.perf_counter()
     extra = "-"
+    problems = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if method == "ais":
@@ -157,6 +162,14 @@ def evidence_row(method, problem, seed):
             extra = (
                 f"barrier {np.mean(diagnostics.barrier):.1f}, ESS {diagnostics.posterior_ess:.0f}"
             )
+            if diagnostics.prior_leg is not None:
+                extra += (
+                    f", prior leg barrier {np.mean(diagnostics.prior_leg.barrier):.1f}, replicas "
+                    f"{kernel.num_replicas} + {kernel.num_prior_replicas}"
+                )
+            divergent = np.mean(np.asarray(mcmc.get_extra_fields()["diverging"]))
+            extra += f", divergent {divergent:.1%}"
+            problems = list(diagnostics.problems)
     seconds = time.perf_counter() - start
     warned = any(
         "trouble" in str(w.message) or isinstance(w.message, nx.BaseCoverageWarning) for w in caught
@@ -170,6 +183,7 @@ def evidence_row(method, problem, seed):
         seconds=seconds,
         warned=warned,
         extra=extra,
+        problems=problems,
     )
 
 
@@ -218,7 +232,9 @@ def cost_table(problem, replica_counts):
     for count in replica_counts:
         log(f"cost: {count} replicas")
         seconds = seconds_per_transition(
-            nx.ReplicaExchange(problem["model"], num_replicas=count), problem, 1000
+            nx.ReplicaExchange(problem["model"], num_replicas=count, reference="prior"),
+            problem,
+            1000,
         )
         rows.append(
             [
@@ -233,7 +249,9 @@ def cost_table(problem, replica_counts):
     return markdown_table(header, rows)
 
 
-METHODS = ("exchange prior", "exchange fit", "joint CT", "ais")
+# "exchange auto" is nx.ReplicaExchange(model) as a user builds it: the defaults row.
+METHODS = ("exchange auto", "exchange prior", "exchange fit", "joint CT", "ais")
+MODELS = ("regression", "schools", "radon")
 
 
 def main(argv=None):
@@ -241,6 +259,9 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument(
+        "--models", nargs="+", default=None, choices=MODELS, help="default: all (--quick: one)"
+    )
     parser.add_argument("--skip-cost", action="store_true")
     parser.add_argument("--output", default=None)
     parser.add_argument("--json", default=None, help="append one JSON line per run here")
@@ -252,7 +273,7 @@ def main(argv=None):
         print(evidence_table(read_runs(args.report_from), problems(quick=False)))
         return
     start = time.perf_counter()
-    problem_list = problems(args.quick)
+    problem_list = problems(args.quick, args.models)
     seeds = args.seeds[:1] if args.quick else args.seeds
     rows = []
     for problem in problem_list:
@@ -269,7 +290,7 @@ def main(argv=None):
     if not args.skip_cost:
         sections += [
             "",
-            "## Cost per scan against one NUTS transition (linear regression, compiled)",
+            f"## Cost per scan against one NUTS transition ({problem_list[0]['name']}, compiled)",
             "",
             cost_table(problem_list[0], (4, 8, 16, 32)),
         ]

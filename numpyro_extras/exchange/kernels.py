@@ -223,8 +223,9 @@ class ReplicaExchange(ExtrasKernel):
         communication barrier ``Lambda`` at the first ``init`` for a set of model arguments, by
         a pilot run of this kernel's own core (``PILOT_REPLICAS`` rungs, ``PILOT_TUNING_SCANS``
         scans tuning the ladder and ``PILOT_SCANS`` measuring its swap rates, one chain, seeded
-        by ``fit_base_seed``), and uses ``ceil(2 Lambda)`` replicas, at least 16 and at most 64
-        or the memory bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`),
+        by ``fit_base_seed``), and uses ``ceil(2 Lambda)`` replicas, at least 16 (8 per leg of
+        ``reference="stabilized"``, each leg with its own pilot) and at most 64 or the memory
+        bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`),
         starting from the pilot's ladder resized to that count; or an integer of at least 2,
         used as given, with :func:`~numpyro_extras.exchange_diagnostics` reporting the barrier.
     :param reference: ``"auto"`` (the default): ``"stabilized"`` for a model with continuous
@@ -678,16 +679,22 @@ class ReplicaExchange(ExtrasKernel):
 
     def _prior_path(self, key, split_fn):
         """The prior path of the model's split (``split_fn()``), checked at a prior draw."""
+        # Name the reference the user asked for: a stabilised run needs the prior for its prior leg.
+        asked = (
+            "reference='stabilized' (its prior leg)"
+            if isinstance(self._reference, str) and self._reference == "stabilized"
+            else "reference='prior'"
+        )
         try:
             split = split_fn()
             path = prior_path(split)
             draw = path.sample_reference_fn(key)
         except NotImplementedError as error:
             raise ValueError(
-                "reference='prior' needs exact draws from the model's prior, but a latent site "
+                f"{asked} needs exact draws from the model's prior, but a latent site "
                 "cannot be sampled (an improper prior such as ImproperUniform has no beta = 0 "
-                "replica). Use reference='fit' (a fitted Gaussian mixture) or pass a "
-                "GaussianBase."
+                "replica). Use reference='fit' (a fitted Gaussian mixture; the default "
+                "reference='auto' picks it) or pass a GaussianBase."
             ) from error
         if self._flat_model is not None and split.dimension != self._flat_model.dimension:
             raise ValueError(
@@ -696,7 +703,7 @@ class ReplicaExchange(ExtrasKernel):
             )
         if not np.isfinite(float(path.reference_potential_fn(draw))):
             raise ValueError(
-                "The prior's log density is not finite at a prior draw; reference='prior' needs "
+                f"The prior's log density is not finite at a prior draw; {asked} needs "
                 "a proper prior. Use reference='fit' or pass a GaussianBase."
             )
         return path

@@ -1,12 +1,16 @@
-"""The functional core of replica exchange: exact checks of the swap step and the ladder."""
+"""The functional core of replica exchange: exact checks of the swap step, the ladder and the
+prior path."""
 
 import itertools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import pytest
 from exchange_targets import swap_matrix
+from numpyro.infer.util import potential_energy
 
 from numpyro_extras.exchange import equalized_ladder, even_odd_swap, initial_ladder
 from numpyro_extras.exchange.chains import (
@@ -15,7 +19,9 @@ from numpyro_extras.exchange.chains import (
     update_statistics,
 )
 from numpyro_extras.exchange.ladder import communication_barrier, tuning_rounds
+from numpyro_extras.exchange.path import prior_path
 from numpyro_extras.metropolis import acceptance_probability
+from numpyro_extras.potential import split_model
 
 # A three-point state space, a uniform reference and an l that makes the three tempered
 # targets pi_beta(x) ~ exp(beta l(x)) differ.
@@ -120,3 +126,41 @@ def test_round_trips_count_reference_to_target_and_back():
         statistics = update_statistics(statistics, source, accept, True)
     assert int(statistics.replica_labels[0]) == 0
     assert int(statistics.num_round_trips) == 1
+
+
+def _scale_model(y):
+    s = numpyro.sample("s", dist.HalfNormal(2.0))
+    m = numpyro.sample("m", dist.Normal(0.0, 3.0))
+    numpyro.sample("y", dist.Normal(m, s), obs=y)
+    numpyro.factor("pull", -0.5 * m**2)
+
+
+def test_the_prior_path_tempers_observed_sites_and_factors_not_the_prior():
+    """Replica beta targets log p0(x) + beta l(x) on the unconstrained space: p0 the latent
+    sites with the Jacobians of their constraining transforms, untempered; l the observed sites
+    and the factor terms. beta = 0 is the prior, beta = 1 the model's own potential."""
+    y = jnp.array([0.3, -1.2, 2.0])
+    split = split_model(jax.random.PRNGKey(0), _scale_model, (y,))
+    path = prior_path(split)
+    x = jnp.array([0.7, -0.4])
+    values = split.unravel_fn(x)
+    m, log_s = values["m"], values["s"]
+    s = jnp.exp(log_s)
+    log_prior = dist.Normal(0.0, 3.0).log_prob(m) + dist.HalfNormal(2.0).log_prob(s) + log_s
+    log_likelihood = jnp.sum(dist.Normal(m, s).log_prob(y)) - 0.5 * m**2
+    np.testing.assert_allclose(path.reference_potential_fn(x), -log_prior, rtol=1e-10)
+    np.testing.assert_allclose(path.log_likelihood_fn(x), log_likelihood, rtol=1e-10)
+    for beta in (0.0, 0.3, 1.0):
+        np.testing.assert_allclose(
+            path.potential_fn(beta)(x), -log_prior - beta * log_likelihood, rtol=1e-10
+        )
+    np.testing.assert_allclose(
+        path.potential_fn(1.0)(x), potential_energy(_scale_model, (y,), {}, values), rtol=1e-10
+    )
+    # The beta = 0 replica is renewed by exact prior draws.
+    draws = jax.vmap(path.sample_reference_fn)(jax.random.split(jax.random.PRNGKey(1), 4000))
+    sites = jax.vmap(split.unravel_fn)(draws)
+    scales, locations = np.exp(np.asarray(sites["s"])), np.asarray(sites["m"])
+    assert abs(scales.mean() - 2.0 * np.sqrt(2 / np.pi)) < 4 * scales.std() / np.sqrt(4000)
+    assert abs(locations.mean()) < 4 * 3.0 / np.sqrt(4000)
+    assert abs(locations.std() - 3.0) < 0.15

@@ -62,6 +62,11 @@ def test_arviz_export_and_habits(conjugate_run):
     assert idata.attrs["sampler"] == "ReplicaExchange"
     assert abs(idata.attrs["log_marginal_likelihood"] - CONJUGATE_LOG_Z) < 0.5
     assert idata.sample_stats["diverging"].dtype == bool
+    # The ladder's communication: swap rates per draw and gap, the ladder and round trips.
+    assert idata.sample_stats["swap_accept_prob"].shape == (2, 1500, 5)
+    assert np.asarray(idata.attrs["betas"]).shape == (2, 6)
+    assert idata.attrs["round_trips"] == nx.exchange_diagnostics(conjugate_run).round_trips.tolist()
+    assert len(idata.attrs["communication_barrier"]) == 2
     samples = conjugate_run.get_samples()
     predictive = numpyro.infer.Predictive(conjugate_model, samples)(jax.random.PRNGKey(1), None)
     assert predictive["y"].shape == (3000, 3)
@@ -163,9 +168,16 @@ def test_bad_input_gets_a_clear_error():
         nx.ReplicaExchange(conjugate_model, num_replicas="8")
     with pytest.raises(ValueError, match="reference must be"):
         nx.ReplicaExchange(conjugate_model, reference="posterior")
-    with pytest.raises(ValueError, match="reference='fit'"):
+    with pytest.raises(ValueError, match="reference='prior' needs.*reference='fit'"):
         run(
             nx.ReplicaExchange(_improper_model, num_replicas=2, reference="prior"),
+            num_warmup=2,
+            num_samples=2,
+        )
+    # The two-leg reference needs the prior too, for its prior leg: the error names it.
+    with pytest.raises(ValueError, match="reference='stabilized' .its prior leg. needs"):
+        run(
+            nx.ReplicaExchange(_improper_model, num_replicas=2, reference="stabilized"),
             num_warmup=2,
             num_samples=2,
         )
@@ -205,6 +217,34 @@ def test_extra_fields_by_numpyro_names(conjugate_run):
     assert np.all(np.isfinite(fields["adapt_state.step_size"]))
     with pytest.raises(AttributeError, match="extra_fields can name"):
         mcmc.run(jax.random.PRNGKey(5), CONJUGATE_DATA, extra_fields=("tree_depth",))
+
+
+def test_the_ladder_is_tuned_in_warmup_then_frozen_and_every_rung_adapts_its_own_moves(
+    conjugate_run,
+):
+    from numpyro.infer import MCMC
+
+    from numpyro_extras.exchange.ladder import tuning_rounds
+
+    # Equal swap rejection in every gap after warm-up's tuning rounds.
+    rates = nx.exchange_diagnostics(conjugate_run).swap_accept_rate
+    assert np.all(np.ptp(rates, axis=1) < 0.2), rates
+    # Each rung adapted its own mass matrix: near the prior (beta = 0: variance 1) it is several
+    # times the posterior replica's, which is the posterior variance 0.2.
+    inverse_mass = np.asarray(conjugate_run.last_state.inner_state.adapt_state.inverse_mass_matrix)
+    assert np.all(inverse_mass[:, 1] > 2 * inverse_mass[:, -1])
+    assert np.all(np.abs(inverse_mass[:, -1] - 0.2) < 0.1)
+
+    mcmc = MCMC(conjugate_run.sampler, num_warmup=100, num_samples=30, progress_bar=False)
+    mcmc.warmup(jax.random.PRNGKey(6), CONJUGATE_DATA, collect_warmup=True, extra_fields=("betas",))
+    warmup = np.asarray(mcmc.get_extra_fields()["betas"])
+    # The ladder moves only at the ends of the tuning rounds (8, 16, 32, 64 scans) ...
+    moved = np.flatnonzero(np.any(np.diff(warmup, axis=0) != 0, axis=1)) + 1
+    np.testing.assert_array_equal(moved + 1, tuning_rounds(100))
+    # ... and sampling keeps the last one.
+    mcmc.run(jax.random.PRNGKey(7), CONJUGATE_DATA, extra_fields=("betas",))
+    sampling = np.asarray(mcmc.get_extra_fields()["betas"])
+    np.testing.assert_array_equal(sampling, np.broadcast_to(warmup[-1], sampling.shape))
 
 
 def test_plot_shows_the_ladder_and_the_trace(conjugate_run):
