@@ -657,8 +657,8 @@ def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, pro
             raise
         return _cache_put(_BASE_CACHE, cache_key, None)
     uncovered = any(issubclass(warning.category, BaseCoverageWarning) for warning in caught)
-    # A MixtureBase of one mode has two components: the fit and its moment-matched copy.
-    if isinstance(probe, MixtureBase) and (len(probe.component_locs) > 2 or uncovered):
+    # fit_base's MixtureBase has one component per mode found.
+    if isinstance(probe, MixtureBase) and (len(probe.component_locs) > 1 or uncovered):
         base = fit()
     else:
         for warning in caught:
