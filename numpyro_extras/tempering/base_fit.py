@@ -574,14 +574,15 @@ def fit_base(
     2. Importance sampling with the equal mixture of the fits and a broad defensive Gaussian
        (the fits' and the prior's moments) gives ``log zeta`` and each fit's share of the
        posterior mass.
-    3. Up to ``bootstrap_rounds`` times (default 4), until two rounds in a row add no new
-       component and no uncovered minimum is left: ``num_starts`` new fits of
-       ``num_steps / 4`` steps, half started from the importance draws that only the defensive
-       component reaches (resampled by weight and spread out away from the fits so far, so a
-       region of target mass that no fit covers gets one), half from local minima of ``phi``
-       that the base does not cover (``num_optima`` cheap minimisations from dispersed starts,
-       run once, find most modes when there are many), then from new dispersed starts; step 2
-       over all fits. When the rounds run out before that, or the importance weights'
+    3. Up to ``bootstrap_rounds`` times (default 4), until a round adds no new component and
+       no uncovered minimum is left (two rounds in a row with ``num_optima=0``): ``num_starts``
+       new fits of ``num_steps / 4`` steps, half started from the importance draws that only
+       the defensive component reaches (resampled by weight and spread out away from the fits
+       so far, so a region of target mass that no fit covers gets one), half from local minima
+       of ``phi`` that the base does not cover (``num_optima`` cheap minimisations from
+       dispersed starts, run once, find most modes when there are many), then from new
+       dispersed starts; step 2 over all fits. When the rounds run out with minima still
+       uncovered (with ``num_optima=0``: while still finding modes), or the importance weights'
        Pareto ``k`` exceeds 0.7, it warns (:class:`BaseCoverageWarning`).
     4. The base is the mixture of the fits with those masses (the broad component only serves
        the importance sampling of the rounds).
@@ -760,10 +761,15 @@ def fit_base(
             importance_key, batched_potential, fits, prior_positions, settings, dtype
         )
         empty_rounds = empty_rounds + 1 if base.component_locs.shape[0] <= num_components else 0
-        if empty_rounds >= min(2, bootstrap_rounds) and not len(_uncovered_optima(optima, base)):
-            break  # two rounds in a row found no new region of target mass, nor is one known
+        # With the minima, every mode that hundreds of starts reached has been tried, so one
+        # round that finds nothing new ends the search; without them, two in a row.
+        settled = 1 if len(optima.positions) else min(2, bootstrap_rounds)
+        if empty_rounds >= settled and not len(_uncovered_optima(optima, base)):
+            break  # no new region of target mass was found, nor is one known
     else:
-        if bootstrap_rounds:
+        # Rounds that ran out while still finding modes leave coverage in doubt, unless every
+        # local minimum found has a component on it.
+        if bootstrap_rounds and (not len(optima.positions) or len(_uncovered_optima(optima, base))):
             warnings.warn(
                 f"fit_base: its {bootstrap_rounds} refitting rounds were still finding new "
                 f"modes ({base.component_locs.shape[0] - 1} so far), so the posterior may have "
