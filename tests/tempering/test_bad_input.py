@@ -43,6 +43,16 @@ def test_fit_base_rejects_discrete_sites():
         nx.fit_base(jax.random.PRNGKey(0), mixture_with_assignments, (jnp.zeros(3),))
 
 
+@pytest.mark.parametrize("num_optima", [-1, 2.5, "512", True])
+def test_fit_base_rejects_a_bad_number_of_minimisations(num_optima):
+    with pytest.raises(ValueError, match="num_optima must be a non-negative integer"):
+        nx.fit_base(
+            jax.random.PRNGKey(0),
+            lambda: numpyro.sample("x", dist.Normal(0.0, 1.0)),
+            num_optima=num_optima,
+        )
+
+
 def test_potential_fn_needs_base():
     with pytest.raises(ValueError, match="base"):
         nx.JointContinuousTempering(potential_fn=_standard_normal_potential)
