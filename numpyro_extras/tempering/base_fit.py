@@ -584,8 +584,10 @@ def fit_base(
        dispersed starts; step 2 over all fits. When the rounds run out with minima still
        uncovered (with ``num_optima=0``: while still finding modes), or the importance weights'
        Pareto ``k`` exceeds 0.7, it warns (:class:`BaseCoverageWarning`).
-    4. The base is the mixture of the fits with those masses (the broad component only serves
-       the importance sampling of the rounds).
+    4. The base is the mixture of the fits with those masses; only when it warns, also, with
+       weight ``defensive_weight``, the Gaussian with the moments of the fits' mixture, which
+       spans every mode found, so that a chain near ``beta = 0`` reaches the regions between
+       them.
 
     ``method="gaussian"`` is a single fit, a :class:`GaussianBase` with ``log zeta = ELBO``
     (recipe 1), the ELBO estimated with ``elbo_particles`` particles; a bootstrap round, if
@@ -608,8 +610,8 @@ def fit_base(
     :param float duplicate_tolerance: duplicate distance, in standard deviations of a kept fit
         (fits with no barrier of the target between their means are duplicates too).
     :param int importance_draws: importance draws per estimate of the masses and ``log zeta``.
-    :param float defensive_weight: weight of the broad component in the importance sampling of
-        ``"mixture"``'s rounds.
+    :param float defensive_weight: weight of the broad component of ``"mixture"`` (in its
+        rounds' importance sampling, and in the base when it warns).
     :param int num_optima: minimisations of ``phi`` (Adam, ``num_steps / 4`` steps each, all
         vmapped) whose minima seed the refitting rounds of ``"mixture"``; 0 for none.
     :param int bootstrap_rounds: most refitting rounds after the first fits; ``None`` for 4 with
@@ -718,6 +720,7 @@ def fit_base(
         dtype,
     )
     empty_rounds = 0
+    coverage_in_doubt = False
     for round_key in round_keys[1:]:
         # Importance draws with target weight where only the defensive component reaches show
         # mass that no fit covers; new fits start there.
@@ -770,6 +773,7 @@ def fit_base(
         # Rounds that ran out while still finding modes leave coverage in doubt, unless every
         # local minimum found has a component on it.
         if bootstrap_rounds and (not len(optima.positions) or len(_uncovered_optima(optima, base))):
+            coverage_in_doubt = True
             warnings.warn(
                 f"fit_base: its {bootstrap_rounds} refitting rounds were still finding new "
                 f"modes ({base.component_locs.shape[0] - 1} so far), so the posterior may have "
@@ -780,6 +784,7 @@ def fit_base(
                 stacklevel=2,
             )
     if estimate.pareto_k > _UNRELIABLE_PARETO_K:
+        coverage_in_doubt = True
         warnings.warn(
             f"fit_base: the importance weights of its mass estimate have a heavy tail (Pareto k "
             f"= {estimate.pareto_k:.2f} > {_UNRELIABLE_PARETO_K}): a few draws in regions the "
@@ -789,25 +794,39 @@ def fit_base(
             BaseCoverageWarning,
             stacklevel=2,
         )
-    return _fits_only(base)
+    return _kernel_base(base, coverage_in_doubt)
 
 
-def _fits_only(base: MixtureBase) -> MixtureBase:
-    """The base the kernels run with: the fits with their masses, without the broad component
-    of the fitting rounds.
+def _kernel_base(base: MixtureBase, coverage_in_doubt: bool) -> MixtureBase:
+    """The base the kernels run with: the fits with their masses and, only while the fit knows
+    of target mass that no fit covers, the broad component, now the Gaussian with the moments of
+    the fits' mixture (paper eq. 25) instead of the prior-wide one of the rounds.
 
-    Under the base, a draw of the broad component mostly lands where the target is negligible,
-    with ``Delta`` in the tens to thousands of nats, and the base weight ``w0`` (eq. 20) grows
-    linearly with ``Delta``: those rare draws then carry most of the denominator of the
-    ``log Z`` estimate, whose error bar, from the few seen, comes out too small. With a
-    component on every mode, the fits alone jump between the modes just as well.
+    The broad component spans every mode found, so a chain near ``beta = 0`` reaches the
+    regions between them, where uncovered modes lie. It costs precision: under the base its
+    draws mostly land where the target is negligible, with ``Delta`` in the tens to thousands of
+    nats, and the base weight ``w0`` (eq. 20) grows linearly with ``Delta``, so those rare draws
+    carry most of the denominator of the ``log Z`` estimate, whose error bar, from the few seen,
+    comes out too small. With a component on every mode the fits alone jump between the modes.
     """
-    log_weights = np.asarray(base.component_log_weights[:-1], dtype=np.float64)
+    locs = np.asarray(base.component_locs[:-1], dtype=np.float64)
+    trils = np.asarray(base.component_scale_trils[:-1], dtype=np.float64)
+    log_weights = np.asarray(base.component_log_weights, dtype=np.float64)
     dtype = base.component_locs.dtype
+    if not coverage_in_doubt:
+        fit_log_weights = log_weights[:-1] - logsumexp(log_weights[:-1])
+        return base._replace(
+            component_locs=base.component_locs[:-1],
+            component_scale_trils=base.component_scale_trils[:-1],
+            component_log_weights=jnp.asarray(fit_log_weights, dtype),
+        )
+    masses = np.exp(log_weights[:-1] - logsumexp(log_weights[:-1]))
+    loc, covariance = _moment_match(masses, locs, trils @ np.swapaxes(trils, -1, -2))
     return base._replace(
-        component_locs=base.component_locs[:-1],
-        component_scale_trils=base.component_scale_trils[:-1],
-        component_log_weights=jnp.asarray(log_weights - logsumexp(log_weights), dtype),
+        component_locs=jnp.asarray(np.concatenate([locs, loc[None]]), dtype),
+        component_scale_trils=jnp.asarray(
+            np.concatenate([trils, _cholesky(covariance)[None]]), dtype
+        ),
     )
 
 
