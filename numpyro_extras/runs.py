@@ -13,6 +13,7 @@ __all__ = [
     "finished_kernel",
     "posterior_convergence",
     "inference_data",
+    "run_report",
     "MIN_ROUND_TRIPS",
     "MAX_DIVERGENT_FRACTION",
     "MAX_RHAT",
@@ -23,6 +24,8 @@ __all__ = [
 MIN_ROUND_TRIPS = 2
 MAX_DIVERGENT_FRACTION = 0.01
 MAX_RHAT = 1.05
+# A printed report gives each chain its own column up to this many chains.
+MAX_CHAIN_COLUMNS = 8
 
 
 def finished_kernel(mcmc, kernel_types, names, ran=None):
@@ -112,3 +115,60 @@ def inference_data(mcmc, has_model, exclude_fields=()):
     if "diverging" in idata.sample_stats:
         idata.sample_stats["diverging"] = idata.sample_stats["diverging"].astype(bool)
     return idata
+
+
+def run_report(title, chain_rows, run_lines, problems):
+    """A plain-text report of a run's diagnostics: one column per chain (the minimum, median and
+    maximum over the chains when there are more than 8), then the run-wide figures, then every
+    problem found (or that none was).
+
+    :param str title: the first line.
+    :param chain_rows: ``(label, values, format_spec)`` per row, one value per chain, e.g.
+        ``("round trips", [12, 9], "d")``.
+    :param run_lines: ``(label, text)`` per run-wide figure.
+    :param problems: the problem sentences.
+    :return: the report, a ``str``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        print(run_report("My run", [("round trips", [12, 9], "d")], [("log Z", "1.2 +- 0.1")], ()))
+    """
+    num_chains = max((len(values) for _, values, _ in chain_rows), default=0)
+    if num_chains > MAX_CHAIN_COLUMNS:
+        headers = [f"min of {num_chains} chains", "median", "max"]
+        columns = [np.nanmin, np.nanmedian, np.nanmax]
+        rows = [
+            (label, [summary(np.asarray(values, float)) for summary in columns], spec)
+            for label, values, spec in chain_rows
+        ]
+    else:
+        headers = [f"chain {chain}" for chain in range(num_chains)]
+        rows = chain_rows
+
+    def cell(value, spec):
+        value = float(value)
+        if not np.isfinite(value):
+            return "-"
+        if spec == "d":
+            return f"{value:.0f}" if value.is_integer() else f"{value:.1f}"
+        return format(value, spec)
+
+    cells = [[cell(value, spec) for value in values] for _, values, spec in rows]
+    label_width = max([len(label) for label, _ in run_lines] + [len(row[0]) for row in rows] + [0])
+    column_width = max(
+        [len(text) for text in headers] + [len(t) for row in cells for t in row] + [0]
+    )
+    lines = [title]
+    if rows:
+        lines.append(" " * label_width + "".join(f"  {h:>{column_width}}" for h in headers))
+        for (label, _, _), row in zip(rows, cells, strict=True):
+            lines.append(f"{label:<{label_width}}" + "".join(f"  {t:>{column_width}}" for t in row))
+    lines.extend(f"{label:<{label_width}}  {text}" for label, text in run_lines)
+    if problems:
+        lines.append("Problems:")
+        lines.extend(f"  - {problem}" for problem in problems)
+    else:
+        lines.append("Problems: none found")
+    return "\n".join(lines)

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from numpyro_extras.runs import posterior_convergence
+from numpyro_extras.runs import posterior_convergence, run_report
 
 
 def _finished_run(samples):
@@ -23,3 +23,22 @@ def test_a_binary_site_split_evenly_needs_no_warning_and_hides_no_rhat():
         ess, rhat = posterior_convergence(_finished_run({"a": balanced, "b": stuck}))
     assert np.isfinite(ess)
     assert rhat > 1.5
+
+
+def test_a_run_report_gives_each_chain_a_column_and_lists_the_problems():
+    report = run_report(
+        "A run",
+        [("round trips", [12, 9], "d"), ("log Z", [1.23456, float("nan")], ".3f")],
+        [("posterior draws", "min ESS 812")],
+        ("chain 1 never reached the posterior",),
+    )
+    assert report.splitlines() == [
+        "A run",
+        "                 chain 0  chain 1",
+        "round trips           12        9",
+        "log Z              1.235        -",
+        "posterior draws  min ESS 812",
+        "Problems:",
+        "  - chain 1 never reached the posterior",
+    ]
+    assert run_report("A run", [], [], ()).splitlines() == ["A run", "Problems: none found"]

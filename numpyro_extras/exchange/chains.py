@@ -49,7 +49,7 @@ __all__ = [
     "hmc_moves",
     "synced_hmc_state",
     "replica_exchange",
-    "pilot_swap_rates",
+    "swap_rates",
     "with_posterior_replica",
 ]
 
@@ -596,33 +596,23 @@ def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, be
     return init_fn, step_fn
 
 
-def pilot_swap_rates(init_fn, step_fn, positions, rng_key, num_tuning_scans, num_scans, **settings):
-    """A short run of one chain to measure the path's swap rejection: ``num_tuning_scans`` scans
-    with the ladder re-tuned in rounds, then ``num_scans`` on the frozen ladder whose mean swap
-    acceptance probabilities (Rao-Blackwellised) give the communication barrier
+def swap_rates(state: ExchangeState):
+    """The ladder of a run and the mean swap acceptance probability of each of its gaps over the
+    scans counted so far (Rao-Blackwellised), whose complements sum to the communication barrier
     (:func:`~numpyro_extras.exchange.ladder.communication_barrier`, Syed et al. 2022 eq. 12).
 
-    :param init_fn: ``init_fn`` of :func:`replica_exchange`.
-    :param step_fn: its ``step_fn``.
-    :param positions: the starting positions, leading axis ``N``.
-    :param rng_key: random key.
-    :param int num_tuning_scans: scans of warm-up (ladder tuning and inner adaptation).
-    :param int num_scans: scans counted after it.
-    :param settings: settings of the moves' ``init``.
-    :return: ``(betas, accept_rates)``: the tuned ladder ``(N,)`` and the mean swap acceptance
-        of every gap on it ``(N - 1,)``.
+    :param state: an :class:`ExchangeState` of one chain.
+    :return: ``(betas, accept_rates)``: the ladder ``(N,)`` and the rates ``(N - 1,)``.
 
     **Example:**
 
     .. code-block:: python
 
         init_fn, step_fn = replica_exchange(hmc_moves(path), lambda x: x, num_replicas=16)
-        betas, rates = pilot_swap_rates(init_fn, step_fn, positions, key, 256, 128)
+        state = init_fn(positions, key, 256)
+        state = jax.lax.fori_loop(0, 384, lambda _, state: step_fn(state, 256), state)
+        betas, rates = swap_rates(state)
         barrier = communication_barrier(rates)[-1]
     """
-    state = init_fn(positions, rng_key, num_tuning_scans, **settings)
-    state = jax.lax.fori_loop(
-        0, num_tuning_scans + num_scans, lambda _, state: step_fn(state, num_tuning_scans), state
-    )
     statistics = state.statistics
     return state.betas, statistics.accept_sum / jnp.maximum(statistics.num_scans, 1)

@@ -22,6 +22,7 @@ from numpyro_extras.runs import (
     finished_kernel,
     inference_data,
     posterior_convergence,
+    run_report,
 )
 
 __all__ = [
@@ -83,6 +84,7 @@ class ExchangeDiagnostics(NamedTuple):
 
         diagnostics = nx.exchange_diagnostics(mcmc)
         diagnostics.swap_accept_rate.min(), diagnostics.round_trips, diagnostics.problems
+        print(diagnostics)  # a table per chain, the run-wide figures and the problems
     """
 
     betas: np.ndarray
@@ -97,6 +99,44 @@ class ExchangeDiagnostics(NamedTuple):
     pilot_barrier: float | None = None
     prior_leg: PriorLegDiagnostics | None = None
     evidence: Evidence | None = None
+
+    def __str__(self):
+        num_replicas = np.full(self.betas.shape[0], self.betas.shape[1])
+        leg = "fitted leg: " if self.prior_leg is not None else ""
+        rows = [
+            (f"{leg}replicas", num_replicas, "d"),
+            (f"{leg}round trips", self.round_trips, "d"),
+            (f"{leg}barrier", self.barrier, ".2f"),
+            (f"{leg}lowest swap rate", self.swap_accept_rate.min(axis=-1), ".2f"),
+            (f"{leg}log Z", self.stepping_stone.chain_log_z, ".3f"),
+        ]
+        if self.prior_leg is not None:
+            prior = self.prior_leg
+            rows += [
+                ("prior leg: replicas", np.full(prior.betas.shape[0], prior.betas.shape[1]), "d"),
+                ("prior leg: round trips", prior.round_trips, "d"),
+                ("prior leg: barrier", prior.barrier, ".2f"),
+                ("prior leg: lowest swap rate", prior.swap_accept_rate.min(axis=-1), ".2f"),
+                ("prior leg: log Z", prior.stepping_stone.chain_log_z, ".3f"),
+            ]
+        rows.append(("divergences", self.divergences, "d"))
+        evidence = self.evidence or self.stepping_stone.evidence()
+        lines = [
+            ("log Z (stepping stone)", f"{evidence.log_z:.3f} +- {evidence.stderr:.3f}"),
+            (
+                "posterior draws",
+                f"min ESS {self.posterior_ess:.0f}, max R-hat {self.posterior_rhat:.3f}",
+            ),
+        ]
+        if self.pilot_barrier is not None:
+            lines.append(("pilot's barrier", f"{self.pilot_barrier:.2f}"))
+        title = "Replica exchange run" + (
+            " (stabilised: a fitted leg and a prior leg)" if self.prior_leg is not None else ""
+        )
+        return run_report(title, rows, lines, self.problems)
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text(str(self))
 
 
 def exchange_kernel(mcmc) -> ReplicaExchange:

@@ -23,7 +23,7 @@ from numpyro.util import find_stack_level, not_jax_tracer
 from numpyro_extras.bases import GaussianBase, MixtureBase, validate_base
 from numpyro_extras.discrete.kernels import ACS, DiscreteTarget
 from numpyro_extras.discrete.proposal import decode
-from numpyro_extras.exchange.chains import hmc_moves, pilot_swap_rates, replica_exchange
+from numpyro_extras.exchange.chains import hmc_moves, replica_exchange, swap_rates
 from numpyro_extras.exchange.discrete_moves import acs_moves, mixed_moves
 from numpyro_extras.exchange.ladder import (
     MAX_AUTO_REPLICAS,
@@ -56,6 +56,7 @@ from numpyro_extras.potential import (
     flatten_model,
     split_model,
 )
+from numpyro_extras.progress import run_chunks
 from numpyro_extras.tempering.base_fit import fit_base, fit_base_for_kernel
 from numpyro_extras.validation import check_count
 
@@ -79,6 +80,8 @@ PILOT_REPLICAS = 16
 # Rounds of 8, ..., 128 scans tune the pilot's ladder; the scans after them measure its rates.
 PILOT_TUNING_SCANS = 256
 PILOT_SCANS = 128
+# The pilot runs in compiled chunks of this many scans, between which its progress bar moves.
+PILOT_CHUNK = 32
 
 
 class ReplicaPilot(NamedTuple):
@@ -543,12 +546,15 @@ class ReplicaExchange(ExtrasKernel):
         """Measure the communication barrier of the path (of each leg, for a stabilised
         reference) with a short run of the core on ``PILOT_REPLICAS`` rungs, and set the count
         and starting ladder from it."""
-        self._pilot = self._leg_pilot(self._path, stream=1)
+        leg = " (fitted leg)" if self.stabilized else ""
+        self._pilot = self._leg_pilot(self._path, stream=1, description=f"replica exchange{leg}")
         self._num_replicas = self._pilot.num_replicas
         self._starting_betas = self._pilot.starting_betas
         if not self.stabilized:
             return
-        self._prior_leg_pilot = self._leg_pilot(self._prior_leg_path, stream=2)
+        self._prior_leg_pilot = self._leg_pilot(
+            self._prior_leg_path, stream=2, description="replica exchange (prior leg)"
+        )
         count = self._prior_leg_pilot.num_replicas
         if (count - self._num_replicas) % 2:
             # The joined line alternates even and odd gaps only if both legs have counts of the
@@ -560,8 +566,8 @@ class ReplicaExchange(ExtrasKernel):
             equalized_ladder(pilot.betas, pilot.swap_accept_rate, count)
         )
 
-    def _leg_pilot(self, path, stream) -> ReplicaPilot:
-        """The pilot run of the core on ``path``."""
+    def _leg_pilot(self, path, stream, description) -> ReplicaPilot:
+        """The pilot run of the core on ``path``, its progress bar labelled ``description``."""
         values = self._values_per_replica * (2 if self.stabilized else 1)
         pilot_count = min(PILOT_REPLICAS, MAX_AUTO_REPLICAS, MAX_REPLICA_VALUES // values)
         # Its own stream, apart from the fit's: the same for every chain method and key.
@@ -570,17 +576,25 @@ class ReplicaExchange(ExtrasKernel):
         )
         positions = self._leg_positions(position_key, None, pilot_count, path)
         init_fn, step_fn, settings = self._core(pilot_count, path=path)
-        run = jax.jit(
-            functools.partial(
-                pilot_swap_rates,
-                init_fn,
-                step_fn,
-                num_tuning_scans=PILOT_TUNING_SCANS,
-                num_scans=PILOT_SCANS,
-                **settings,
-            )
+        state = jax.jit(functools.partial(init_fn, num_warmup=PILOT_TUNING_SCANS, **settings))(
+            positions, run_key
         )
-        betas, accept_rates = run(positions, run_key)
+
+        @jax.jit
+        def run_chunk(state, _):
+            step = functools.partial(step_fn, num_warmup=PILOT_TUNING_SCANS)
+            return jax.lax.fori_loop(0, PILOT_CHUNK, lambda _, state: step(state), state), None
+
+        num_scans = PILOT_TUNING_SCANS + PILOT_SCANS
+        state, _ = run_chunks(
+            run_chunk,
+            state,
+            [(None, PILOT_CHUNK)] * (num_scans // PILOT_CHUNK),
+            total=num_scans,
+            description=f"{description}: pilot scans",
+            progress_bar=calling_mcmc_progress_bar(),
+        )
+        betas, accept_rates = swap_rates(state)
         barrier = float(communication_barrier(accept_rates)[-1])
         minimum = MIN_AUTO_LEG_REPLICAS if self.stabilized else MIN_AUTO_REPLICAS
         count = replicas_for_barrier(barrier, values, minimum=minimum)

@@ -20,6 +20,7 @@ from numpyro_extras.runs import (
     MAX_RHAT,
     MIN_ROUND_TRIPS,
     posterior_convergence,
+    run_report,
 )
 from numpyro_extras.tempering.base_check import (
     BaseMomentCheck,
@@ -43,7 +44,7 @@ from numpyro_extras.tempering.run import (
 __all__ = ["TemperingDiagnostics", "tempering_diagnostics", "log_marginal_likelihood"]
 
 # Threshold of the run check behind the warnings of log_marginal_likelihood (the others are
-# shared by every family, in numpyro_extras.convergence).
+# shared by every family, in numpyro_extras.runs).
 MIN_TARGET_ESS = 100.0
 
 
@@ -72,6 +73,7 @@ class TemperingDiagnostics(NamedTuple):
 
         diagnostics = nx.tempering_diagnostics(mcmc)
         diagnostics.fraction_near_base, diagnostics.round_trips, diagnostics.problems
+        print(diagnostics)  # a table per chain, the run-wide figures and the problems
     """
 
     fraction_near_base: np.ndarray
@@ -93,6 +95,42 @@ class TemperingDiagnostics(NamedTuple):
         if isinstance(key, str):
             return getattr(self, key)
         return tuple.__getitem__(self, key)
+
+    def __str__(self):
+        check = self.base_moment_check
+        if check is None:
+            check_text = "not run"
+        else:
+            verdict = "passed" if check.passed else "FAILED"
+            check_text = (
+                f"{verdict} (mean error {check.mean_error:.2f} base sd, variance ratios "
+                f"{np.min(check.variance_ratio):.2f}-{np.max(check.variance_ratio):.2f})"
+            )
+        return run_report(
+            "Continuous tempering run",
+            [
+                (f"fraction beta < {NEAR_BASE}", self.fraction_near_base, ".2f"),
+                (f"fraction beta > {NEAR_TARGET}", self.fraction_near_target, ".2f"),
+                ("round trips", self.round_trips, "d"),
+                ("divergences", self.divergences, "d"),
+                ("replica swap rate", self.swap_accept_rate, ".2f"),
+                ("log Z", self.chain_log_z, ".3f"),
+            ],
+            [
+                ("chains' log Z agree", f"p = {self.chain_agreement_p_value:.3g}"),
+                ("target ESS (weights)", f"{self.target_ess:.0f}"),
+                ("log Z ESS", f"{self.log_z_ess:.0f}"),
+                (
+                    "posterior draws",
+                    f"min ESS {self.posterior_ess:.0f}, max R-hat {self.posterior_rhat:.3f}",
+                ),
+                ("base moment check", check_text),
+            ],
+            self.problems,
+        )
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text(str(self))
 
 
 def _round_trips(beta):

@@ -83,13 +83,17 @@ def test_a_tuned_ladder_resized_keeps_equal_rejection():
     )
 
 
-def test_auto_uses_more_replicas_on_a_hard_target_than_on_an_easy_one():
+def test_auto_uses_more_replicas_on_a_hard_target_than_on_an_easy_one(capsys):
     easy = nx.ReplicaExchange(_gaussian_model, **MOVES)
     assert easy.num_replicas is None and easy.pilot is None
     with jax.ensure_compile_time_eval():
         easy._prepare((), {})
+    # Outside an MCMC the pilot shows its progress; inside one made with progress_bar=False
+    # nothing is printed.
+    assert "replica exchange: pilot scans" in capsys.readouterr().err
     hard = nx.ReplicaExchange(_separated_mixture_model, **MOVES)
     mcmc = run(hard, num_warmup=40, num_samples=40, num_chains=1)
+    assert "pilot scans" not in capsys.readouterr().err
 
     assert easy.num_replicas == MIN_AUTO_REPLICAS and easy.pilot_barrier < 1.0
     assert hard.pilot_barrier > 2.0

@@ -20,3 +20,20 @@ def test_diagnostics(bimodal_run):
         jax.tree.map(lambda leaf: leaf[0], bimodal_run.last_state)
     )
     assert "beta=" in text and "round trips=" in text
+
+
+def test_printed_diagnostics_show_each_chain_and_the_problems(bimodal_run):
+    diagnostics = nx.tempering_diagnostics(bimodal_run)
+    report = str(diagnostics)
+    lines = report.splitlines()
+    assert lines[0] == "Continuous tempering run"
+    # 80 chains: the minimum, median and maximum over them
+    assert lines[1].split() == ["min", "of", "80", "chains", "median", "max"]
+    trips = next(line for line in lines if line.startswith("round trips"))
+    counts = diagnostics.round_trips
+    assert trips.split()[2:] == [f"{counts.min()}", f"{np.median(counts):g}", f"{counts.max()}"]
+    check = next(line for line in lines if line.startswith("base moment check"))
+    assert "passed" in check
+    assert lines[-1] == "Problems: none found"
+    flagged = diagnostics._replace(problems=("a chain never reached beta > 0.9",))
+    assert str(flagged).splitlines()[-2:] == ["Problems:", "  - a chain never reached beta > 0.9"]
