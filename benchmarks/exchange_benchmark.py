@@ -15,14 +15,16 @@ num_temperatures=200)``, each with its defaults, on
 
 Part 2, cost: seconds per scan of ``nx.ReplicaExchange`` with 4, 8, 16 and 32 replicas
 (vectorized over the replicas; compilation excluded: timed on a second call) divided by
-seconds per transition of NumPyro's NUTS on the same model, on the linear regression (one
-ladder from the prior, so that the count is the replicas a scan moves).
+seconds per transition of NumPyro's NUTS on the same model, on the linear regression or the
+models of ``--cost-models`` (one ladder from the prior, so that the count is the replicas a scan
+moves).
 
 Usage::
 
     python benchmarks/exchange_benchmark.py --output report.md
     python benchmarks/exchange_benchmark.py --quick       # linear regression only, 1 seed
     python benchmarks/exchange_benchmark.py --models radon --methods "exchange auto" --seeds 0
+    python benchmarks/exchange_benchmark.py --methods --cost-models radon   # cost on radon only
 """
 
 from __future__ import annotations
@@ -258,11 +260,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
     parser.add_argument(
         "--models", nargs="+", default=None, choices=MODELS, help="default: all (--quick: one)"
     )
     parser.add_argument("--skip-cost", action="store_true")
+    parser.add_argument(
+        "--cost-models",
+        nargs="+",
+        default=None,
+        choices=MODELS,
+        help="models of the cost tables (default: the first model run)",
+    )
     parser.add_argument("--output", default=None)
     parser.add_argument("--json", default=None, help="append one JSON line per run here")
     parser.add_argument(
@@ -287,12 +296,13 @@ def main(argv=None):
                     save_run(args.json, row)
     table = evidence_table(rows, problem_list)
     sections = ["## Evidences (each method with its defaults)", "", table]
-    if not args.skip_cost:
+    cost_problems = problems(False, args.cost_models) if args.cost_models else problem_list[:1]
+    for problem in [] if args.skip_cost else cost_problems:
         sections += [
             "",
-            f"## Cost per scan against one NUTS transition ({problem_list[0]['name']}, compiled)",
+            f"## Cost per scan against one NUTS transition ({problem['name']}, compiled)",
             "",
-            cost_table(problem_list[0], (4, 8, 16, 32)),
+            cost_table(problem, (4, 8, 16, 32)),
         ]
     environment = environment_lines(
         "exchange_benchmark.py",

@@ -4,10 +4,11 @@ answers.
 Runs, exactly as a user would, ``MCMC(nx.JointContinuousTempering(model), num_warmup=1000,
 num_samples=2000, num_chains=4, chain_method=...)`` (the base fitted by the kernel with
 ``nx.fit_base``'s defaults), the same with ``nx.GibbsContinuousTempering`` and with
-``nx.ReplicaExchange`` (method ``exchange``: 16 replicas from the prior, NUTS inside), plain
-NUTS, and BlackJAX adaptive tempered SMC from the prior (method ``smc``, HMC mutations, given the
-gradient evaluations of the same seed's ``exchange`` run, split over 4 independent runs) as
-anchors, on the three families of :mod:`numpyro_extras.targets.multimodal`:
+``nx.ReplicaExchange`` (method ``exchange``: its defaults, NUTS inside), plain NUTS, and
+BlackJAX adaptive tempered SMC from the prior (method ``smc``, HMC mutations, given the gradient
+evaluations of the same seed's ``exchange`` run, split over 4 independent runs) as anchors, and
+the tempering kernels run long enough to spend that same budget (methods ``joint-budget`` and
+``gibbs-budget``), on the three families of :mod:`numpyro_extras.targets.multimodal`:
 
 * ``mixture``: separated two-component Gaussian mixture posteriors, ``D`` from 6 to 20, minor
   weight 0.25-0.35, minor mode twice as narrow;
@@ -30,6 +31,7 @@ Usage::
         --fit-base-kwargs '{"bootstrap_rounds": 0}'
     python benchmarks/multimodal_benchmark.py --report-from runs.jsonl   # tables of saved runs
     python benchmarks/multimodal_benchmark.py --methods exchange smc      # SMC at exchange's budget
+    python benchmarks/multimodal_benchmark.py --methods joint exchange joint-budget  # CT too
 """
 
 from __future__ import annotations
@@ -74,7 +76,10 @@ from numpyro_extras.targets import (  # noqa: E402
 )
 
 FAMILIES = ("mixture", "signs", "boltzmann")
-METHODS = ("joint", "gibbs", "exchange", "nuts", "smc")
+# "joint-budget" and "gibbs-budget": the tempering kernels run long enough to spend the gradient
+# evaluations of the same seed's exchange run (4 chains x (1000 + n) with n scaled from the same
+# seed's default run).
+METHODS = ("joint", "gibbs", "exchange", "nuts", "smc", "joint-budget", "gibbs-budget")
 # Mixture dimensions of seeds 0-9: the range 6-20, twice at the top.
 MIXTURE_DIMENSIONS = (6, 8, 10, 12, 14, 16, 18, 20, 12, 20)
 
@@ -153,6 +158,23 @@ def exchange_gradient_evaluations(mcmc):
     return int(steps * (NUM_WARMUP + NUM_SAMPLES) / NUM_SAMPLES)
 
 
+def tempering_gradient_evaluations(mcmc, num_samples):
+    """Gradient evaluations of a tempering run, warm-up included: the leapfrog steps of the
+    tempered chain's moves and of the posterior replica's own moves during sampling, scaled by
+    the run's length over the sampling phase's."""
+    fields = mcmc.get_extra_fields()
+    steps = np.asarray(fields["num_steps"]).sum()
+    steps += np.asarray(fields["replica_inner_state.num_steps"]).sum()
+    return int(steps * (NUM_WARMUP + num_samples) / num_samples)
+
+
+def budget_num_samples(budget, default_run):
+    """Draws per chain after the default warm-up that make a tempering run spend ``budget``
+    gradient evaluations, at the rate of the same kernel's default run on the seed."""
+    per_transition = default_run["gradient_evaluations"] / (NUM_CHAINS * (NUM_WARMUP + NUM_SAMPLES))
+    return max(NUM_SAMPLES, round(budget / (NUM_CHAINS * per_transition)) - NUM_WARMUP)
+
+
 def run_smc(target, seed, budget):
     """BlackJAX adaptive tempered SMC from the prior with ``budget`` gradient evaluations,
     split over ``NUM_CHAINS`` independent runs (as replica exchange splits its budget over
@@ -217,8 +239,10 @@ def run_method(
     timed_fit,
     exchange_reference="auto",
     tempering_kwargs=None,
+    num_samples=NUM_SAMPLES,
 ):
-    """One run of ``method`` on ``target``; returns a dict of measurements."""
+    """One run of ``method`` on ``target`` (``num_samples`` draws per chain for the tempering
+    kernels); returns a dict of measurements."""
     if method == "nuts":
         kernel = NUTS(target.model)
     elif method == "exchange":
@@ -231,14 +255,14 @@ def run_method(
         kernel_class = {
             "joint": nx.JointContinuousTempering,
             "gibbs": nx.GibbsContinuousTempering,
-        }[method]
+        }[method.removesuffix("-budget")]
         kernel = kernel_class(
             target.model, fit_base_kwargs=fit_base_kwargs, **(tempering_kwargs or {})
         )
     mcmc = MCMC(
         kernel,
         num_warmup=NUM_WARMUP,
-        num_samples=NUM_SAMPLES,
+        num_samples=num_samples if method not in ("nuts", "exchange") else NUM_SAMPLES,
         num_chains=NUM_CHAINS,
         chain_method=chain_method,
         progress_bar=False,
@@ -247,6 +271,8 @@ def run_method(
     extra_fields = ("inner_state.num_steps",) if method == "exchange" else ()
     if method == "exchange" and exchange_reference in ("auto", "stabilized"):
         extra_fields += ("prior_leg.inner_state.num_steps",)
+    if method not in ("nuts", "exchange"):
+        extra_fields = ("num_steps", "replica_inner_state.num_steps")
     timed_fit.fit_seconds = timed_fit.spent_seconds = 0.0
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -300,6 +326,8 @@ def run_method(
             near_base=float(np.mean(diagnostics["fraction_near_base"])),
             near_target=float(np.mean(diagnostics["fraction_near_target"])),
             round_trips=int(np.sum(diagnostics["round_trips"])),
+            gradient_evaluations=tempering_gradient_evaluations(mcmc, num_samples),
+            num_samples=num_samples,
         )
     # What a user is told: the base fit's and the estimate's warnings.
     told = [
@@ -399,7 +427,7 @@ def per_seed_table(results):
 
 
 def budget_table(results):
-    """Replica exchange and SMC per seed, with the gradient evaluations each spent."""
+    """Every method per seed that counted its gradient evaluations, with that count."""
     lines = [
         "| Family | Target | Seed | Method | Mode-weight error | log Z error | Stderr "
         "| Gradient evaluations | Particles x runs, temperatures | Run s |",
@@ -429,7 +457,7 @@ def budget_table(results):
 def result_tables(results):
     """The report's summary and per-seed tables, as lines."""
     lines = ["## Summary", "", summary_table(results), ""]
-    if any(r["method"] == "smc" for r in results):
+    if any(r["method"] in ("smc", "joint-budget", "gibbs-budget") for r in results):
         return lines + ["## Per seed, with the gradient budget", "", budget_table(results), ""]
     return lines + ["## Per seed", "", per_seed_table(results), ""]
 
@@ -479,9 +507,12 @@ def main(argv=None):
         help="reference of nx.ReplicaExchange (method exchange)",
     )
     parser.add_argument(
+        "--budget-from",
         "--smc-budget-from",
+        dest="budget_from",
         default=None,
-        help="a --json file of exchange runs whose gradient evaluations set SMC's budget",
+        help="a --json file of exchange runs whose gradient evaluations set the budget of smc, "
+        "joint-budget and gibbs-budget (and default joint/gibbs runs that set their rates)",
     )
     parser.add_argument("--output", default=None, help="also write the report here")
     parser.add_argument("--json", default=None, help="append one JSON line per run here")
@@ -496,11 +527,15 @@ def main(argv=None):
     fit_base_kwargs = json.loads(args.fit_base_kwargs)
     timed_fit = TimedFit(kernels_module.fit_base)
     kernels_module.fit_base = exchange_kernels_module.fit_base = timed_fit
-    exchange_budgets = {}
-    if args.smc_budget_from:
-        for run in read_runs(args.smc_budget_from):
-            if run["method"] == "exchange" and "gradient_evaluations" in run:
+    exchange_budgets, default_runs = {}, {}
+    if args.budget_from:
+        for run in read_runs(args.budget_from):
+            if "gradient_evaluations" not in run:
+                continue
+            if run["method"] == "exchange":
                 exchange_budgets[run["family"], run["seed"]] = run["gradient_evaluations"]
+            if run["method"] in ("joint", "gibbs"):
+                default_runs[run["family"], run["seed"], run["method"]] = run
     results = []
     start = time.perf_counter()
     for family in args.families:
@@ -512,10 +547,22 @@ def main(argv=None):
                     if budget is None:
                         raise SystemExit(
                             f"smc needs the gradient budget of an exchange run of {family} seed "
-                            f"{seed}: add --methods exchange, or --smc-budget-from runs.jsonl."
+                            f"{seed}: add --methods exchange, or --budget-from runs.jsonl."
                         )
                     result = run_smc(target, seed, budget)
                 else:
+                    num_samples = NUM_SAMPLES
+                    if method.endswith("-budget"):
+                        budget = exchange_budgets.get((family, seed))
+                        default_method = method.removesuffix("-budget")
+                        default_run = default_runs.get((family, seed, default_method))
+                        if budget is None or default_run is None:
+                            raise SystemExit(
+                                f"{method} needs the gradient budget of an exchange run of "
+                                f"{family} seed {seed} (--methods exchange or --budget-from) "
+                                f"and the default run of {default_method} (--methods)."
+                            )
+                        num_samples = budget_num_samples(budget, default_run)
                     result = run_method(
                         method,
                         target,
@@ -525,13 +572,18 @@ def main(argv=None):
                         timed_fit,
                         args.exchange_reference,
                         json.loads(args.tempering_kwargs),
+                        num_samples=num_samples,
                     )
                 if method == "exchange":
                     exchange_budgets[family, seed] = result["gradient_evaluations"]
+                if method in ("joint", "gibbs"):
+                    default_runs[family, seed, method] = result
                 result.update(family=family, seed=seed, target=target.name)
                 if method == "exchange":
                     result.update(reference=args.exchange_reference)
-                if method in ("joint", "gibbs") and args.tempering_kwargs != "{}":
+                if method.removesuffix("-budget") in ("joint", "gibbs") and (
+                    args.tempering_kwargs != "{}"
+                ):
                     result.update(tempering_kwargs=args.tempering_kwargs)
                 results.append(result)
                 message = (
