@@ -18,8 +18,22 @@ numpyro.set_host_device_count(2)
 numpyro.enable_x64()
 
 
+import tempfile  # noqa: E402
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+# Most of the suite's time is XLA compilation, and much of it compiles the same programs again
+# (the eager operations of model tracing and of the base fits, the same kernel on the same
+# model in several tests), which JAX's persistent cache then loads instead; both workers share
+# it. It lives outside the repository, in the system's temporary directory.
+if os.environ.get("NUMPYRO_EXTRAS_TEST_JAX_CACHE", "1") != "0":
+    jax.config.update(
+        "jax_compilation_cache_dir",
+        os.path.join(tempfile.gettempdir(), "numpyro_extras_tests_jax_cache"),
+    )
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture(autouse=True, scope="module")
