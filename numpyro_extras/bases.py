@@ -37,9 +37,12 @@ class BaseCoverageWarning(UserWarning):
 
         import warnings
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", nx.BaseCoverageWarning)  # stop rather than go on
-            base = nx.fit_base(jax.random.PRNGKey(0), model, (x, y))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", nx.BaseCoverageWarning)  # stop rather than go on
+                base = nx.fit_base(jax.random.PRNGKey(0), model, (x, y))
+        except nx.BaseCoverageWarning as warning:
+            print(warning)  # then fit again with more num_starts, or a longer run
     """
 
 

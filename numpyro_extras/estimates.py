@@ -58,9 +58,8 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
 
     .. code-block:: python
 
-        mcmc = MCMC(nx.ReplicaExchange(model), num_warmup=1000, num_samples=2000)
-        mcmc.run(jax.random.PRNGKey(0), x, y)
-        nx.log_marginal_likelihood(mcmc)  # Evidence(log_z=..., stderr=...)
+        nx.log_marginal_likelihood(mcmc)  # a tempering run: Evidence(log_z=..., stderr=...)
+        nx.log_marginal_likelihood(exchange_mcmc)  # replica exchange: stepping stone
     """
     _check_estimating_kernel(mcmc)
     if isinstance(mcmc.sampler, ReplicaExchange):

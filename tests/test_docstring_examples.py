@@ -1,56 +1,65 @@
-"""Every public name has an example in its docstring, and the examples are real code.
+"""Every public name has an example in its docstring, and every example runs.
 
-The cheap examples (building objects, tiny computations) are executed. Those that sample, anneal
-or train take seconds to minutes each, too long for the suite; they are listed in ``NOT_RUN``
-with the reason, and only compiled and checked to name public objects that exist. The same holds
-for the functions and classes of ``numpyro_extras.targets`` (``TARGETS_NOT_RUN``); its constants
-are described in their module's docstring.
+The cheap examples (building objects, tiny computations) run in the test suite with the
+preamble's imports. Those that sample, anneal, train or read a finished run take seconds to a
+minute each; they are listed in ``SLOW`` and ``TARGETS_SLOW`` (for the functions and
+classes of ``numpyro_extras.targets``) with the reason, are marked ``slow_example``, which the
+suite deselects, and run in a CI step of their own: ``pytest -m slow_example
+tests/test_docstring_examples.py``. Besides the preamble, a slow example may assume the names
+of ``example_context`` (the API reference's introduction lists them):
+
+- ``model``, ``x``, ``y``: a regression ``model(x, y=None)`` with two posterior modes, and its
+  data;
+- ``rng_key``: a random key;
+- ``mcmc``: a finished run of ``nx.JointContinuousTempering(model)``;
+- ``exchange_mcmc``: a finished run of ``nx.ReplicaExchange(model)``;
+- ``params``: an involution trained by ``nx.train_ai_sampler`` for ``model``;
+- ``proposal``: a VAE proposal trained by ``nx.fit_vae_proposal`` for ``model``;
+- ``machine``: a small Boltzmann machine, ``nx.random_rbm``.
+
+Each is built on first use and shared by the examples after it. The constants of
+``numpyro_extras.targets`` are described in their module's docstring.
 """
 
 import ast
 import inspect
 import re
-import textwrap
+import tomllib
+from pathlib import Path
 
+import example_context
+import jax
+import matplotlib.pyplot as plt
 import pytest
+from example_context import examples
+from jax.experimental.compilation_cache import compilation_cache as compilation_cache_module
 
 import numpyro_extras as nx
 from numpyro_extras import targets
 
-# What every example may assume, as the API reference's introduction says.
-PREAMBLE = """\
-import jax
-import jax.numpy as jnp
-import numpy as np
-import numpyro
-import numpyro.distributions as dist
-from numpyro.infer import HMC, MCMC, NUTS, Predictive
-
-import numpyro_extras as nx
-"""
-
-_RUN = "runs MCMC on a user's model"
-_FINISHED_RUN = "reads a finished MCMC run (mcmc) of a user's model"
+_RUN = "runs MCMC"
+_FINISHED_RUN = "reads a finished run (mcmc or exchange_mcmc)"
 _TRAINS = "trains a network"
-_TRAINED = "needs a trained proposal or one saved to a file"
+_TRAINED = "reads a trained proposal (params or proposal)"
 _ANNEALS = "runs annealed importance sampling"
-_FITS = "fits a base by variational inference on a user's model"
+_FITS = "fits a base by variational inference"
 _COMPILES = "evaluates a JAX function whose compilation takes a second or more"
 
-NOT_RUN = {
-    "AiSampler": _RUN,
+# The examples of the slow step, with the reason each is there.
+SLOW = {
+    "AiSampler": _TRAINS,
     "AiState": _RUN,
     "ACS": _RUN,
     "ACSState": _RUN,
     "GibbsContinuousTempering": _RUN,
     "JointContinuousTempering": _RUN,
-    "TemperingState": _RUN,
     "ReplicaExchange": _RUN,
-    "log_marginal_likelihood": _RUN,
-    "VAESLMC": _RUN,
     "SLMCState": _RUN,
+    "VAESLMC": _RUN,
     "IsometryWarning": _RUN,
     "Evidence": _FINISHED_RUN,
+    "TemperingState": _FINISHED_RUN,
+    "log_marginal_likelihood": _FINISHED_RUN,
     "exchange_diagnostics": _FINISHED_RUN,
     "ExchangeDiagnostics": _FINISHED_RUN,
     "plot_exchange": _FINISHED_RUN,
@@ -65,12 +74,11 @@ NOT_RUN = {
     "tempered_samples": _FINISHED_RUN,
     "to_inference_data": _FINISHED_RUN,
     "train_ai_sampler": _TRAINS,
-    "InvolutiveProposal": _TRAINS,
     "fit_vae_proposal": _TRAINS,
-    "VAEProposal": _TRAINS,
-    "AnnealingHistory": _TRAINS,
-    "AnnealingSettings": _TRAINS,
-    "plot_annealing": _TRAINS,
+    "InvolutiveProposal": _TRAINED,
+    "VAEProposal": _TRAINED,
+    "AnnealingHistory": _TRAINED,
+    "plot_annealing": _TRAINED,
     "involution_check": _TRAINED,
     "InvolutionCheck": _TRAINED,
     "plot_ai_sampler": _TRAINED,
@@ -97,7 +105,7 @@ TARGETS = [
     if inspect.isfunction(getattr(targets, name)) or inspect.isclass(getattr(targets, name))
 ]
 
-TARGETS_NOT_RUN = {
+TARGETS_SLOW = {
     "bimodal_model": _RUN,
     "boltzmann_relaxation_model": _RUN,
     "gaussian_mixture_model": _RUN,
@@ -113,36 +121,6 @@ TARGETS_NOT_RUN = {
     "multimodal_grid_probabilities": _COMPILES,
 }
 
-_CODE_BLOCK = re.compile(r"^(?P<indent>[ \t]*)\.\. code-block:: python[ \t]*$")
-
-
-def examples(obj):
-    """The Python code blocks (``.. code-block:: python`` or ``>>>``) of a docstring."""
-    lines = (inspect.getdoc(obj) or "").splitlines()
-    blocks = []
-    i = 0
-    while i < len(lines):
-        match = _CODE_BLOCK.match(lines[i])
-        if match:
-            indent = len(match.group("indent"))
-            body = []
-            i += 1
-            while i < len(lines) and (
-                not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent
-            ):
-                body.append(lines[i])
-                i += 1
-            blocks.append(textwrap.dedent("\n".join(body)).strip() + "\n")
-        elif lines[i].lstrip().startswith(">>>"):
-            body = []
-            while i < len(lines) and lines[i].lstrip().startswith((">>>", "...")):
-                body.append(lines[i].lstrip()[4:])
-                i += 1
-            blocks.append("\n".join(body) + "\n")
-        else:
-            i += 1
-    return blocks
-
 
 def test_every_public_name_has_an_example():
     missing = [name for name in nx.__all__ if not examples(getattr(nx, name))]
@@ -154,9 +132,9 @@ def test_every_target_has_an_example():
     assert not missing, f"targets without a docstring example: {missing}"
 
 
-def test_the_not_run_list_names_public_objects():
-    assert set(NOT_RUN) <= set(nx.__all__), set(NOT_RUN) - set(nx.__all__)
-    assert set(TARGETS_NOT_RUN) <= set(TARGETS), set(TARGETS_NOT_RUN) - set(TARGETS)
+def test_the_slow_lists_name_public_objects():
+    assert set(SLOW) <= set(nx.__all__), set(SLOW) - set(nx.__all__)
+    assert set(TARGETS_SLOW) <= set(TARGETS), set(TARGETS_SLOW) - set(TARGETS)
 
 
 def check_names(code, label):
@@ -195,17 +173,71 @@ def test_target_example_compiles_and_names_public_objects(name):
         check_names(code, f"targets.{name}")
 
 
-@pytest.mark.parametrize("name", [name for name in nx.__all__ if name not in NOT_RUN])
-def test_cheap_example_runs(name):
-    namespace = {}
-    exec(compile(PREAMBLE, "<preamble>", "exec"), namespace)
-    for code in examples(getattr(nx, name)):
-        exec(compile(code, f"<example of nx.{name}>", "exec"), namespace)
+# Every example by label ("nx.X" or "targets.X"), and those of the slow step.
+EXAMPLES = {f"nx.{name}": getattr(nx, name) for name in nx.__all__} | {
+    f"targets.{name}": getattr(targets, name) for name in TARGETS
+}
+SLOW_EXAMPLES = [f"nx.{name}" for name in SLOW] + [f"targets.{name}" for name in TARGETS_SLOW]
+CHEAP_EXAMPLES = [label for label in EXAMPLES if label not in SLOW_EXAMPLES]
 
 
-@pytest.mark.parametrize("name", [name for name in TARGETS if name not in TARGETS_NOT_RUN])
-def test_cheap_target_example_runs(name):
-    namespace = {}
-    exec(compile(PREAMBLE, "<preamble>", "exec"), namespace)
-    for code in examples(getattr(targets, name)):
-        exec(compile(code, f"<example of targets.{name}>", "exec"), namespace)
+def test_every_example_runs_in_one_of_the_two_steps():
+    assert set(CHEAP_EXAMPLES) | set(SLOW_EXAMPLES) == set(EXAMPLES)
+    assert not set(CHEAP_EXAMPLES) & set(SLOW_EXAMPLES)
+    # The slow step exists: the suite deselects its marker and CI selects it.
+    root = Path(__file__).resolve().parents[1]
+    pytest_config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert "not slow_example" in pytest_config["ini_options"]["addopts"]
+    assert re.search(
+        r"pytest .*-m slow_example .*test_docstring_examples", (root / ".ci/run").read_text()
+    )
+
+
+@pytest.mark.parametrize("label", SLOW_EXAMPLES)
+def test_slow_example_assumes_only_context_names(label):
+    unknown = example_context.context_names(EXAMPLES[label]) - set(example_context.NAMES)
+    assert not unknown, f"the example of {label} uses undefined names: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("label", CHEAP_EXAMPLES)
+def test_cheap_example_runs(label):
+    assert not example_context.context_names(EXAMPLES[label]), "the suite runs it without context"
+    example_context.run_examples(EXAMPLES[label], label)
+
+
+@pytest.fixture(scope="session")
+def compilation_cache(tmp_path_factory):
+    """A persistent compilation cache for the slow step: its examples and context compile the
+    same functions again and again (each kernel builds new closures), and XLA compilation is
+    most of their time."""
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    compilation_cache_module.reset_cache()  # JAX decides whether to use it at its first compile
+    yield
+    jax.config.update("jax_compilation_cache_dir", None)
+    compilation_cache_module.reset_cache()
+
+
+def _worker_group(label):
+    """Two groups of slow examples, one per pytest-xdist worker (``--dist loadgroup``), each
+    sharing its own context objects: the learned proposals, annealing and discrete sampling, and
+    the rest (tempering, replica exchange, the targets)."""
+    module = EXAMPLES[label].__module__
+    learned = ("involutive", "slmc", "annealing", "discrete")
+    return "learned" if module.split(".")[1] in learned else "tempering"
+
+
+@pytest.mark.slow_example
+@pytest.mark.parametrize(
+    "label",
+    [
+        pytest.param(label, marks=pytest.mark.xdist_group(_worker_group(label)))
+        for label in SLOW_EXAMPLES
+    ],
+)
+def test_slow_example_runs(label, compilation_cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # for the files the examples write
+    try:
+        example_context.run_examples(EXAMPLES[label], label)
+    finally:
+        plt.close("all")

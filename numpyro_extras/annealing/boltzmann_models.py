@@ -65,7 +65,7 @@ def rbm_model(machine):
     .. code-block:: python
 
         machine = nx.random_rbm(jax.random.PRNGKey(0), 5, 5)
-        evidence = nx.ais(key, nx.rbm_model, (machine,), num_particles=1000,
+        evidence = nx.ais(rng_key, nx.rbm_model, (machine,), num_particles=1000,
                           num_temperatures=50)
         evidence.log_z, machine.log_partition()
     """
@@ -95,7 +95,7 @@ def ising_model(size, coupling=1.0, field=0.0, temperature=1.0):
 
     .. code-block:: python
 
-        evidence = nx.ais(key, nx.ising_model, (4,), {"temperature": 2.5},
+        evidence = nx.ais(rng_key, nx.ising_model, (4,), {"temperature": 2.5},
                           num_particles=1000, num_temperatures=100)
         exact = nx.ising_lattice(4, temperature=2.5).log_partition()
     """

@@ -396,7 +396,8 @@ def ais_boltzmann(
 
     .. code-block:: python
 
-        evidence = nx.ais_boltzmann(key, machine, num_particles=1000, num_temperatures=30)
+        evidence = nx.ais_boltzmann(rng_key, machine, num_particles=1000, num_temperatures=30)
+        evidence.log_z, machine.log_partition()
     """
     _check_machine(machine)
     num_particles = _check_particles(num_particles)
@@ -471,7 +472,7 @@ def mais_vs_ais(
     .. code-block:: python
 
         machine = nx.random_rbm(jax.random.PRNGKey(0), 20, 40, inverse_temperature=8.0)
-        both = nx.mais_vs_ais(key, machine, num_particles=1000, num_temperatures=10)
+        both = nx.mais_vs_ais(rng_key, machine, num_particles=1000, num_temperatures=10)
         exact = machine.free_energy()
         (both.ais_free_energy - exact) / machine.num_units   # about 0.09 per spin
         (both.mais_free_energy - exact) / machine.num_units  # about 0.02 per spin

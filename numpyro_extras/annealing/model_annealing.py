@@ -926,8 +926,8 @@ def ais(
 
     .. code-block:: python
 
-        evidence = nx.ais(key, model, model_args=(x, y), num_particles=1000,
-                          num_temperatures=200)
+        evidence = nx.ais(rng_key, model, model_args=(x, y), num_particles=500,
+                          num_temperatures=100)
         print(f"log Z = {evidence.log_z:.3f} +- {evidence.stderr:.3f} (ESS {evidence.ess:.0f})")
     """
     checked = _check_settings(

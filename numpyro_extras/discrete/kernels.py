@@ -86,7 +86,7 @@ class ACSState(NamedTuple):
 
     .. code-block:: python
 
-        mcmc = MCMC(nx.ACS(nx.rbm_model), num_warmup=500, num_samples=5000)
+        mcmc = MCMC(nx.ACS(nx.rbm_model), num_warmup=200, num_samples=1000)
         mcmc.run(jax.random.PRNGKey(0), nx.random_rbm(jax.random.PRNGKey(1), 10, 20))
         mcmc.last_state.tuning, mcmc.last_state.mean_accept_prob
     """
@@ -213,10 +213,21 @@ class ACS(ExtrasKernel):
 
     .. code-block:: python
 
-        mcmc = MCMC(nx.ACS(nx.rbm_model), num_warmup=500, num_samples=5000)
+        mcmc = MCMC(nx.ACS(nx.rbm_model), num_warmup=200, num_samples=1000)
         mcmc.run(jax.random.PRNGKey(0), machine)
-        mcmc.last_state.tuning.schedule      # the tuned (alpha_k, beta_k)
-        mcmc = MCMC(nx.ACS(mixture_model, inner_kernel=NUTS), num_warmup=500, num_samples=2000)
+        mcmc.last_state.tuning.schedule  # the tuned (alpha_k, beta_k)
+
+
+        def mixture_model(data):
+            # a discrete label per point beside a continuous mean: ACS moves z, NUTS moves mu
+            mu = numpyro.sample("mu", dist.Normal(0.0, 3.0))
+            with numpyro.plate("data", len(data)):
+                z = numpyro.sample("z", dist.Bernoulli(0.5))
+                numpyro.sample("obs", dist.Normal((2.0 * z - 1.0) * mu, 1.0), obs=data)
+
+
+        mcmc = MCMC(nx.ACS(mixture_model, inner_kernel=NUTS), num_warmup=200, num_samples=500)
+        mcmc.run(jax.random.PRNGKey(0), jnp.array([-2.1, 1.8, 2.3, -1.9]))
     """
 
     sample_field = "z"

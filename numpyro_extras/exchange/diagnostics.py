@@ -82,7 +82,7 @@ class ExchangeDiagnostics(NamedTuple):
 
     .. code-block:: python
 
-        diagnostics = nx.exchange_diagnostics(mcmc)
+        diagnostics = nx.exchange_diagnostics(exchange_mcmc)  # a finished nx.ReplicaExchange run
         diagnostics.swap_accept_rate.min(), diagnostics.round_trips, diagnostics.problems
         print(diagnostics)  # a table per chain, the run-wide figures and the problems
     """
@@ -181,7 +181,7 @@ def exchange_diagnostics(mcmc) -> ExchangeDiagnostics:
 
     .. code-block:: python
 
-        diagnostics = nx.exchange_diagnostics(mcmc)
+        diagnostics = nx.exchange_diagnostics(exchange_mcmc)  # a finished nx.ReplicaExchange run
         diagnostics.barrier, diagnostics.round_trips, diagnostics.problems
     """
     kernel = exchange_kernel(mcmc)

@@ -262,16 +262,17 @@ class ReplicaExchange(ExtrasKernel):
 
     .. code-block:: python
 
-        mcmc = MCMC(nx.ReplicaExchange(model), num_warmup=1000, num_samples=2000, num_chains=4)
+        kernel = nx.ReplicaExchange(model, num_replicas=8)  # default: from a pilot run
+        mcmc = MCMC(kernel, num_warmup=300, num_samples=1000, num_chains=2)
         mcmc.run(jax.random.PRNGKey(0), x, y)
-        mcmc.print_summary()                   # the posterior, every mode with its mass
-        nx.log_marginal_likelihood(mcmc)       # stepping stone over the ladder
-        nx.exchange_diagnostics(mcmc)          # swap rates, round trips, barrier
+        mcmc.print_summary()  # the posterior, every mode with its mass
+        nx.log_marginal_likelihood(mcmc)  # stepping stone over the ladder
+        nx.exchange_diagnostics(mcmc)  # swap rates, round trips, barrier
         # a model whose latent sites are all discrete (here an Ising lattice written with factor)
-        mcmc = MCMC(nx.ReplicaExchange(nx.ising_model, inner_kernel=nx.ACS), num_warmup=1000,
-                    num_samples=5000, num_chains=4)
+        mcmc = MCMC(nx.ReplicaExchange(nx.ising_model, inner_kernel=nx.ACS), num_warmup=200,
+                    num_samples=500, num_chains=2)
         mcmc.run(jax.random.PRNGKey(0), 4, coupling=0.6)
-        nx.log_marginal_likelihood(mcmc)       # nx.ising_lattice(4, 0.6).log_partition()
+        nx.log_marginal_likelihood(mcmc)  # nx.ising_lattice(4, 0.6).log_partition()
     """
 
     gibbs_block_error = (

@@ -25,7 +25,7 @@ def plot_exchange(mcmc, site=None, axes=None):
 
     .. code-block:: python
 
-        nx.plot_exchange(mcmc).savefig("exchange.png")
+        nx.plot_exchange(exchange_mcmc).savefig("exchange.png")  # a finished nx.ReplicaExchange run
     """
     import matplotlib.pyplot as plt
 

@@ -40,8 +40,8 @@ class AiState(NamedTuple):
 
     .. code-block:: python
 
-        mcmc = MCMC(nx.AiSampler(model), num_warmup=1000, num_samples=5000)
-        mcmc.run(jax.random.PRNGKey(0), data)
+        mcmc = MCMC(nx.AiSampler(model, params=params), num_warmup=200, num_samples=1000)
+        mcmc.run(jax.random.PRNGKey(0), x, y)
         mcmc.last_state.mean_accept_prob  # the sampling phase's acceptance
     """
 

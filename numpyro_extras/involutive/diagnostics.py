@@ -26,7 +26,7 @@ class InvolutionCheck(NamedTuple):
 
     .. code-block:: python
 
-        check = nx.involution_check(nx.load_involution("mog6.msgpack"), jax.random.PRNGKey(0))
+        check = nx.involution_check(params, jax.random.PRNGKey(0))
         check.max_involution_error, check.max_log_det  # both about 0
     """
 
@@ -101,7 +101,7 @@ def plot_ai_sampler(params: InvolutiveProposal, potential_fn=None, rng_key=None,
 
     .. code-block:: python
 
-        nx.plot_ai_sampler(params, potential_fn)
+        nx.plot_ai_sampler(params).savefig("ai_sampler.png")
     """
     import matplotlib.pyplot as plt
 

@@ -26,8 +26,8 @@ def save_involution(path, params: InvolutiveProposal):
 
     .. code-block:: python
 
-        nx.save_involution("mog6.msgpack", params)
-        params = nx.load_involution("mog6.msgpack")
+        nx.save_involution("involution.msgpack", params)
+        params = nx.load_involution("involution.msgpack")
     """
     if not isinstance(params, InvolutiveProposal):
         raise TypeError(
@@ -64,7 +64,8 @@ def load_involution(path) -> InvolutiveProposal:
 
     .. code-block:: python
 
-        kernel = nx.AiSampler(model, params=nx.load_involution("mog6.msgpack"))
+        nx.save_involution("involution.msgpack", params)
+        kernel = nx.AiSampler(model, params=nx.load_involution("involution.msgpack"))
     """
     header, payload = read_header(path, FORMAT, "nx.save_involution")
     # Files written before the swap option hold the plain flow, whose parameters mean another map.

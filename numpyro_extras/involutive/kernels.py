@@ -88,10 +88,10 @@ class AiSampler(ExtrasKernel):
 
     .. code-block:: python
 
-        kernel = nx.AiSampler(model)              # trains in init (NUTS bootstrap), then frozen
-        mcmc = MCMC(kernel, num_warmup=1000, num_samples=5000, num_chains=4)
-        mcmc.run(jax.random.PRNGKey(0), data)
-        kernel.params.history.accept_rates        # the training's bootstrap acceptance
+        kernel = nx.AiSampler(model, train_kwargs=dict(epochs=5))  # trains in init, then frozen
+        mcmc = MCMC(kernel, num_warmup=200, num_samples=1000, num_chains=2)
+        mcmc.run(jax.random.PRNGKey(0), x, y)
+        kernel.params.history.accept_rates  # the training's bootstrap acceptance
     """
 
     def __init__(

@@ -181,9 +181,8 @@ class InvolutiveProposal:
 
     .. code-block:: python
 
-        proposal = nx.train_ai_sampler(jax.random.PRNGKey(0), model, (data,), epochs=50)
-        proposal.history  # what the training did
-        kernel = nx.AiSampler(model, params=proposal)
+        params.history  # what the training (nx.train_ai_sampler) did
+        kernel = nx.AiSampler(model, params=params)
     """
 
     params: Any

@@ -300,8 +300,8 @@ def train_ai_sampler(
 
     .. code-block:: python
 
-        proposal = nx.train_ai_sampler(jax.random.PRNGKey(0), model, (data,), epochs=50)
-        kernel = nx.AiSampler(model, params=proposal)
+        params = nx.train_ai_sampler(jax.random.PRNGKey(0), model, (x, y), epochs=5)
+        kernel = nx.AiSampler(model, params=params)
     """
     start = time.perf_counter()
     unknown = sorted(set(settings) - set(TrainingSettings._fields))

@@ -110,8 +110,9 @@ class AnnealingSettings(NamedTuple):
 
     .. code-block:: python
 
-        nx.AnnealingSettings().epochs  # 150, Table 7
-        proposal = nx.fit_vae_proposal(jax.random.PRNGKey(0), model, (data,), epochs=50)
+        settings = nx.AnnealingSettings()
+        settings.epochs, settings.beta_0  # 150 and 0.1, Table 7
+        # every field is a keyword of nx.fit_vae_proposal and of nx.VAESLMC's fit_kwargs
     """
 
     beta_0: float = 0.1
@@ -243,7 +244,6 @@ class AnnealingHistory(NamedTuple):
 
     .. code-block:: python
 
-        proposal = nx.fit_vae_proposal(jax.random.PRNGKey(0), model, (data,), num_models=2)
         proposal.history.chosen_model, proposal.history.final_accept_rates
     """
 
@@ -517,7 +517,12 @@ def fit_vae_proposal(
 
     .. code-block:: python
 
-        proposal = nx.fit_vae_proposal(jax.random.PRNGKey(0), model, (data,), num_models=2)
+        proposal = nx.fit_vae_proposal(
+            jax.random.PRNGKey(0), model, (x, y),
+            # small settings for a first try; the defaults are the paper's (nx.AnnealingSettings)
+            encoder_sizes=(32, 32), decoder_sizes=(32, 32), epochs=20, initial_epochs=60,
+            training_size=1000, initial_size=1000, initial_warmup=200, num_data_chains=20,
+            num_check_chains=5, num_check_steps=200, batch_size=256, beta_step=0.05)
         nx.plot_annealing(proposal)
         kernel = nx.VAESLMC(model, proposal=proposal)
     """

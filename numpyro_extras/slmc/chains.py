@@ -191,8 +191,8 @@ class SLMCState(NamedTuple):
 
     .. code-block:: python
 
-        mcmc = MCMC(nx.VAESLMC(model), num_warmup=2000, num_samples=5000)
-        mcmc.run(jax.random.PRNGKey(0), data)
+        mcmc = MCMC(nx.VAESLMC(model, proposal=proposal), num_warmup=200, num_samples=1000)
+        mcmc.run(jax.random.PRNGKey(0), x, y)
         mcmc.last_state.mean_accept_prob
     """
 

@@ -43,8 +43,8 @@ def save_proposal(path, proposal: VAEProposal):
 
     .. code-block:: python
 
-        nx.save_proposal("gmm.msgpack", proposal)
-        proposal = nx.load_proposal("gmm.msgpack")
+        nx.save_proposal("proposal.msgpack", proposal)
+        proposal = nx.load_proposal("proposal.msgpack")
     """
     if not isinstance(proposal, VAEProposal):
         raise TypeError(f"save_proposal needs a VAEProposal, got {type(proposal).__name__}.")
@@ -65,7 +65,8 @@ def load_proposal(path) -> VAEProposal:
 
     .. code-block:: python
 
-        kernel = nx.VAESLMC(model, proposal=nx.load_proposal("gmm.msgpack"))
+        nx.save_proposal("proposal.msgpack", proposal)
+        kernel = nx.VAESLMC(model, proposal=nx.load_proposal("proposal.msgpack"))
     """
     header, payload = read_header(path, FORMAT, "nx.save_proposal")
     config = header["config"]

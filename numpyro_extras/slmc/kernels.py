@@ -51,11 +51,14 @@ class IsometryWarning(UserWarning):
 
         import warnings
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", nx.IsometryWarning)  # stop rather than go on
-            kernel = nx.VAESLMC(model, acceptance="isometric")
-            mcmc = MCMC(kernel, num_warmup=2000, num_samples=5000)
-            mcmc.run(jax.random.PRNGKey(0), data)
+        kernel = nx.VAESLMC(model, proposal=proposal, acceptance="isometric")
+        mcmc = MCMC(kernel, num_warmup=200, num_samples=1000)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", nx.IsometryWarning)  # stop rather than go on
+                mcmc.run(jax.random.PRNGKey(0), x, y)
+        except nx.IsometryWarning as warning:
+            print(warning)  # then sample with acceptance="exact"
     """
 
 
@@ -123,11 +126,12 @@ class VAESLMC(ExtrasKernel):
 
     .. code-block:: python
 
-        kernel = nx.VAESLMC(model)                 # trains the proposal in init, then freezes it
-        mcmc = MCMC(kernel, num_warmup=2000, num_samples=5000, num_chains=4)
-        mcmc.run(jax.random.PRNGKey(0), data)
-        nx.log_marginal_likelihood(mcmc)           # from the proposals' importance weights
-        kernel.proposal.history                    # the annealing path
+        # without proposal=, init trains one by nx.fit_vae_proposal (settings in fit_kwargs=)
+        kernel = nx.VAESLMC(model, proposal=proposal)
+        mcmc = MCMC(kernel, num_warmup=200, num_samples=1000, num_chains=2)
+        mcmc.run(jax.random.PRNGKey(0), x, y)
+        nx.log_marginal_likelihood(mcmc)  # from the proposals' importance weights
+        kernel.proposal.history  # the annealing path
     """
 
     gibbs_block_error = (

@@ -22,7 +22,7 @@ def plot_annealing(proposal: VAEProposal, axes=None):
 
     .. code-block:: python
 
-        nx.plot_annealing(nx.fit_vae_proposal(key, model, num_models=2))
+        nx.plot_annealing(proposal).savefig("annealing.png")
     """
     import matplotlib.pyplot as plt
 

@@ -155,7 +155,6 @@ class VAEProposal:
 
     .. code-block:: python
 
-        proposal = nx.fit_vae_proposal(jax.random.PRNGKey(0), model, (data,))
         proposal.history.chosen_model, proposal.history.final_accept_rates
         kernel = nx.VAESLMC(model, proposal=proposal)
     """
@@ -469,7 +468,7 @@ def isometry_factors(rng_key, proposal: VAEProposal, num_samples=10_000):
     .. code-block:: python
 
         factors = nx.isometry_factors(jax.random.PRNGKey(0), proposal)
-        bool(jnp.all(jnp.abs(factors - 1) < 0.05))
+        bool(jnp.all(jnp.abs(factors - 1) < 0.05))  # eq. 3 holds
     """
     config = proposal.config
     decoder = _decoder(config)

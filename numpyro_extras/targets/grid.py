@@ -226,7 +226,7 @@ def multimodal_grid_model(grid):
     .. code-block:: python
 
         from numpyro_extras.targets import make_multimodal_grid, multimodal_grid_model
-        mcmc = MCMC(nx.ACS(multimodal_grid_model), num_warmup=500, num_samples=2000)
+        mcmc = MCMC(nx.ACS(multimodal_grid_model), num_warmup=300, num_samples=1000)
         mcmc.run(jax.random.PRNGKey(0), make_multimodal_grid())
     """
     logits = jnp.zeros(grid.num_values)

@@ -178,7 +178,8 @@ def gaussian_mixture_model(prior_scale, locs, inverse_scale_trils, log_weights):
 
         from numpyro_extras.targets import gaussian_mixture_model, gaussian_mixture_target
         target = gaussian_mixture_target(0, 6)
-        mcmc = MCMC(nx.ReplicaExchange(gaussian_mixture_model), num_warmup=1000, num_samples=2000)
+        kernel = nx.ReplicaExchange(gaussian_mixture_model, num_replicas=8)
+        mcmc = MCMC(kernel, num_warmup=300, num_samples=1000)
         mcmc.run(jax.random.PRNGKey(0), *target.model_args)
     """
     dimension = locs.shape[-1]
@@ -347,7 +348,7 @@ def sign_product_model(prior_locs, prior_scale, observations, noise_scale):
         from numpyro_extras.targets import sign_product_model, sign_product_target
         target = sign_product_target(0, 3)
         kernel = nx.JointContinuousTempering(sign_product_model)
-        mcmc = MCMC(kernel, num_warmup=1000, num_samples=2000)
+        mcmc = MCMC(kernel, num_warmup=300, num_samples=1000)
         mcmc.run(jax.random.PRNGKey(0), *target.model_args)
     """
     theta = numpyro.sample("theta", dist.Normal(prior_locs, prior_scale).to_event(1))  # shape [d]

@@ -69,9 +69,8 @@ def base_moment_check(mcmc, warn=True) -> BaseMomentCheck:
 
     .. code-block:: python
 
-        mcmc.run(jax.random.PRNGKey(0), x, y)
         if not nx.base_moment_check(mcmc).passed:
-            kernel = nx.JointContinuousTempering(model, base=nx.refit_base(mcmc))
+            kernel = nx.JointContinuousTempering(model, base=nx.refit_base(mcmc))  # run again
     """
     kernel = tempering_kernel(mcmc)
     draws = flat_tempered_draws(mcmc)
@@ -123,8 +122,7 @@ def refit_base(mcmc) -> GaussianBase:
 
     .. code-block:: python
 
-        mcmc.run(rng_key, data)
-        better = MCMC(nx.GibbsContinuousTempering(model, base=nx.refit_base(mcmc)), ...)
+        kernel = nx.GibbsContinuousTempering(model, base=nx.refit_base(mcmc))  # for a new run
     """
     kernel = tempering_kernel(mcmc)
     return weighted_gaussian(

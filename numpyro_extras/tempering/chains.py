@@ -121,9 +121,7 @@ class TemperingState(NamedTuple):
 
     .. code-block:: python
 
-        mcmc = MCMC(nx.JointContinuousTempering(model), num_warmup=1000, num_samples=2000)
-        mcmc.run(jax.random.PRNGKey(0), x, y)
-        mcmc.last_state.beta, mcmc.last_state.log_zeta
+        mcmc.last_state.beta, mcmc.last_state.log_zeta  # mcmc: a finished tempering run
     """
 
     z: Any

@@ -143,8 +143,8 @@ def target_log_weights(mcmc):
     .. code-block:: python
 
         weights = np.exp(nx.target_log_weights(mcmc))
-        draws = nx.tempered_samples(mcmc, group_by_chain=True)["x"]
-        (weights * draws).sum()  # the posterior mean of x (eq. 21)
+        draws = nx.tempered_samples(mcmc, group_by_chain=True)["intercept"]
+        (weights * draws).sum()  # the posterior mean of the intercept (eq. 21)
     """
     tempering_kernel(mcmc)
     log_weights = unnormalised_target_log_weights(mcmc)

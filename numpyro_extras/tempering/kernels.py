@@ -225,10 +225,11 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
 
     .. code-block:: python
 
-        mcmc = MCMC(nx.JointContinuousTempering(model), num_warmup=1000, num_samples=2000)
+        kernel = nx.JointContinuousTempering(model)
+        mcmc = MCMC(kernel, num_warmup=300, num_samples=1000, num_chains=2)
         mcmc.run(jax.random.PRNGKey(0), x, y)
-        mcmc.print_summary()               # the posterior
-        nx.log_marginal_likelihood(mcmc)   # log p(y) with its standard error
+        mcmc.print_summary()  # the posterior
+        nx.log_marginal_likelihood(mcmc)  # log p(y) with its standard error
     """
 
     def __init__(
@@ -320,8 +321,8 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
 
     .. code-block:: python
 
-        mcmc = MCMC(nx.GibbsContinuousTempering(model), num_warmup=500, num_samples=5000)
-        mcmc.run(jax.random.PRNGKey(0), data)
+        mcmc = MCMC(nx.GibbsContinuousTempering(model), num_warmup=300, num_samples=1000)
+        mcmc.run(jax.random.PRNGKey(0), x, y)
         mcmc.get_extra_fields()["beta"]
     """
 

@@ -28,7 +28,7 @@ def plot_tempering(mcmc, site=None, axes=None):
 
     .. code-block:: python
 
-        nx.plot_tempering(mcmc, site="x").savefig("tempering.png")
+        nx.plot_tempering(mcmc, site="slope").savefig("tempering.png")
     """
     import matplotlib.pyplot as plt
 

@@ -39,8 +39,8 @@ def tempered_samples(mcmc, group_by_chain=False):
 
     .. code-block:: python
 
-        draws = nx.tempered_samples(mcmc, group_by_chain=True)["x"]  # (num_chains, num_draws)
-        (np.exp(nx.target_log_weights(mcmc)) * draws).sum()  # the posterior mean of x (eq. 21)
+        draws = nx.tempered_samples(mcmc, group_by_chain=True)["intercept"]  # (chains, draws)
+        (np.exp(nx.target_log_weights(mcmc)) * draws).sum()  # its posterior mean (eq. 21)
     """
     kernel = tempering_kernel(mcmc)
     draws = tempered_draws(mcmc, group_by_chain)
@@ -74,7 +74,7 @@ def posterior_samples(mcmc, rng_key, num_samples=None):
     .. code-block:: python
 
         draws = nx.posterior_samples(mcmc, jax.random.PRNGKey(1))
-        Predictive(model, draws)(jax.random.PRNGKey(2), x)
+        Predictive(model, draws)(jax.random.PRNGKey(2), x)["y"]  # posterior predictive draws of y
     """
     probabilities = np.exp(target_log_weights(mcmc)).ravel()
     num_samples = probabilities.size if num_samples is None else int(num_samples)
