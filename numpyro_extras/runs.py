@@ -123,7 +123,7 @@ def run_report(title, chain_rows, run_lines, problems):
     problem found (or that none was).
 
     :param str title: the first line.
-    :param chain_rows: ``(label, values, format_spec)`` per row, one value per chain, e.g.
+    :param chain_rows: ``(label, values, number_format)`` per row, one value per chain, e.g.
         ``("round trips", [12, 9], "d")``.
     :param run_lines: ``(label, text)`` per run-wide figure.
     :param problems: the problem sentences.
@@ -140,22 +140,22 @@ def run_report(title, chain_rows, run_lines, problems):
         headers = [f"min of {num_chains} chains", "median", "max"]
         columns = [np.nanmin, np.nanmedian, np.nanmax]
         rows = [
-            (label, [summary(np.asarray(values, float)) for summary in columns], spec)
-            for label, values, spec in chain_rows
+            (label, [summary(np.asarray(values, float)) for summary in columns], number_format)
+            for label, values, number_format in chain_rows
         ]
     else:
         headers = [f"chain {chain}" for chain in range(num_chains)]
         rows = chain_rows
 
-    def cell(value, spec):
+    def cell(value, number_format):
         value = float(value)
         if not np.isfinite(value):
             return "-"
-        if spec == "d":
+        if number_format == "d":
             return f"{value:.0f}" if value.is_integer() else f"{value:.1f}"
-        return format(value, spec)
+        return format(value, number_format)
 
-    cells = [[cell(value, spec) for value in values] for _, values, spec in rows]
+    cells = [[cell(value, number_format) for value in values] for _, values, number_format in rows]
     label_width = max([len(label) for label, _ in run_lines] + [len(row[0]) for row in rows] + [0])
     column_width = max(
         [len(text) for text in headers] + [len(t) for row in cells for t in row] + [0]
