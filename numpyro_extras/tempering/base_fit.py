@@ -54,6 +54,10 @@ class _LocalFit(NamedTuple):
     elbo: float
 
 
+# One compiled program instead of an eager operation per primitive at every call.
+_importance_ess = jax.jit(effective_sample_size)
+
+
 def _dispersed_starts(rng_key, num_fits, dimension, radius, prior_positions):
     """Half prior draws (where there are any), half uniform in ``[-radius, radius]`` on the flat
     unconstrained space."""
@@ -64,6 +68,21 @@ def _dispersed_starts(rng_key, num_fits, dimension, radius, prior_positions):
     num_prior_starts = min(num_fits // 2, len(prior_positions))
     starts[1::2][:num_prior_starts] = prior_positions[:num_prior_starts]
     return starts
+
+
+def _guide_moments(guide, params):
+    """Means and covariances, float64 NumPy arrays in the guide's flat order, of the Gaussian
+    guides with the stacked parameters ``params`` (one compiled program for all of them)."""
+
+    def moments(fit_params):
+        posterior = guide.get_posterior(fit_params)
+        if hasattr(posterior, "covariance_matrix"):
+            return posterior.mean, posterior.covariance_matrix
+        # a mean-field guide's posterior is an independent Normal
+        return posterior.mean, jnp.diag(posterior.variance)
+
+    means, covariances = jax.jit(jax.vmap(moments))(params)
+    return np.asarray(means, dtype=np.float64), np.asarray(covariances, dtype=np.float64)
 
 
 def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class, settings):
@@ -109,7 +128,7 @@ def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class
         num_fits = len(starts)
         guide_starts = np.zeros_like(starts)
         guide_starts[:, order] = starts
-        states = jax.vmap(state_from)(
+        states = jax.jit(jax.vmap(state_from))(
             jnp.asarray(guide_starts, dtype), jax.random.split(init_key, num_fits)
         )
         num_chunks = max(1, steps // chunk_length)
@@ -123,7 +142,7 @@ def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class
             postfix=lambda losses: {"loss": f"{float(jnp.min(losses[-1])):.3g}"},
         )
         losses = jnp.concatenate(all_losses)
-        params = jax.vmap(svi.get_params)(states)
+        params = jax.jit(jax.vmap(svi.get_params))(states)
         final_losses = np.asarray(losses[-10:], dtype=np.float64)
         if settings["elbo_particles"]:
             # A precise ELBO: log zeta = ELBO enters the estimator directly, so average many
@@ -142,17 +161,11 @@ def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class
         else:
             # Only ranks the fits: log zeta and the masses come from importance sampling.
             elbos = -final_losses.mean(0)
+        means, covariances = _guide_moments(guide, params)
         fits = []
         for index in range(num_fits):
-            fit_params = jax.tree.map(lambda leaf, index=index: leaf[index], params)
-            posterior = guide.get_posterior(fit_params)
-            loc = np.asarray(posterior.mean, dtype=np.float64)[order]
-            if hasattr(posterior, "covariance_matrix"):
-                covariance = np.asarray(posterior.covariance_matrix, dtype=np.float64)
-            else:
-                # a mean-field guide's posterior is an independent Normal
-                covariance = np.diag(np.asarray(posterior.variance, dtype=np.float64))
-            covariance = covariance[np.ix_(order, order)]
+            loc = means[index][order]
+            covariance = covariances[index][np.ix_(order, order)]
             values = (elbos[index], loc, covariance, final_losses[:, index])
             if all(np.all(np.isfinite(value)) for value in values):
                 fits.append(_LocalFit(loc, covariance, float(elbos[index])))
@@ -259,11 +272,15 @@ def _cholesky(covariance):
 def _prior_positions(rng_key, model, model_args, model_kwargs, flat_model, num_draws):
     """Prior draws on the flat unconstrained space, rows with a non-finite entry dropped; none
     for a model whose prior cannot be sampled (an improper prior, for example)."""
-    try:
+
+    def prior_positions(key):
         draws = Predictive(model, num_samples=num_draws, parallel=True)(
-            rng_key, *model_args, **model_kwargs
+            key, *model_args, **model_kwargs
         )
-        positions = np.asarray(jax.vmap(flat_model.ravel_fn)(draws), dtype=np.float64)
+        return jax.vmap(flat_model.ravel_fn)(draws)
+
+    try:
+        positions = np.asarray(jax.jit(prior_positions)(rng_key), dtype=np.float64)
     except Exception:  # noqa: BLE001 -- a prior that cannot be sampled only loses the prior's help
         return np.zeros((0, flat_model.dimension))
     return positions[np.all(np.isfinite(positions), axis=-1)]
@@ -374,7 +391,7 @@ def importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, n
     return MixtureEstimate(
         log_zeta=float(log_total - math.log(len(positions))),
         masses=weights @ responsibilities,
-        effective_sample_size=float(effective_sample_size(jnp.asarray(log_weights))),
+        effective_sample_size=float(_importance_ess(jnp.asarray(log_weights))),
         pareto_k=float(pareto_k),
         positions=positions,
         log_weights=log_weights,

@@ -130,12 +130,30 @@ def test_base_proposal_rejects_a_non_finite_point():
     assert float(moved.position[0]) == 0.0
 
 
-@pytest.mark.parametrize("kernel_class", KERNELS)
-def test_get_samples_are_posterior_draws(kernel_class):
+EXTRA_FIELDS = ("potential_energy", "energy", "num_steps", "accept_prob", "adapt_state.step_size")
+
+
+@pytest.fixture(scope="module")
+def joint_bimodal_run():
+    """Joint continuous tempering on the bimodal target with its exact base, collecting the
+    extra fields NumPyro users ask for."""
+    mcmc = _mcmc(nx.JointContinuousTempering(targets.bimodal_model, base=BIMODAL_BASE), 500, 3000)
+    mcmc.run(jax.random.PRNGKey(0), BIMODAL_LOG_Z, extra_fields=EXTRA_FIELDS)
+    return mcmc
+
+
+@pytest.fixture(scope="module")
+def gibbs_bimodal_run():
+    mcmc = _mcmc(nx.GibbsContinuousTempering(targets.bimodal_model, base=BIMODAL_BASE), 500, 3000)
+    mcmc.run(jax.random.PRNGKey(0), BIMODAL_LOG_Z)
+    return mcmc
+
+
+@pytest.mark.parametrize("run", ["joint_bimodal_run", "gibbs_bimodal_run"])
+def test_get_samples_are_posterior_draws(run, request):
     """The sample field is the posterior: on the bimodal target, the fraction of draws in the
     left mode is 0.6 within 4 Monte Carlo errors, and print_summary / ArviZ see the posterior."""
-    mcmc = _mcmc(kernel_class(targets.bimodal_model, base=BIMODAL_BASE), num_samples=3000)
-    mcmc.run(jax.random.PRNGKey(0), BIMODAL_LOG_Z)
+    mcmc = request.getfixturevalue(run)
     x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
     left = (x < 0).astype(float)
     stderr = float(az.mcse(left, method="mean"))
@@ -159,37 +177,41 @@ def _regression_posterior(features, observed, prior_scale=1.0, noise_scale=1.0):
     return covariance @ features.T @ observed / noise_scale**2, np.sqrt(np.diag(covariance))
 
 
-# Rebuilding per set of model arguments is the kernels' shared shell: one kernel exercises it.
-@pytest.mark.parametrize("kernel_class", [nx.GibbsContinuousTempering])
-def test_jit_model_args_rebuilds_for_new_data(kernel_class):
+@pytest.fixture(scope="module")
+def regression_rerun():
+    """Gibbs continuous tempering with jit_model_args, run on one data set and then on another:
+    the rerun must rebuild the potential and refit the base for the new data. The kernels share
+    that shell and the export: one kernel exercises them."""
     features, first = targets.make_linear_regression_data(seed=0, num_data=30, num_features=2)
     second = first + 3.0 * features[:, 0]
-    kernel = kernel_class(targets.linear_regression_model, fit_base_kwargs=SMALL_FIT)
+    kernel = nx.GibbsContinuousTempering(targets.linear_regression_model, fit_base_kwargs=SMALL_FIT)
     mcmc = _mcmc(kernel, num_warmup=300, num_samples=1000, jit_model_args=True)
     mcmc.run(jax.random.PRNGKey(0), features, first)
     mcmc.run(jax.random.PRNGKey(1), features, second)
-    mean, sd = _regression_posterior(np.asarray(features), np.asarray(second))
+    return mcmc, features, second
+
+
+def test_jit_model_args_rebuilds_for_new_data(regression_rerun):
+    mcmc, features, observed = regression_rerun
+    mean, sd = _regression_posterior(np.asarray(features), np.asarray(observed))
     draws = np.asarray(mcmc.get_samples(group_by_chain=True)["w"])
     for coordinate in range(2):
         stderr = float(az.mcse(draws[..., coordinate], method="mean"))
         assert stderr < 0.2 * sd[coordinate]
         assert abs(draws[..., coordinate].mean() - mean[coordinate]) < 4 * stderr
     evidence = nx.log_marginal_likelihood(mcmc, warn=False)
-    truth = targets.linear_regression_log_evidence(features, second)
+    truth = targets.linear_regression_log_evidence(features, observed)
     assert abs(evidence.log_z - truth) < 4 * evidence.stderr
 
 
-def test_extra_fields_numpyro_users_pass():
-    kernel = nx.JointContinuousTempering(targets.bimodal_model, base=BIMODAL_BASE)
-    mcmc = _mcmc(kernel, num_warmup=200, num_samples=300, num_chains=2)
-    names = ("potential_energy", "energy", "num_steps", "accept_prob", "adapt_state.step_size")
-    mcmc.run(jax.random.PRNGKey(0), BIMODAL_LOG_Z, extra_fields=names)
+def test_extra_fields_numpyro_users_pass(joint_bimodal_run):
+    mcmc = joint_bimodal_run
     fields = mcmc.get_extra_fields()
-    for name in names:
-        assert fields[name].shape == (600,), name
+    for name in EXTRA_FIELDS:
+        assert fields[name].shape == (4 * 3000,), name
     # potential_energy is the posterior draw's potential, as for NUTS
     x = mcmc.get_samples()["x"]
-    potential = jax.vmap(kernel.flat_model.potential_fn)(x[:, None])
+    potential = jax.vmap(mcmc.sampler.flat_model.potential_fn)(x[:, None])
     np.testing.assert_allclose(fields["potential_energy"], potential, rtol=1e-6)
     idata = az.from_numpyro(mcmc)
     assert "lp" in idata.sample_stats and "beta" in idata.sample_stats
@@ -203,14 +225,9 @@ def test_unknown_extra_field_lists_what_exists():
         mcmc.run(jax.random.PRNGKey(0), BIMODAL_LOG_Z, extra_fields=("bogus",))
 
 
-# The export reads the shared state fields: one kernel exercises it.
-@pytest.mark.parametrize("kernel_class", [nx.GibbsContinuousTempering])
-def test_arviz_loo_waic_compare(kernel_class):
+def test_arviz_loo_waic_compare(regression_rerun):
     """to_inference_data has log_likelihood and observed_data; elpd matches a NUTS run."""
-    features, observed = targets.make_linear_regression_data(seed=1, num_data=40, num_features=3)
-    kernel = kernel_class(targets.linear_regression_model, fit_base_kwargs=SMALL_FIT)
-    mcmc = _mcmc(kernel, num_samples=1000)
-    mcmc.run(jax.random.PRNGKey(0), features, observed)
+    mcmc, features, observed = regression_rerun
     idata = nx.to_inference_data(mcmc)
     assert "log_likelihood" in idata and "observed_data" in idata
     assert idata.sample_stats["log_weight"].shape == (4, 1000)
@@ -307,9 +324,9 @@ def test_joint_settings_are_validated(kwargs, error, message):
         nx.JointContinuousTempering(targets.bimodal_model, **kwargs)
 
 
-def test_quiet_on_a_good_run():
-    mcmc = _mcmc(nx.JointContinuousTempering(targets.bimodal_model, base=BIMODAL_BASE))
-    mcmc.run(jax.random.PRNGKey(0), BIMODAL_LOG_Z)
+@pytest.mark.parametrize("run", ["joint_bimodal_run", "gibbs_bimodal_run"])
+def test_quiet_on_a_good_run(run, request):
+    mcmc = request.getfixturevalue(run)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         nx.log_marginal_likelihood(mcmc)
@@ -357,17 +374,18 @@ def eight_schools_centred(sigma, y=None):
         numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
 
 
-@pytest.mark.parametrize("kernel_class", KERNELS)
-def test_warns_on_a_funnel(kernel_class):
-    """Centred eight schools, a funnel that neither kernel samples well: the estimate comes with
-    a warning that says why."""
+# The diagnostics are shared by both kernels: one kernel exercises them.
+def test_warns_on_a_funnel():
+    """Centred eight schools, a funnel the kernel does not sample well: the estimate comes with
+    a warning that says why (divergences, chains that disagree)."""
     y = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
     sigma = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
-    kernel = kernel_class(eight_schools_centred, fit_base_kwargs=SMALL_FIT)
+    kernel = nx.GibbsContinuousTempering(eight_schools_centred, fit_base_kwargs=SMALL_FIT)
     mcmc = _mcmc(kernel, num_samples=1000)
     mcmc.run(jax.random.PRNGKey(0), sigma, y)
     problems = nx.tempering_diagnostics(mcmc).problems
-    assert problems
+    assert any("divergent transitions" in problem for problem in problems)
+    assert any("disagree" in problem for problem in problems)
     with pytest.warns(UserWarning, match="shows trouble") as caught:
         nx.log_marginal_likelihood(mcmc)
     assert all(problem in str(caught[0].message) for problem in problems)
