@@ -112,6 +112,10 @@ def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class
         optim_state = svi.optim.init({**unconstrained_params, loc_name: loc})
         return SVIState(optim_state, first_state.mutable_state, key)
 
+    # Compiled once per fitter: the bootstrap rounds call fit again with as many starts.
+    start_states = jax.jit(jax.vmap(state_from))
+    stacked_params = jax.jit(jax.vmap(svi.get_params))
+
     num_steps = settings["num_steps"]
     # The steps run in compiled chunks so that a progress bar can report between them.
     chunk_length = max(1, num_steps // 20)
@@ -128,7 +132,7 @@ def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class
         num_fits = len(starts)
         guide_starts = np.zeros_like(starts)
         guide_starts[:, order] = starts
-        states = jax.jit(jax.vmap(state_from))(
+        states = start_states(
             jnp.asarray(guide_starts, dtype), jax.random.split(init_key, num_fits)
         )
         num_chunks = max(1, steps // chunk_length)
@@ -142,7 +146,7 @@ def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class
             postfix=lambda losses: {"loss": f"{float(jnp.min(losses[-1])):.3g}"},
         )
         losses = jnp.concatenate(all_losses)
-        params = jax.jit(jax.vmap(svi.get_params))(states)
+        params = stacked_params(states)
         final_losses = np.asarray(losses[-10:], dtype=np.float64)
         if settings["elbo_particles"]:
             # A precise ELBO: log zeta = ELBO enters the estimator directly, so average many
