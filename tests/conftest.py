@@ -5,9 +5,14 @@ import os
 os.environ.setdefault("MPLBACKEND", "Agg")
 # The tests run small targets for a few thousand steps, so XLA's compile time outweighs the
 # run time of the code it optimises; unoptimised CPU code compiles faster and gives the same draws
-# up to rounding.
+# up to rounding. XLA's older loop emitters for fused operations compile faster than its MLIR
+# fusion emitters.
 os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]
+    [
+        os.environ.get("XLA_FLAGS", ""),
+        "--xla_backend_optimization_level=0",
+        "--xla_cpu_use_fusion_emitters=false",
+    ]
 ).strip()
 
 import numpyro  # noqa: E402

@@ -78,7 +78,7 @@ def test_untrained_kernel_is_exact_and_always_accepting_is_not():
     proposal = _untrained()
     draws, states = _run(lambda state: ai_step(state, proposal, _potential))
     mean_z, second_z, square_ess = _z_scores(draws)
-    assert np.all(square_ess > 2_000), square_ess
+    assert np.all(square_ess > 1_500), square_ess
     assert 0.2 < float(jnp.mean(states.mean_accept_prob)) < 0.9
     assert _passes(mean_z, second_z), (mean_z, second_z)
 

@@ -286,19 +286,22 @@ def test_replica_moves_mix_the_posterior_draws(kernel_class, replica_moves):
     )
     draws = np.asarray(mcmc.get_samples(group_by_chain=True))
     num_draws = draws.shape[0] * draws.shape[1]
-    effective = az.ess(draws[..., 0])
+    effective_sizes = np.array([az.ess(draws[..., i]) for i in range(WIDE_DIMENSION)])
+    # The mean over the 20 coordinates: one coordinate's ESS estimate varies by +-15% between
+    # seeds. Over seeds 0-3 the mean was 0.89-1.08 of the draws with the moves, 0.52-0.67
+    # without.
     if not replica_moves:
-        assert effective < 0.7 * num_draws
+        assert np.mean(effective_sizes) < 0.75 * num_draws
         assert np.all(np.asarray(mcmc.get_extra_fields()["replica_accept_prob"]) == 0)
         return
-    assert effective > 0.8 * num_draws
+    assert np.mean(effective_sizes) > 0.8 * num_draws
     assert 0.6 < float(np.mean(mcmc.get_extra_fields()["replica_accept_prob"])) < 1.0
     flat = draws.reshape(num_draws, WIDE_DIMENSION)
     variances = np.diag(WIDE_COVARIANCE)
-    effective_sizes = np.array([az.ess(draws[..., i]) for i in range(WIDE_DIMENSION)])
     mean_stderr = np.sqrt(variances / effective_sizes)
     assert np.all(np.abs(flat.mean(0)) < 4 * mean_stderr)
-    assert abs(np.var(flat[:, 0]) - variances[0]) < 4 * variances[0] * np.sqrt(2 / effective)
+    variance_stderr = variances[0] * np.sqrt(2 / effective_sizes[0])
+    assert abs(np.var(flat[:, 0]) - variances[0]) < 4 * variance_stderr
 
 
 def _base_proposal_acceptance(mcmc, kernel_class):
