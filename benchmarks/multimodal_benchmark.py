@@ -160,19 +160,25 @@ def exchange_gradient_evaluations(mcmc):
 
 def tempering_gradient_evaluations(mcmc, num_samples):
     """Gradient evaluations of a tempering run, warm-up included: the leapfrog steps of the
-    tempered chain's moves and of the posterior replica's own moves during sampling, scaled by
-    the run's length over the sampling phase's."""
+    tempered chain's moves and of the posterior replica's own moves during sampling (the last of
+    each draw's ``moves_per_draw`` transitions), scaled by the run's number of transitions over
+    the sampling phase's draws."""
     fields = mcmc.get_extra_fields()
     steps = np.asarray(fields["num_steps"]).sum()
     steps += np.asarray(fields["replica_inner_state.num_steps"]).sum()
-    return int(steps * (NUM_WARMUP + num_samples) / num_samples)
+    moves_per_draw = mcmc.sampler.moves_per_draw
+    return int(steps * (NUM_WARMUP + moves_per_draw * num_samples) / num_samples)
 
 
 def budget_num_samples(budget, default_run):
     """Draws per chain after the default warm-up that make a tempering run spend ``budget``
-    gradient evaluations, at the rate of the same kernel's default run on the seed."""
-    per_transition = default_run["gradient_evaluations"] / (NUM_CHAINS * (NUM_WARMUP + NUM_SAMPLES))
-    return max(NUM_SAMPLES, round(budget / (NUM_CHAINS * per_transition)) - NUM_WARMUP)
+    gradient evaluations, at the rate of the same kernel's default run on the seed (whose
+    ``moves_per_draw`` the budget run repeats)."""
+    moves = default_run.get("moves_per_draw", 1)
+    transitions = NUM_CHAINS * (NUM_WARMUP + moves * NUM_SAMPLES)
+    per_transition = default_run["gradient_evaluations"] / transitions
+    sampling_transitions = budget / (NUM_CHAINS * per_transition) - NUM_WARMUP
+    return max(NUM_SAMPLES, round(sampling_transitions / moves))
 
 
 def run_smc(target, seed, budget):
@@ -328,6 +334,7 @@ def run_method(
             round_trips=int(np.sum(diagnostics["round_trips"])),
             gradient_evaluations=tempering_gradient_evaluations(mcmc, num_samples),
             num_samples=num_samples,
+            moves_per_draw=kernel.moves_per_draw,
         )
     # What a user is told: the base fit's and the estimate's warnings.
     told = [

@@ -22,6 +22,7 @@ __all__ = [
     "BaseCoverageWarning",
     "GaussianBase",
     "MixtureBase",
+    "ModeSearchWarning",
     "validate_base",
     "weighted_gaussian",
 ]
@@ -44,6 +45,32 @@ class BaseCoverageWarning(UserWarning):
         except nx.BaseCoverageWarning as warning:
             print(warning)  # then fit again with more num_starts, or a longer run
     """
+
+
+class ModeSearchWarning(BaseCoverageWarning):
+    """:func:`fit_base`'s refitting rounds ended while still finding new modes: the posterior
+    may have more modes than the base covers (a heavy tail alone gives a plain
+    :class:`BaseCoverageWarning`). A tempering kernel that fitted such a base with many modes
+    makes more transitions per kept draw (``moves_per_draw="auto"``).
+
+    :param str message: what the fit found.
+    :param int num_modes: the modes the fit had found when its rounds ended.
+
+    **Example:**
+
+    .. code-block:: python
+
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            base = nx.fit_base(jax.random.PRNGKey(0), model, (x, y))
+        found = [w.message.num_modes for w in caught if w.category is nx.ModeSearchWarning]
+    """
+
+    def __init__(self, message, num_modes):
+        super().__init__(message)
+        self.num_modes = int(num_modes)
 
 
 class GaussianBase(NamedTuple):

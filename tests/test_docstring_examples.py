@@ -96,6 +96,7 @@ SLOW = {
     "rbm_model": _ANNEALS,
     "fit_base": _FITS,
     "BaseCoverageWarning": _FITS,
+    "ModeSearchWarning": _FITS,
 }
 
 # The targets' functions and classes (their examples import them from numpyro_extras.targets).

@@ -681,7 +681,7 @@ class ReplicaExchange(ExtrasKernel):
             self._reference_fit_problems = ()
             return self._fitted_reference
         fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
-        self._fitted_reference, self._reference_fit_problems = fit_base_for_kernel(
+        self._fitted_reference, self._reference_fit_problems, _ = fit_base_for_kernel(
             fit_base,
             self._model,
             model_args,

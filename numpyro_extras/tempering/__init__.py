@@ -1,6 +1,6 @@
 """Continuous tempering (Graham & Storkey): joint and Gibbs kernels, base fit, log Z estimators."""
 
-from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase
+from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase, ModeSearchWarning
 from numpyro_extras.tempering.base_check import BaseMomentCheck, base_moment_check, refit_base
 from numpyro_extras.tempering.base_fit import fit_base
 from numpyro_extras.tempering.chains import TemperingState, extended_potential, tempered_potential
@@ -28,6 +28,7 @@ __all__ = [
     "BaseMomentCheck",
     "GaussianBase",
     "MixtureBase",
+    "ModeSearchWarning",
     "GibbsContinuousTempering",
     "JointContinuousTempering",
     "TemperingState",

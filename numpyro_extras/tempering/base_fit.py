@@ -31,6 +31,7 @@ from numpyro_extras.bases import (
     BaseCoverageWarning,
     GaussianBase,
     MixtureBase,
+    ModeSearchWarning,
     weighted_gaussian,
 )
 from numpyro_extras.kernel import hmc_settings
@@ -42,6 +43,7 @@ from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 __all__ = [
     "MixtureEstimate",
     "fit_base",
+    "KernelBaseFit",
     "fit_base_for_kernel",
     "importance_masses",
     "vectorized_potential",
@@ -795,13 +797,15 @@ def fit_base(
         # local minimum found has a component on it.
         if bootstrap_rounds and (not len(optima.positions) or len(_uncovered_optima(optima, base))):
             coverage_in_doubt = True
+            num_modes = base.component_locs.shape[0] - 1
             warnings.warn(
-                f"fit_base: its {bootstrap_rounds} refitting rounds were still finding new "
-                f"modes ({base.component_locs.shape[0] - 1} so far), so the posterior may have "
-                "modes the base does not cover, whose mass a tempering run can miss without any "
-                "other sign; raise num_starts or bootstrap_rounds (fit_base_kwargs of the "
-                "kernels)",
-                BaseCoverageWarning,
+                ModeSearchWarning(
+                    f"fit_base: its {bootstrap_rounds} refitting rounds were still finding new "
+                    f"modes ({num_modes} so far), so the posterior may have modes the base does "
+                    "not cover, whose mass a tempering run can miss without any other sign; "
+                    "raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)",
+                    num_modes,
+                ),
                 stacklevel=2,
             )
     if estimate.pareto_k > _UNRELIABLE_PARETO_K:
@@ -911,9 +915,24 @@ def _bootstrap_round(rng_key, flat_model, base, num_warmup, num_samples, num_cha
     )
 
 
+class KernelBaseFit(NamedTuple):
+    """A base fitted by a kernel, and what the fit warned about its coverage.
+
+    :param base: the fitted base.
+    :param coverage_problems: the messages of its :class:`~numpyro_extras.BaseCoverageWarning`
+        warnings.
+    :param unfinished_search_modes: the modes found by a fit that was still finding more (its
+        :class:`~numpyro_extras.ModeSearchWarning`), 0 if it was not.
+    """
+
+    base: GaussianBase | MixtureBase
+    coverage_problems: tuple[str, ...]
+    unfinished_search_modes: int
+
+
 def fit_base_for_kernel(
     fit, model, model_args, model_kwargs, seed, fit_kwargs, coverage_checked_by_run=False
-):
+) -> KernelBaseFit:
     """``fit`` (:func:`fit_base`, or a stand-in with its signature) as a kernel runs it in
     ``init``: with a fixed seed (every chain method, a
     traced key under ``pmap`` included, fits one base), the calling ``MCMC``'s ``progress_bar``,
@@ -930,8 +949,7 @@ def fit_base_for_kernel(
     :param bool coverage_checked_by_run: the kernel's run itself checks whether the base missed
         modes (a stabilised replica exchange compares its two legs), so the fit's
         :class:`~numpyro_extras.BaseCoverageWarning` is kept but not passed on.
-    :return: ``(base, coverage_problems)``: the base and the messages of its
-        :class:`~numpyro_extras.BaseCoverageWarning` warnings.
+    :return: :class:`KernelBaseFit`.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -945,4 +963,12 @@ def fit_base_for_kernel(
         for caught_warning in caught
         if issubclass(caught_warning.category, BaseCoverageWarning)
     )
-    return base, problems
+    unfinished_search_modes = max(
+        (
+            caught_warning.message.num_modes
+            for caught_warning in caught
+            if issubclass(caught_warning.category, ModeSearchWarning)
+        ),
+        default=0,
+    )
+    return KernelBaseFit(base, problems, unfinished_search_modes)

@@ -38,6 +38,7 @@ __all__ = [
     "swap_with_replica",
     "propose_from_base",
     "log_zeta_step_size",
+    "moves_per_draw_step",
 ]
 
 # Draws with beta below / above these count as visits to the base / target end.
@@ -647,6 +648,45 @@ def joint_tempering(
         return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
 
     return init_fn, step_fn
+
+
+def moves_per_draw_step(step_fn, moves_per_draw):
+    """A step that makes ``moves_per_draw`` transitions of ``step_fn`` per kept draw after
+    warm-up (one per draw during warm-up, so that the warm-up schedules keep their length).
+
+    Each transition leaves the joint target invariant, so keeping every ``k``-th state is exact;
+    the kept draws are further apart along the temperature path, which is what limits the
+    accuracy of the mode weights when the chain crosses from ``beta`` near 0 to 1 rarely.
+    ``diverging`` of the kept state says whether any of its transitions diverged.
+
+    :param step_fn: ``step_fn(state, num_warmup)`` of :func:`joint_tempering` or
+        :func:`gibbs_tempering`.
+    :param int moves_per_draw: transitions per kept draw after warm-up.
+    :return: a step function with the same signature.
+
+    **Example:**
+
+    .. code-block:: python
+
+        init_fn, step_fn = gibbs_tempering(potential_fn, base, unravel_fn)
+        step_fn = moves_per_draw_step(step_fn, 4)
+    """
+    if moves_per_draw == 1:
+        return step_fn
+
+    def step(state: TemperingState, num_warmup):
+        count = jnp.where(state.iteration < num_warmup, 1, moves_per_draw)
+
+        def move(_, carry):
+            state, diverged = carry
+            state = step_fn(state, num_warmup)
+            return state, diverged | state.inner_state.diverging
+
+        diverged = jnp.zeros_like(state.inner_state.diverging)
+        state, diverged = jax.lax.fori_loop(0, count, move, (state, diverged))
+        return state._replace(inner_state=state.inner_state._replace(diverging=diverged))
+
+    return step
 
 
 def gibbs_tempering(

@@ -34,10 +34,23 @@ from numpyro_extras.potential import (
     flatten_model,
 )
 from numpyro_extras.tempering.base_fit import fit_base, fit_base_for_kernel
-from numpyro_extras.tempering.chains import gibbs_tempering, joint_tempering
-from numpyro_extras.validation import check_real
+from numpyro_extras.tempering.chains import gibbs_tempering, joint_tempering, moves_per_draw_step
+from numpyro_extras.validation import check_count, check_real
 
-__all__ = ["GibbsContinuousTempering", "JointContinuousTempering"]
+__all__ = [
+    "AUTO_MOVES_PER_DRAW",
+    "MIN_MODES_FOR_MORE_MOVES",
+    "GibbsContinuousTempering",
+    "JointContinuousTempering",
+]
+
+# Transitions per kept draw when the base fit was still finding modes and had found many: the
+# chain then crosses between the modes only through beta near 0, and the accuracy of the mode
+# weights is set by the number of those round trips, not by the number of draws kept. A fit of
+# a unimodal hierarchical model can also end its search with a few components on the tails of
+# one mode; many modes are the sign of a multimodal posterior.
+AUTO_MOVES_PER_DRAW = 8
+MIN_MODES_FOR_MORE_MOVES = 8
 
 
 @lru_cache(maxsize=8)
@@ -66,6 +79,7 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
+        moves_per_draw="auto",
     ):
         super().__init__(model, potential_fn)
         if potential_fn is not None and base is None:
@@ -76,12 +90,16 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         self._base = None if base is None else validate_base(base)
         self._user_base = self._base is not None
         self._base_fit_problems = ()
+        self._unfinished_search_modes = 0
         self._adapt_log_zeta = bool(adapt_log_zeta)
         self._base_proposals = bool(base_proposals)
         self._replica_moves = bool(replica_moves)
         self._init_strategy = init_strategy
         self._fit_base_kwargs = dict(fit_base_kwargs or {})
         self._fit_base_seed = fit_base_seed
+        if moves_per_draw != "auto":
+            moves_per_draw = check_count("moves_per_draw", moves_per_draw)
+        self._moves_per_draw = moves_per_draw
         self._flat_model: FlatModel | None = None
 
     @property
@@ -99,6 +117,18 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         """What the base fit warned about the base's coverage of the posterior (empty if
         nothing, or if the base was given)."""
         return self._base_fit_problems
+
+    @property
+    def moves_per_draw(self) -> int:
+        """Tempering transitions per kept draw after warm-up. With ``moves_per_draw="auto"``:
+        8 (``AUTO_MOVES_PER_DRAW``) when the kernel fitted its base and the fit's rounds ended
+        while still finding modes, with 8 or more found
+        (:class:`~numpyro_extras.ModeSearchWarning`), else 1 (known once the base is fitted, on
+        the first ``init``)."""
+        if self._moves_per_draw != "auto":
+            return self._moves_per_draw
+        many_modes = self._unfinished_search_modes >= MIN_MODES_FOR_MORE_MOVES
+        return AUTO_MOVES_PER_DRAW if many_modes else 1
 
     @property
     def default_fields(self):
@@ -127,9 +157,11 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
         # A base that may miss modes makes every later estimate doubtful: the diagnostics of the
         # run repeat the fit's coverage warnings.
-        self._base, self._base_fit_problems = fit_base_for_kernel(
+        fitted = fit_base_for_kernel(
             fit_base, self._model, model_args, model_kwargs, self._fit_base_seed, fit_kwargs
         )
+        self._base, self._base_fit_problems = fitted.base, fitted.coverage_problems
+        self._unfinished_search_modes = fitted.unfinished_search_modes
 
     def _initial_positions(self, rng_key, init_params, batched):
         """Flat starting points: ``init_params`` if given, else draws from the base, a nearly
@@ -175,7 +207,8 @@ class _ContinuousTemperingKernel(ExtrasKernel):
     def get_diagnostics_str(self, state):
         mixing = state.mixing
         counted = max(int(mixing.num_draws), 1)
-        return (
+        moves = f"{self.moves_per_draw} moves/draw, " if self.moves_per_draw > 1 else ""
+        return moves + (
             f"{int(state.num_steps)} steps of size {float(state.step_size):.2e}. "
             f"acc. prob={float(state.mean_accept_prob):.2f} beta={float(state.beta):.2f} "
             f"near 0/1: {int(mixing.num_near_base) / counted:.0%}/"
@@ -218,6 +251,10 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
     :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`.
     :param int fit_base_seed: seed of the base fit, the same for every chain method.
+    :param moves_per_draw: tempering transitions per kept draw after warm-up (every one exact;
+        the sampling phase takes that many times longer). ``"auto"``: 8 when the kernel fits
+        its base and the fit's rounds end while still finding modes, with 8 or more found,
+        else 1.
     :param inner_kwargs: settings of the HMC/NUTS move (``step_size``, ``dense_mass``,
         ``target_accept_prob``, ``max_tree_depth``, ``num_steps``, ...).
 
@@ -247,6 +284,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
+        moves_per_draw="auto",
         **inner_kwargs,
     ):
         super().__init__(
@@ -259,6 +297,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
             init_strategy=init_strategy,
             fit_base_kwargs=fit_base_kwargs,
             fit_base_seed=fit_base_seed,
+            moves_per_draw=moves_per_draw,
         )
         self._beta_scale = check_real("beta_scale", beta_scale, "a positive number", low=0.0)
         self._initial_beta_logit = check_real("initial_beta_logit", initial_beta_logit)
@@ -278,7 +317,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
             replica_moves=self._replica_moves,
             tag=tag,
         )
-
+        step_fn = moves_per_draw_step(step_fn, self.moves_per_draw)
         return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
 
 
@@ -316,6 +355,10 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
     :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`.
     :param int fit_base_seed: seed of the base fit, the same for every chain method.
+    :param moves_per_draw: tempering transitions per kept draw after warm-up (every one exact;
+        the sampling phase takes that many times longer). ``"auto"``: 8 when the kernel fits
+        its base and the fit's rounds end while still finding modes, with 8 or more found,
+        else 1.
 
     **Example:**
 
@@ -346,6 +389,7 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
+        moves_per_draw="auto",
     ):
         super().__init__(
             model,
@@ -357,6 +401,7 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
             init_strategy=init_strategy,
             fit_base_kwargs=fit_base_kwargs,
             fit_base_seed=fit_base_seed,
+            moves_per_draw=moves_per_draw,
         )
         self._algo, self._hmc_settings = hmc_settings(
             inner_kernel,
@@ -381,5 +426,5 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
             replica_moves=self._replica_moves,
             tag=tag,
         )
-
+        step_fn = moves_per_draw_step(step_fn, self.moves_per_draw)
         return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)

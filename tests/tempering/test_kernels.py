@@ -219,13 +219,21 @@ def test_chain_methods(kernel_class, chain_method):
     _assert_log_z(nx.log_marginal_likelihood(mcmc, check_base=False), GAUSSIAN_LOG_Z, 0.25)
 
 
-@pytest.mark.parametrize("inner_kernel", [HMC, NUTS])
-def test_gibbs_inner_kernels(inner_kernel):
+@pytest.mark.parametrize("inner_kernel, moves_per_draw", [(HMC, 3), (NUTS, "auto")])
+def test_gibbs_inner_kernels_and_moves_per_draw(inner_kernel, moves_per_draw):
     kernel = nx.GibbsContinuousTempering(
-        potential_fn=_gaussian_potential, base=GAUSSIAN_BASE, inner_kernel=inner_kernel
+        potential_fn=_gaussian_potential,
+        base=GAUSSIAN_BASE,
+        inner_kernel=inner_kernel,
+        moves_per_draw=moves_per_draw,
     )
     mcmc = _run(kernel, num_samples=1000)
     _assert_log_z(nx.log_marginal_likelihood(mcmc), GAUSSIAN_LOG_Z, max_stderr=0.1)
+    # "auto" makes one move per draw with a given base; warm-up makes one move per draw always.
+    expected_moves = 1 if moves_per_draw == "auto" else moves_per_draw
+    assert kernel.moves_per_draw == expected_moves
+    np.testing.assert_array_equal(mcmc.last_state.iteration, 500 + expected_moves * 1000)
+    assert np.all(mcmc.last_state.mixing.num_draws == expected_moves * 1000)
 
 
 def test_joint_with_fixed_step_hmc():

@@ -22,6 +22,7 @@ from numpyro_extras.tempering.chains import (
     propose_from_base,
     swap_with_replica,
 )
+from numpyro_extras.tempering.kernels import AUTO_MOVES_PER_DRAW
 
 KERNELS = [nx.JointContinuousTempering, nx.GibbsContinuousTempering]
 BIMODAL_LOG_Z = 2.0
@@ -301,6 +302,7 @@ def test_per_chain_log_zeta_pooling_is_exact():
         ({"step_size": 0.0}, ValueError, "step_size must be a positive finite number"),
         ({"target_accept_prob": 1.5}, ValueError, "target_accept_prob must be a number in"),
         ({"max_tree_depth": 0}, ValueError, "max_tree_depth must be a positive integer"),
+        ({"moves_per_draw": 0}, ValueError, "moves_per_draw must be a positive integer"),
     ],
 )
 def test_gibbs_settings_are_validated(kwargs, error, message):
@@ -317,6 +319,7 @@ def test_gibbs_settings_are_validated(kwargs, error, message):
         ({"step_size": "0.1"}, TypeError, "step_size must be a positive finite number"),
         ({"trajectory_lenght": 1.0}, TypeError, "Unknown inner kernel settings"),
         ({"target_accept_prob": 0}, ValueError, "target_accept_prob must be a number in"),
+        ({"moves_per_draw": "4"}, TypeError, "moves_per_draw must be a positive integer"),
     ],
 )
 def test_joint_settings_are_validated(kwargs, error, message):
@@ -354,12 +357,16 @@ def test_warns_when_the_base_fit_may_miss_modes():
     """32 modes and a base fit too small to find them all: the fit warns, and the run's
     diagnostics and log Z estimate repeat the warning, however well the chains agree."""
     target = sign_product_target(1, 5)
-    small_fit = {"num_starts": 4, "bootstrap_rounds": 1, "num_steps": 300}
+    small_fit = {"num_starts": 16, "bootstrap_rounds": 1, "num_steps": 300}
     kernel = nx.GibbsContinuousTempering(target.model, fit_base_kwargs=small_fit)
     mcmc = _mcmc(kernel, num_warmup=100, num_samples=100, num_chains=2)
-    with pytest.warns(nx.BaseCoverageWarning, match="may have modes the base does not cover"):
+    with pytest.warns(nx.ModeSearchWarning, match="may have modes the base does not cover"):
         mcmc.run(jax.random.PRNGKey(0), *target.model_args)
     assert any("may have modes" in problem for problem in kernel.base_fit_problems)
+    # ... with many modes found, so the chain makes more moves between the kept draws (one per
+    # draw in warm-up).
+    assert kernel.moves_per_draw == AUTO_MOVES_PER_DRAW > 1
+    np.testing.assert_array_equal(mcmc.last_state.iteration, 100 + AUTO_MOVES_PER_DRAW * 100)
     assert any("may have modes" in problem for problem in nx.tempering_diagnostics(mcmc).problems)
     with pytest.warns(UserWarning, match="may have modes the base does not cover") as caught:
         nx.log_marginal_likelihood(mcmc)
@@ -383,6 +390,9 @@ def test_warns_on_a_funnel():
     kernel = nx.GibbsContinuousTempering(eight_schools_centred, fit_base_kwargs=SMALL_FIT)
     mcmc = _mcmc(kernel, num_samples=1000)
     mcmc.run(jax.random.PRNGKey(0), sigma, y)
+    # One mode: the fit's search for modes settles (a heavy tail of its importance weights may
+    # still warn), so the kernel keeps one move per draw.
+    assert kernel.moves_per_draw == 1
     problems = nx.tempering_diagnostics(mcmc).problems
     assert problems
     with pytest.warns(UserWarning, match="shows trouble") as caught:
