@@ -15,11 +15,14 @@ Usage::
 
     python benchmarks/tempering_defaults_benchmark.py --quick      # 2 seeds, small targets
     python benchmarks/tempering_defaults_benchmark.py > defaults.log 2>&1
+    python benchmarks/tempering_defaults_benchmark.py --targets radon --seeds 1 \
+        --kernels "joint CT" --tempering-kwargs '{"moves_per_draw": 8}'
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 import warnings
@@ -100,9 +103,9 @@ class Outcome(NamedTuple):
     run_seconds: float
 
 
-def run_once(kernel_class, problem, seed, sizes):
+def run_once(kernel_class, problem, seed, sizes, kernel_kwargs=None):
     start = time.perf_counter()
-    kernel = kernel_class(problem.model, fit_base_seed=seed)
+    kernel = kernel_class(problem.model, fit_base_seed=seed, **(kernel_kwargs or {}))
     mcmc = MCMC(kernel, chain_method="vectorized", progress_bar=False, **sizes)
     mcmc.run(jax.random.PRNGKey(seed), *problem.args, **problem.kwargs)
     jax.block_until_ready(mcmc.get_samples())
@@ -135,7 +138,7 @@ def nuts_mode_weight(problem, seed, sizes):
     return float(np.mean(x < 0)), float(az.rhat(x))
 
 
-def summarise(name, method, outcomes, reference_stderr):
+def summarise(name, method, outcomes, reference_stderr, setting="defaults"):
     errors = np.array([outcome.error for outcome in outcomes])
     stderrs = np.array([outcome.stderr for outcome in outcomes])
     total_stderr = np.hypot(stderrs, reference_stderr)
@@ -149,7 +152,7 @@ def summarise(name, method, outcomes, reference_stderr):
         weighted_error = np.max(np.abs(np.array(weighted) - 0.6))
         mode_text = f"{mode_error:.3f} / {weighted_error:.3f}"
     return (
-        f"| {name} | {method} (defaults) | {len(outcomes)} | {errors.mean():+.3f} +- "
+        f"| {name} | {method} ({setting}) | {len(outcomes)} | {errors.mean():+.3f} +- "
         f"{errors.std(ddof=1) if len(errors) > 1 else 0:.3f} | "
         f"{math.sqrt(np.mean(errors**2)):.3f} | {stderrs.mean():.3f} | {covered2:.0%} / "
         f"{covered3:.0%} | {mode_text} | "
@@ -169,7 +172,16 @@ def main(argv=None):
         default=None,
         choices=["bimodal", "boltzmann", "linear_regression", "radon"],
     )
+    parser.add_argument(
+        "--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS), help="which kernels"
+    )
+    parser.add_argument(
+        "--tempering-kwargs",
+        default="{}",
+        help="JSON dict of kernel settings, e.g. '{\"moves_per_draw\": 8}' (not the defaults row)",
+    )
     args = parser.parse_args(argv)
+    kernel_kwargs = json.loads(args.tempering_kwargs)
     seeds = args.seeds or (list(range(2)) if args.quick else list(range(10)))
     names = args.targets or (
         ["bimodal", "linear_regression"]
@@ -182,13 +194,16 @@ def main(argv=None):
     for name in names:
         target_seeds = seeds if name != "radon" else seeds[: max(2, len(seeds) // 2)]
         for method, kernel_class in KERNELS.items():
+            if method not in args.kernels:
+                continue
             outcomes = []
             for seed in target_seeds:
                 target = problem(name, seed)
-                outcome = run_once(kernel_class, target, seed, sizes)
+                outcome = run_once(kernel_class, target, seed, sizes, kernel_kwargs)
                 outcomes.append(outcome)
                 print(f"{target.name} {method} seed {seed}: {outcome}", flush=True)
-            rows.append(summarise(target.name, method, outcomes, target.log_z_stderr))
+            setting = args.tempering_kwargs if kernel_kwargs else "defaults"
+            rows.append(summarise(target.name, method, outcomes, target.log_z_stderr, setting))
         if name == "bimodal":
             nuts = [nuts_mode_weight(problem(name, seed), seed, sizes) for seed in target_seeds]
             error = np.max(np.abs(np.array([weight for weight, _ in nuts]) - 0.6))

@@ -69,8 +69,15 @@ class ModeSearchWarning(BaseCoverageWarning):
     """
 
     def __init__(self, message, num_modes):
-        super().__init__(message)
-        self.num_modes = int(num_modes)
+        # Both in args, so that the warning survives pickling (process pools, pytest-xdist).
+        super().__init__(message, int(num_modes))
+
+    @property
+    def num_modes(self) -> int:
+        return self.args[1]
+
+    def __str__(self):
+        return self.args[0]
 
 
 class GaussianBase(NamedTuple):

@@ -654,9 +654,10 @@ def moves_per_draw_step(step_fn, moves_per_draw):
     """A step that makes ``moves_per_draw`` transitions of ``step_fn`` per kept draw after
     warm-up (one per draw during warm-up, so that the warm-up schedules keep their length).
 
-    Each transition leaves the joint target invariant, so keeping every ``k``-th state is exact;
-    the kept draws are further apart along the temperature path, which is what limits the
-    accuracy of the mode weights when the chain crosses from ``beta`` near 0 to 1 rarely.
+    Each transition leaves the joint target invariant, so keeping every ``k``-th state is exact.
+    When the chain crosses between modes only through ``beta`` near 0, the accuracy of the mode
+    weights is set by the round trips between the ends of ``beta``, and ``k`` transitions per
+    draw make ``k`` times as many per draw kept.
     ``diverging`` of the kept state says whether any of its transitions diverged.
 
     :param step_fn: ``step_fn(state, num_warmup)`` of :func:`joint_tempering` or
