@@ -204,6 +204,12 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         self._check_initial_positions(positions)
         return positions, chain_keys
 
+    def _shell_functions(self, init_fn, step_fn, num_warmup):
+        """The shell's ``(init_one, step_one)`` from a family core, with this run's moves per
+        draw."""
+        step_fn = moves_per_draw_step(step_fn, self.moves_per_draw)
+        return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
+
     def get_diagnostics_str(self, state):
         mixing = state.mixing
         counted = max(int(mixing.num_draws), 1)
@@ -317,8 +323,7 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
             replica_moves=self._replica_moves,
             tag=tag,
         )
-        step_fn = moves_per_draw_step(step_fn, self.moves_per_draw)
-        return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
+        return self._shell_functions(init_fn, step_fn, num_warmup)
 
 
 class GibbsContinuousTempering(_ContinuousTemperingKernel):
@@ -426,5 +431,4 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
             replica_moves=self._replica_moves,
             tag=tag,
         )
-        step_fn = moves_per_draw_step(step_fn, self.moves_per_draw)
-        return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
+        return self._shell_functions(init_fn, step_fn, num_warmup)
