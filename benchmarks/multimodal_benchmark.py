@@ -32,6 +32,11 @@ Usage::
     python benchmarks/multimodal_benchmark.py --report-from runs.jsonl   # tables of saved runs
     python benchmarks/multimodal_benchmark.py --methods exchange smc      # SMC at exchange's budget
     python benchmarks/multimodal_benchmark.py --methods joint exchange joint-budget  # CT too
+    python benchmarks/multimodal_benchmark.py --fit-times    # only the kernels' base fits, timed
+
+``--fit-times`` times ``nx.fit_base`` as the tempering kernels call it (their fit seed 0, the
+defaults, no progress bar) on every target, one after another in this process, so the first fit
+of each new model shape includes its compilation.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ numpyro.enable_x64()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from common import publish_report, read_runs, save_run  # noqa: E402
+from common import markdown_table, publish_report, read_runs, save_run  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 from scipy.special import logsumexp  # noqa: E402
 from smc_anchor import TemperedSMC  # noqa: E402
@@ -494,6 +499,37 @@ def environment(args):
     ]
 
 
+def fit_times(families, seeds):
+    """The seconds of each target's default base fit, as the kernels make it, with the classes
+    of the warnings it gave; a markdown table."""
+    rows, seen_shapes = [], set()
+    for family in families:
+        for seed in seeds:
+            target = make_target(family, seed)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                start = time.perf_counter()
+                base = nx.fit_base(
+                    jax.random.PRNGKey(0),
+                    target.model,
+                    target.model_args,
+                    target.model_kwargs,
+                    progress_bar=False,
+                )
+                jax.block_until_ready(base)
+                seconds = time.perf_counter() - start
+            shape = (family, target.name)
+            compiles = "yes" if shape not in seen_shapes else "no"
+            seen_shapes.add(shape)
+            names = sorted({type(w.message).__name__ for w in caught if w.category is not None})
+            rows.append(
+                [family, target.name, seed, compiles, f"{seconds:.1f}", " ".join(names) or "-"]
+            )
+            print(" ".join(str(cell) for cell in rows[-1]), file=sys.stderr)
+    header = ["Family", "Target", "Seed", "First of its shape", "Fit s", "Warnings"]
+    return markdown_table(header, rows)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 seed per family")
@@ -526,7 +562,17 @@ def main(argv=None):
     parser.add_argument(
         "--report-from", default=None, help="only print the tables of a --json file's runs"
     )
+    parser.add_argument(
+        "--fit-times", action="store_true", help="only time the kernels' default base fits"
+    )
     args = parser.parse_args(argv)
+    if args.fit_times:
+        seeds = args.seeds if args.seeds is not None else list(range(10))
+        table = fit_times(args.families, seeds)
+        publish_report(
+            "\n".join(["## Environment", ""] + environment(args) + ["", table]), args.output
+        )
+        return
     if args.report_from:
         print("\n".join(result_tables(read_runs(args.report_from))))
         return

@@ -46,6 +46,7 @@ __all__ = [
     "KernelBaseFit",
     "fit_base_for_kernel",
     "importance_masses",
+    "numpy_rng",
     "vectorized_potential",
 ]
 
@@ -60,13 +61,26 @@ class _LocalFit(NamedTuple):
 _importance_ess = jax.jit(effective_sample_size)
 
 
-def _dispersed_starts(rng_key, num_fits, dimension, radius, prior_positions):
+def numpy_rng(rng_key) -> np.random.Generator:
+    """A NumPy generator seeded by a JAX key, for the host-side draws of a fit: one eager JAX
+    draw compiles a program per shape, which costs more than the fit's small draws themselves.
+
+    :param rng_key: a JAX PRNG key.
+    :return: :class:`numpy.random.Generator`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        numpy_rng(jax.random.PRNGKey(0)).standard_normal(3)
+    """
+    return np.random.default_rng(np.asarray(jax.random.key_data(rng_key)).ravel().tolist())
+
+
+def _dispersed_starts(rng, num_fits, dimension, radius, prior_positions):
     """Half prior draws (where there are any), half uniform in ``[-radius, radius]`` on the flat
-    unconstrained space."""
-    starts = np.array(
-        jax.random.uniform(rng_key, (num_fits, dimension), minval=-radius, maxval=radius),
-        dtype=np.float64,
-    )
+    unconstrained space (``rng`` a NumPy generator)."""
+    starts = rng.uniform(-radius, radius, (num_fits, dimension))
     num_prior_starts = min(num_fits // 2, len(prior_positions))
     starts[1::2][:num_prior_starts] = prior_positions[:num_prior_starts]
     return starts
@@ -375,7 +389,7 @@ def importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, n
     :return: :class:`MixtureEstimate`.
     """
     num_components, dimension = locs.shape
-    noise = np.asarray(jax.random.normal(rng_key, (num_draws, dimension)), dtype=np.float64)
+    noise = numpy_rng(rng_key).standard_normal((num_draws, dimension))
     components = np.arange(num_draws) % num_components
     positions = locs[components] + np.einsum("nij,nj->ni", scale_trils[components], noise)
     log_components = _component_log_densities(positions, locs, scale_trils)
@@ -689,7 +703,7 @@ def fit_base(
         else np.zeros((0, flat_model.dimension))
     )
     starts = _dispersed_starts(
-        starts_key, num_fits, flat_model.dimension, init_radius, prior_positions
+        numpy_rng(starts_key), num_fits, flat_model.dimension, init_radius, prior_positions
     )
     fits = fit_gaussians(fits_key, starts)
     if not fits:
@@ -723,7 +737,7 @@ def fit_base(
             bootstrap_num_samples,
             bootstrap_num_chains,
         )
-    rng = np.random.default_rng(np.asarray(jax.random.key_data(bootstrap_key)).ravel().tolist())
+    rng = numpy_rng(bootstrap_key)
     batched_potential = vectorized_potential(flat_model.potential_fn)
     round_keys = jax.random.split(bootstrap_key, bootstrap_rounds + 1)
     fits = _drop_duplicates(fits, duplicate_tolerance, batched_potential)
@@ -733,7 +747,7 @@ def fit_base(
     optima = _local_optima(
         flat_model.potential_fn,
         _dispersed_starts(
-            jax.random.fold_in(starts_key, 1),
+            rng,
             num_optima if bootstrap_rounds else 0,
             flat_model.dimension,
             init_radius,
@@ -751,7 +765,7 @@ def fit_base(
         finite = np.isfinite(log_scores)
         if not np.any(finite):
             break
-        fit_key, importance_key, starts_key = jax.random.split(round_key, 3)
+        fit_key, importance_key = jax.random.split(round_key)
         # Half the starts are new dispersed ones: with many modes (2^d sign patterns, say) a
         # fit from a random point lands in a mode no fit has found yet about as often as that
         # mode's share of the basins, while the importance draws in uncovered modes are too few
@@ -771,7 +785,7 @@ def fit_base(
                     rng,
                 ),
                 _dispersed_starts(
-                    starts_key,
+                    rng,
                     num_dispersed - len(uncovered),
                     flat_model.dimension,
                     init_radius,

@@ -14,6 +14,7 @@ from blackjax.smc.resampling import systematic
 from scipy.special import logsumexp
 
 from numpyro_extras.runs import inference_data
+from numpyro_extras.tempering.base_fit import numpy_rng
 from numpyro_extras.tempering.evidence import run_log_normalizer, target_log_weights
 from numpyro_extras.tempering.run import (
     base_log_weights,
@@ -52,10 +53,6 @@ def tempered_samples(mcmc, group_by_chain=False):
     return jax.tree.map(np.asarray, jax.vmap(constrain)(draws))
 
 
-def _numpy_rng(rng_key):
-    return np.random.default_rng(np.asarray(jax.random.key_data(rng_key)).ravel().tolist())
-
-
 def posterior_samples(mcmc, rng_key, num_samples=None):
     """Equally weighted posterior draws resampled from the tempered chain (eq. 21).
 
@@ -80,7 +77,7 @@ def posterior_samples(mcmc, rng_key, num_samples=None):
     num_samples = probabilities.size if num_samples is None else int(num_samples)
     indices = np.asarray(systematic(rng_key, jnp.asarray(probabilities), num_samples))
     # Systematic resampling returns sorted indices; shuffle so that slices are not biased.
-    indices = _numpy_rng(jax.random.fold_in(rng_key, 1)).permutation(indices)
+    indices = numpy_rng(jax.random.fold_in(rng_key, 1)).permutation(indices)
     return jax.tree.map(lambda values: np.asarray(values)[indices], tempered_samples(mcmc))
 
 

@@ -128,9 +128,14 @@ def test_gaussian_bootstrap_round_refits_to_the_tempering_run():
         args,
         bootstrap_rounds=1,
         bootstrap_num_warmup=200,
-        bootstrap_num_samples=500,
+        bootstrap_num_samples=2000,
         **settings,
     )
-    np.testing.assert_allclose(refitted.covariance, scale_tril @ scale_tril.T, atol=0.15)
+    # At this run length the refitted variances have a Monte Carlo standard deviation of about
+    # 0.065: 0.25 is four of them, and half the covariance a mean-field base leaves at zero.
+    np.testing.assert_allclose(refitted.covariance, scale_tril @ scale_tril.T, atol=0.25)
+    covariance = np.asarray(refitted.covariance)
+    correlation = covariance[0, 1] / np.sqrt(covariance[0, 0] * covariance[1, 1])
+    assert abs(correlation - np.sqrt(0.5)) < 0.1
     np.testing.assert_allclose(refitted.loc, loc, atol=0.1)
     assert abs(float(refitted.log_zeta) - 1.5) < 0.1
