@@ -37,6 +37,13 @@ Usage::
     python benchmarks/slmc_benchmark.py --configs 10:3 20:2 20:5 50:3 --json runs.jsonl
     python benchmarks/slmc_benchmark.py --report-from runs.jsonl           # tables of saved runs
     python benchmarks/slmc_benchmark.py --experiment training --fit-kwargs '{"patience": null}'
+    python benchmarks/slmc_benchmark.py --experiment acceptance --configs 10:3 20:2
+
+``--experiment acceptance`` separates the network from the annealing: per ``D:C`` it trains the
+paper's VAE (``train_vae``, every epoch, no early stopping) on 15,000 exact draws of the
+mixture at ``beta = 1``, for 150 and 600 epochs and each ``--beta-vae``, then runs 4 chains x
+(200 + 2000) of ``nx.VAESLMC`` with that proposal under each acceptance, and prints the mean
+acceptance probability (the exact kernel's ``log Z`` error and stderr beside it).
 """
 
 from __future__ import annotations
@@ -79,6 +86,8 @@ from numpyro.infer import MCMC, NUTS  # noqa: E402
 import numpyro_extras as nx  # noqa: E402
 import numpyro_extras.slmc.kernels as slmc_kernels_module  # noqa: E402
 from numpyro_extras.potential import flatten_model  # noqa: E402
+from numpyro_extras.slmc.chains import ACCEPTANCES as ACCEPTANCE_KINDS  # noqa: E402
+from numpyro_extras.slmc.vae import VAEConfig, init_proposal, train_vae  # noqa: E402
 from numpyro_extras.targets import (  # noqa: E402
     gaussian_mixture_target,
     mode_weight_error,
@@ -442,6 +451,97 @@ def training_experiment(fit_kwargs, seed):
     return results
 
 
+def exact_draws(target, count, rng):
+    """``count`` exact draws ``(count, D)`` of the mixture at ``beta = 1``."""
+    clusters = rng.choice(target.clusters, count, p=target.weights)
+    noise = rng.standard_normal((count, target.dimension))
+    return target.offsets[clusters][:, None] + target.scale * noise
+
+
+def acceptance_experiment(configs, beta_vaes, seed, epoch_counts=(150, 600)):
+    """The acceptance of VAE-SLMC's kernels with a VAE trained on exact draws (no annealing)."""
+    results = []
+    rng = np.random.default_rng(seed)
+    for dimension, clusters in configs:
+        target = Mixture(dimension, clusters)
+        data = jnp.asarray(exact_draws(target, 15_000, rng))
+        sites = (("x", (dimension,)),)
+        for beta_vae in beta_vaes:
+            for epochs in epoch_counts:
+                config = VAEConfig(dimension=dimension, latent_dim=dimension, beta_vae=beta_vae)
+                start = time.perf_counter()
+                proposal, losses = jax.jit(
+                    lambda key, proposal, data, epochs=epochs: train_vae(
+                        key, proposal, data, epochs=epochs, batch_size=512, learning_rate=1e-3
+                    )
+                )(
+                    jax.random.PRNGKey(seed),
+                    init_proposal(jax.random.PRNGKey(seed + 1), config, sites=sites),
+                    data,
+                )
+                jax.block_until_ready(proposal)
+                result = {
+                    "experiment": "acceptance",
+                    "target": target.name,
+                    "beta_vae": beta_vae,
+                    "epochs": epochs,
+                    "training_seconds": time.perf_counter() - start,
+                    "final_loss": float(losses[-1]),
+                }
+                for acceptance in ACCEPTANCE_KINDS:
+                    mcmc = MCMC(
+                        nx.VAESLMC(target.model, proposal=proposal, acceptance=acceptance),
+                        num_warmup=200,
+                        num_samples=2000,
+                        num_chains=NUM_CHAINS,
+                        chain_method="vectorized",
+                        progress_bar=False,
+                    )
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        mcmc.run(jax.random.PRNGKey(seed + 2), *target.model_args)
+                    result[f"{acceptance}_accept"] = float(
+                        np.mean(mcmc.get_extra_fields()["accept_prob"])
+                    )
+                    if acceptance == "exact":
+                        evidence = nx.log_marginal_likelihood(mcmc, warn=False)
+                        result["log_z_error"] = float(evidence.log_z - LOG_Z)
+                        result["stderr"] = float(evidence.stderr)
+                        result["weight_ess"] = float(evidence.ess)
+                log(f"  {json.dumps(result)}")
+                results.append(result)
+    return results
+
+
+def acceptance_table(results):
+    rows = [
+        [
+            r["target"],
+            fmt(r["beta_vae"], 3),
+            r["epochs"],
+            f"{r['final_loss']:.3f}",
+            f"{r['training_seconds']:.0f}",
+            fmt(r["exact_accept"], 3),
+            f"{r['log_z_error']:+.2f} +- {r['stderr']:.2f}",
+            f"{r['weight_ess']:.0f}",
+            fmt(r["isometric_accept"], 3),
+        ]
+        for r in results
+    ]
+    header = [
+        "target",
+        "beta_VAE",
+        "epochs",
+        "final loss",
+        "training s",
+        "exact acceptance",
+        "exact: log Z error +- stderr",
+        "exact: importance ESS of 8000",
+        "isometric acceptance (approximate kernel)",
+    ]
+    return [markdown_table(header, rows)]
+
+
 def training_table(results):
     rows = [
         [
@@ -485,7 +585,12 @@ def main(argv=None):
         help="D:C pairs",
     )
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    parser.add_argument("--experiment", choices=("mixtures", "training"), default="mixtures")
+    parser.add_argument(
+        "--experiment", choices=("mixtures", "training", "acceptance"), default="mixtures"
+    )
+    parser.add_argument(
+        "--beta-vae", nargs="+", type=float, default=[1 / 120], help="acceptance experiment"
+    )
     parser.add_argument("--fit-kwargs", default="{}", help="JSON settings of fit_vae_proposal")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="also write the report here")
@@ -496,12 +601,22 @@ def main(argv=None):
     if args.report_from:
         runs = read_runs(args.report_from)
         mixtures = [r for r in runs if "method" in r]
-        training = [r for r in runs if "method" not in r]
+        accepting = [r for r in runs if r.get("experiment") == "acceptance"]
+        training = [r for r in runs if "method" not in r and r not in accepting]
         lines = mixture_tables(mixtures) if mixtures else []
         lines += training_table(training) if training else []
+        lines += acceptance_table(accepting) if accepting else []
         publish_report("\n".join(lines), args.output)
         return
-    if args.experiment == "training":
+    if args.experiment == "acceptance":
+        results = acceptance_experiment(
+            [parse_config(c) for c in args.configs], args.beta_vae, args.seed
+        )
+        for result in results:
+            if args.json:
+                save_run(args.json, result)
+        lines = acceptance_table(results)
+    elif args.experiment == "training":
         results = training_experiment(fit_kwargs, args.seed)
         for result in results:
             if args.json:
