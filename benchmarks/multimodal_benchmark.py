@@ -374,8 +374,9 @@ def summary_table(results):
     lines = [
         "| Family | Method | Seeds | Mode-weight error: mean / max | log Z RMSE | Mean abs(err) "
         "| Stderr: mean / max | abs(err) < 3 stderr | All targets met | Missed and silent "
+        "| get_samples mode-weight error: max (<= 0.03) "
         "| log zeta - log Z: mean | Base fit s: mean / max | Run s: mean |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for family in FAMILIES:
         for method in METHODS:
@@ -399,6 +400,11 @@ def summary_table(results):
             cells.append(f"{sum(met(r) for r in rows)}/{len(rows)}")
             silent = sum(not met(r) and not r.get("warned", False) for r in rows)
             cells.append("-" if method == "nuts" else f"{silent}/{len(rows)}")
+            posterior = [
+                r["posterior_mode_weight_error"] for r in rows if "posterior_mode_weight_error" in r
+            ]
+            within = sum(error <= MAX_MODE_WEIGHT_ERROR for error in posterior)
+            cells.append(f"{max(posterior):.3f} ({within}/{len(posterior)})" if posterior else "-")
             if method == "nuts":
                 cells += ["-", "-"]
             else:

@@ -654,7 +654,11 @@ def main(argv=None):
         "slmc_benchmark.py",
         sys.argv[1:] if argv is None else argv,
         elapsed_seconds(),
-        settings=f"{NUM_CHAINS} chains x ({NUM_WARMUP} + {NUM_SAMPLES}) draws; flowMC {FLOWMC}",
+        settings=(
+            f"{NUM_CHAINS} chains x (200 + 2000) draws per kernel"
+            if args.experiment == "acceptance"
+            else f"{NUM_CHAINS} chains x ({NUM_WARMUP} + {NUM_SAMPLES}) draws; flowMC {FLOWMC}"
+        ),
     )
     publish_report("\n".join(lines), args.output)
 
