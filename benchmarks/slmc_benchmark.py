@@ -608,20 +608,17 @@ def main(argv=None):
         lines += acceptance_table(accepting) if accepting else []
         publish_report("\n".join(lines), args.output)
         return
-    if args.experiment == "acceptance":
-        results = acceptance_experiment(
-            [parse_config(c) for c in args.configs], args.beta_vae, args.seed
-        )
+    if args.experiment in ("acceptance", "training"):
+        if args.experiment == "acceptance":
+            configs = [parse_config(c) for c in args.configs]
+            results = acceptance_experiment(configs, args.beta_vae, args.seed)
+            lines = acceptance_table(results)
+        else:
+            results = training_experiment(fit_kwargs, args.seed)
+            lines = training_table(results)
         for result in results:
             if args.json:
                 save_run(args.json, result)
-        lines = acceptance_table(results)
-    elif args.experiment == "training":
-        results = training_experiment(fit_kwargs, args.seed)
-        for result in results:
-            if args.json:
-                save_run(args.json, result)
-        lines = training_table(results)
     else:
         configs = [(10, 3)] if args.quick else [parse_config(c) for c in args.configs]
         results, failures = [], []
