@@ -12,8 +12,14 @@ from blackjax.smc.ess import ess as effective_sample_size
 from scipy.special import logsumexp
 
 from numpyro_extras.bases import GaussianBase, weighted_gaussian
+from numpyro_extras.tempering.chains import unreached_ends
 from numpyro_extras.tempering.evidence import run_log_normalizer, target_log_weights
-from numpyro_extras.tempering.run import base_log_weights, flat_tempered_draws, tempering_kernel
+from numpyro_extras.tempering.run import (
+    base_log_weights,
+    chain_field,
+    flat_tempered_draws,
+    tempering_kernel,
+)
 
 __all__ = ["BaseMomentCheck", "base_moment_check", "base_check_problem", "refit_base"]
 
@@ -125,6 +131,14 @@ def refit_base(mcmc) -> GaussianBase:
         kernel = nx.GibbsContinuousTempering(model, base=nx.refit_base(mcmc))  # for a new run
     """
     kernel = tempering_kernel(mcmc)
+    unreached = unreached_ends(chain_field(mcmc, "beta"))
+    if unreached:
+        warnings.warn(
+            "refit_base: " + "; ".join(unreached) + ", so the run's log Z estimate, which "
+            "becomes the new base's log zeta, may be far off (by hundreds of nats when no chain "
+            "reached beta near 0); run longer, or start from a base with a better log zeta.",
+            stacklevel=2,
+        )
     return weighted_gaussian(
         flat_tempered_draws(mcmc),
         target_log_weights(mcmc).ravel(),

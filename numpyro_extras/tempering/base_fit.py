@@ -37,7 +37,7 @@ from numpyro_extras.bases import (
 from numpyro_extras.kernel import hmc_settings
 from numpyro_extras.potential import flatten_model
 from numpyro_extras.progress import run_chunks
-from numpyro_extras.tempering.chains import gibbs_tempering
+from numpyro_extras.tempering.chains import gibbs_tempering, unreached_ends
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 
 __all__ = [
@@ -56,6 +56,9 @@ class _LocalFit(NamedTuple):
     covariance: np.ndarray
     elbo: float
 
+
+# Fits of method="gaussian", of which the one with the highest ELBO is kept.
+GAUSSIAN_STARTS = 4
 
 # One compiled program instead of an eager operation per primitive at every call.
 _importance_ess = jax.jit(effective_sample_size)
@@ -626,9 +629,10 @@ def fit_base(
        spans every mode found, so that a chain near ``beta = 0`` reaches the regions between
        them.
 
-    ``method="gaussian"`` is a single fit, a :class:`GaussianBase` with ``log zeta = ELBO``
-    (recipe 1), the ELBO estimated with ``elbo_particles`` particles; a bootstrap round, if
-    asked for, refits it to a tempering run's weighted moments
+    ``method="gaussian"`` is the best of four fits from uniform starts (one start alone can
+    stall far from the optimum on a hierarchical model), a :class:`GaussianBase` with
+    ``log zeta = ELBO`` (recipe 1), the ELBO estimated with ``elbo_particles`` particles; a
+    bootstrap round, if asked for, refits it to a tempering run's weighted moments
     (:func:`~numpyro_extras.refit_base`).
 
     :param jax.random.PRNGKey rng_key: random key.
@@ -692,7 +696,7 @@ def fit_base(
         defensive_weight=defensive_weight,
         progress_bar=progress_bar,
     )
-    num_fits = 1 if method == "gaussian" else num_starts
+    num_fits = GAUSSIAN_STARTS if method == "gaussian" else num_starts
     fit_gaussians = _variational_fitter(
         model, model_args, model_kwargs, flat_model, guide_classes[guide], settings
     )
@@ -722,7 +726,9 @@ def fit_base(
         )
     dtype = flat_model.initial_position.dtype
     if method == "gaussian":
-        loc, covariance, log_zeta = _elbo_moment_match(fits)
+        # The best fit alone: fits of one mode from several starts would be counted once each
+        # in a sum of their ELBOs.
+        loc, covariance, log_zeta = _elbo_moment_match([max(fits, key=lambda fit: fit.elbo)])
         base = GaussianBase(
             jnp.asarray(loc, dtype),
             jnp.asarray(_cholesky(covariance), dtype),
@@ -918,10 +924,22 @@ def _bootstrap_round(rng_key, flat_model, base, num_warmup, num_samples, num_cha
 
     def transition(states, _):
         states = jax.vmap(lambda state: step_fn(state, num_warmup))(states)
-        return states, (states.tempered_z, states.delta, states.log_zeta)
+        return states, (states.tempered_z, states.delta, states.log_zeta, states.beta)
 
     _, trace = jax.lax.scan(transition, states, None, length=num_warmup + num_samples)
-    draws, delta, log_zeta = (np.asarray(values[num_warmup:], dtype=np.float64) for values in trace)
+    draws, delta, log_zeta, beta = (
+        np.asarray(values[num_warmup:], dtype=np.float64) for values in trace
+    )
+    unreached = unreached_ends(beta.T)
+    if unreached:
+        warnings.warn(
+            "fit_base: in a bootstrap round's tempering run "
+            + "; ".join(unreached)
+            + ", so the refitted log zeta may be far off; start from a better base (more "
+            "num_steps) or use method='mixture'.",
+            BaseCoverageWarning,
+            stacklevel=4,
+        )
     log_w1 = log_zeta + np.asarray(log_target_weight(delta), dtype=np.float64)
     log_z = logsumexp(log_w1) - logsumexp(np.asarray(log_base_weight(delta), dtype=np.float64))
     return weighted_gaussian(

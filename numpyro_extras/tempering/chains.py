@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from numpyro.infer.hmc import HMCState, hmc
 
 from numpyro_extras.bases import GaussianBase
@@ -39,11 +40,40 @@ __all__ = [
     "propose_from_base",
     "log_zeta_step_size",
     "moves_per_draw_step",
+    "unreached_ends",
 ]
 
 # Draws with beta below / above these count as visits to the base / target end.
 NEAR_BASE = 0.1
 NEAR_TARGET = 0.9
+
+
+def unreached_ends(beta) -> list[str]:
+    """The chains that never reached an end of the inverse temperature, as problem sentences.
+
+    A chain that never reached ``beta`` near 0 has no base-end visits, so the ratio estimate of
+    ``log Z`` (eq. 20) rests on nothing; one that never reached ``beta`` near 1 has no target
+    draws.
+
+    :param beta: array ``(num_chains, num_draws)`` of a run's inverse temperatures.
+    :return: one sentence per unreached end, empty when every chain reached both.
+
+    **Example:**
+
+    .. code-block:: python
+
+        unreached_ends(np.array([[0.05, 0.95], [0.5, 0.97]]))  # ['chains [1] never reached ...']
+    """
+    beta = np.asarray(beta)
+    chains = np.arange(beta.shape[0])
+    never_base = chains[~np.any(beta < NEAR_BASE, axis=1)]
+    never_target = chains[~np.any(beta > NEAR_TARGET, axis=1)]
+    problems = []
+    if never_base.size:
+        problems.append(f"chains {never_base.tolist()} never reached beta < {NEAR_BASE}")
+    if never_target.size:
+        problems.append(f"chains {never_target.tolist()} never reached beta > {NEAR_TARGET}")
+    return problems
 
 
 class TemperatureMixing(NamedTuple):

@@ -27,7 +27,7 @@ from numpyro_extras.tempering.base_check import (
     base_check_problem,
     base_moment_check,
 )
-from numpyro_extras.tempering.chains import NEAR_BASE, NEAR_TARGET
+from numpyro_extras.tempering.chains import NEAR_BASE, NEAR_TARGET, unreached_ends
 from numpyro_extras.tempering.evidence import (
     chain_agreement,
     chains_disagree,
@@ -183,14 +183,10 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
 
     problems = [problem.removeprefix("fit_base: ") for problem in kernel.base_fit_problems]
     chains = np.arange(beta.shape[0])
-    never_base = chains[fraction_near_base == 0]
-    never_target = chains[fraction_near_target == 0]
-    if never_base.size:
-        problems.append(f"chains {never_base.tolist()} never reached beta < {NEAR_BASE}")
-    if never_target.size:
-        problems.append(f"chains {never_target.tolist()} never reached beta > {NEAR_TARGET}")
+    end_problems = unreached_ends(beta)
+    problems += end_problems
     few_trips = chains[round_trips < MIN_ROUND_TRIPS]
-    if few_trips.size and not (never_base.size or never_target.size):
+    if few_trips.size and not end_problems:
         problems.append(
             f"chains {few_trips.tolist()} made fewer than {MIN_ROUND_TRIPS} round trips between "
             "beta near 0 and near 1"

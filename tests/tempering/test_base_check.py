@@ -30,3 +30,6 @@ def test_base_moment_check_warns_for_a_wrong_base():
     with pytest.warns(UserWarning, match="base-moment check"):
         nx.log_marginal_likelihood(mcmc)
     assert not nx.base_moment_check(mcmc, warn=False).passed
+    # the run's log Z rests on no base-end visit, so a refit from it would carry a wrong log zeta
+    with pytest.warns(UserWarning, match=r"refit_base: chains \[0\] never reached beta < 0.1"):
+        nx.refit_base(mcmc)

@@ -139,3 +139,19 @@ def test_gaussian_bootstrap_round_refits_to_the_tempering_run():
     assert abs(correlation - np.sqrt(0.5)) < 0.1
     np.testing.assert_allclose(refitted.loc, loc, atol=0.1)
     assert abs(float(refitted.log_zeta) - 1.5) < 0.1
+
+
+def test_fit_base_gaussian_keeps_the_best_of_its_starts():
+    """With a 0.9 / 0.1 mixture a lone start in the minor mode's basin would fit the minor
+    mode; the best ELBO of the starts is the major mode's, log zeta = log 0.9 up to the fit of
+    one Gaussian to one well-separated component."""
+
+    def model():
+        mixing = dist.Categorical(jnp.array([0.1, 0.9]))
+        components = dist.Normal(jnp.array([-3.0, 3.0]), 0.5)
+        numpyro.sample("x", dist.MixtureSameFamily(mixing, components))
+
+    for seed in range(3):
+        base = nx.fit_base(jax.random.PRNGKey(seed), model, method="gaussian", progress_bar=False)
+        assert abs(float(base.loc[0]) - 3.0) < 0.05
+        assert abs(float(base.log_zeta) - np.log(0.9)) < 0.02

@@ -4,6 +4,7 @@ import jax
 import numpy as np
 
 import numpyro_extras as nx
+from numpyro_extras.tempering.chains import unreached_ends
 
 
 def test_diagnostics(bimodal_run):
@@ -37,3 +38,12 @@ def test_printed_diagnostics_show_each_chain_and_the_problems(bimodal_run):
     assert lines[-1] == "Problems: none found"
     flagged = diagnostics._replace(problems=("a chain never reached beta > 0.9",))
     assert str(flagged).splitlines()[-2:] == ["Problems:", "  - a chain never reached beta > 0.9"]
+
+
+def test_unreached_ends_names_the_chains_and_the_end():
+    beta = np.array([[0.05, 0.5, 0.95], [0.2, 0.5, 0.95], [0.05, 0.5, 0.8], [0.3, 0.4, 0.5]])
+    assert unreached_ends(beta) == [
+        "chains [1, 3] never reached beta < 0.1",
+        "chains [2, 3] never reached beta > 0.9",
+    ]
+    assert unreached_ends(beta[:1]) == []
