@@ -113,6 +113,7 @@ TARGETS_SLOW = {
     "linear_regression_model": _RUN,
     "multimodal_grid_model": _RUN,
     "radon_model": _RUN,
+    "radon_log_marginal_likelihood": "integrates over a grid of about 110,000 points (a minute)",
     "sign_product_model": _RUN,
     "logistic_regression_model": _ANNEALS,
     "boltzmann_relaxation_potential": _COMPILES,

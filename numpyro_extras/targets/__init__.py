@@ -23,6 +23,8 @@ One module per family of targets; every public name is also available from this 
 * :mod:`~numpyro_extras.targets.data` -- targets on the bundled real data: the hierarchical radon
   regression of Sec. 7.3 and logistic regression on the German credit data (no exact
   :math:`\log Z`).
+* :mod:`~numpyro_extras.targets.radon_evidence` -- the radon regression's exact :math:`\log Z`
+  by quadrature over its three scales (the rest of the model is linear and Gaussian).
 * :mod:`~numpyro_extras.targets.grid` -- the ACS paper's synthetic two-dimensional multimodal
   distribution over ordinal integers (its Sec. 4.1 and Table 3), with its exact distribution by
   enumeration.
@@ -81,6 +83,10 @@ from numpyro_extras.targets.multimodal import (
     sign_product_target,
 )
 from numpyro_extras.targets.planar import PLANAR_TARGETS, PlanarTarget, planar_target
+from numpyro_extras.targets.radon_evidence import (
+    radon_conditional_log_likelihood,
+    radon_log_marginal_likelihood,
+)
 
 __all__ = [
     # gaussian
@@ -107,6 +113,8 @@ __all__ = [
     "load_logistic_regression_data",
     "load_radon",
     "logistic_regression_model",
+    "radon_conditional_log_likelihood",
+    "radon_log_marginal_likelihood",
     "radon_model",
     # grid
     "MULTIMODAL_LAYOUTS",
