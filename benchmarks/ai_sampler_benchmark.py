@@ -1,5 +1,5 @@
-"""The Ai-sampler against NUTS and fixed-trajectory HMC: 2-D multimodal energies and Bayesian
-logistic regression.
+"""The Ai-sampler against NUTS, fixed-trajectory HMC and flowMC: 2-D multimodal energies and
+Bayesian logistic regression.
 
 Each run is what a user writes, ``MCMC(nx.AiSampler(model), num_warmup=1000, num_samples=5000,
 num_chains=4)`` with the defaults (the involution trained in ``init``), beside ``NUTS(model)`` and
@@ -8,7 +8,9 @@ HMC with the paper's fixed trajectory (40 leapfrog steps of 0.05), in one proces
 - ``--part planar``: mog2, mog6, ring, ring5 (the reference code's constants) and an uneven
   three-component mixture; exact mode weights (``numpyro_extras.targets.planar``). Reports the
   chains that visit every mode, the mode-switch rate, the mode-weight error, the minimum ESS per
-  second with and without training.
+  second with and without training. flowMC (``pip install -e ".[bench]"``; RQSpline flow +
+  MALA, the settings of ``common.FLOWMC``, 20 chains) trains during its run: its seconds are
+  all counted as sampling. ``--methods`` and ``--targets`` choose a subset.
 - ``--part blr``: heart, australian and german; the reference is a long NUTS run (4 x 5000):
   every posterior mean within 4 Monte Carlo standard errors (the run's and the reference's
   combined), and the minimum ESS per second.
@@ -29,12 +31,14 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from common import (
+    FLOWMC,
     elapsed_seconds,
     environment_lines,
     fmt,
     log,
     markdown_table,
     publish_report,
+    run_flowmc,
 )
 from numpyro.diagnostics import effective_sample_size
 from numpyro.infer import HMC, MCMC, NUTS
@@ -44,7 +48,7 @@ from numpyro_extras.targets import load_logistic_regression_data, logistic_regre
 from numpyro_extras.targets.planar import PLANAR_TARGETS, planar_target
 
 NUM_WARMUP, NUM_SAMPLES, NUM_CHAINS = 1000, 5000, 4
-METHODS = ("ai", "nuts", "hmc")
+METHODS = ("ai", "nuts", "hmc", "flowmc")
 
 
 def planar_model(potential_fn):
@@ -64,6 +68,8 @@ def make_kernel(method, model, seed):
 
 
 def run(method, model, model_args, seed, site):
+    if method == "flowmc":
+        return run_flowmc_planar(model, model_args, seed)
     kernel = make_kernel(method, model, seed)
     mcmc = MCMC(
         kernel,
@@ -90,15 +96,34 @@ def run(method, model, model_args, seed, site):
     }
 
 
-def planar_rows(seeds):
+def run_flowmc_planar(model, model_args, seed):
+    """flowMC on a planar model, whose only site ``x`` is the flat space itself; it trains
+    during its run, so its whole wall time counts as sampling and there is no training column.
+    ``None`` when flowMC is not installed."""
+    flowmc = run_flowmc(model, model_args, seed)
+    if flowmc is None:
+        return None
+    return {
+        "draws": flowmc.draws,
+        "training_seconds": float("nan"),
+        "sampling_seconds": flowmc.seconds,
+        "min_ess": float(np.min(effective_sample_size(flowmc.draws))),
+        "accept": flowmc.global_accept_rate,
+    }
+
+
+def planar_rows(seeds, methods=METHODS, names=PLANAR_TARGETS):
     rows = []
-    for name in PLANAR_TARGETS:
+    for name in names:
         target = planar_target(name)
         model = planar_model(target.potential_fn)
         for seed in seeds:
-            for method in METHODS:
+            for method in methods:
                 log(f"{name} seed {seed} {method}")
                 result = run(method, model, (), seed, "x")
+                if result is None:
+                    log("flowMC is not installed (pip install -e '.[bench]'): no flowMC rows")
+                    continue
                 labels = target.label_fn(result["draws"])
                 weights = np.bincount(labels.ravel(), minlength=len(target.mode_weights))
                 weights = weights / labels.size
@@ -111,6 +136,7 @@ def planar_rows(seeds):
                         "seed": seed,
                         "method": method,
                         "visiting": visiting,
+                        "num_chains": labels.shape[0],
                         "switch_rate": nx.mode_switch_rate(labels),
                         "weight_error": float(np.max(np.abs(weights - target.mode_weights))),
                         **{k: v for k, v in result.items() if k != "draws"},
@@ -130,7 +156,8 @@ SAMPLING_COLUMNS = (
 
 
 def method_label(row):
-    return "Ai-sampler (defaults)" if row["method"] == "ai" else row["method"].upper()
+    labels = {"ai": "Ai-sampler (defaults)", "flowmc": "flowMC (RQSpline + MALA)"}
+    return labels.get(row["method"], row["method"].upper())
 
 
 def sampling_cells(row):
@@ -138,10 +165,10 @@ def sampling_cells(row):
     return [
         fmt(row["accept"], 2),
         fmt(row["min_ess"], 4),
-        f"{row['training_seconds']:.0f}",
+        fmt(row["training_seconds"], 3),
         f"{row['sampling_seconds']:.1f}",
         fmt(row["min_ess"] / row["sampling_seconds"], 3),
-        fmt(row["min_ess"] / (row["sampling_seconds"] + row["training_seconds"]), 3),
+        fmt(row["min_ess"] / (row["sampling_seconds"] + np.nan_to_num(row["training_seconds"])), 3),
     ]
 
 
@@ -160,7 +187,7 @@ def planar_table(rows):
             row["target"],
             row["seed"],
             method_label(row),
-            f"{row['visiting']}/{NUM_CHAINS}",
+            f"{row['visiting']}/{row['num_chains']}",
             f"{row['switch_rate']:.3f}",
             f"{row['weight_error']:.3f}",
             *sampling_cells(row),
@@ -282,11 +309,13 @@ def main(argv=None):
     parser.add_argument("--part", choices=("planar", "blr", "cost"), default="planar")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--datasets", nargs="+", default=["heart", "australian", "german"])
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--targets", nargs="+", choices=PLANAR_TARGETS, default=None)
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
     numpyro.enable_x64(False)
     if args.part == "planar":
-        table = planar_table(planar_rows(args.seeds))
+        table = planar_table(planar_rows(args.seeds, args.methods, args.targets or PLANAR_TARGETS))
     elif args.part == "cost":
         table = cost_rows([1, 100, 1000])
     else:
@@ -298,9 +327,12 @@ def main(argv=None):
             *environment_lines(
                 "ai_sampler_benchmark.py",
                 ["--part", args.part, "--seeds", *map(str, args.seeds)]
-                + (["--datasets", *args.datasets] if args.part == "blr" else []),
+                + (["--datasets", *args.datasets] if args.part == "blr" else [])
+                + (["--methods", *args.methods] if args.part == "planar" else [])
+                + (["--targets", *args.targets] if args.targets else []),
                 elapsed_seconds(),
-                f"{NUM_CHAINS} chains x ({NUM_WARMUP} + {NUM_SAMPLES}), vectorized",
+                f"{NUM_CHAINS} chains x ({NUM_WARMUP} + {NUM_SAMPLES}), vectorized; flowMC "
+                f"{FLOWMC}",
             ),
             "",
             table,

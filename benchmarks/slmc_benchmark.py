@@ -70,6 +70,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import numpyro.distributions as dist  # noqa: E402
 from common import (  # noqa: E402
+    FLOWMC,
     elapsed_seconds,
     environment_lines,
     fmt,
@@ -77,6 +78,7 @@ from common import (  # noqa: E402
     markdown_table,
     publish_report,
     read_runs,
+    run_flowmc,
     save_run,
     verdict,
 )
@@ -85,7 +87,6 @@ from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
 import numpyro_extras.slmc.kernels as slmc_kernels_module  # noqa: E402
-from numpyro_extras.potential import flatten_model  # noqa: E402
 from numpyro_extras.slmc.chains import ACCEPTANCES as ACCEPTANCE_KINDS  # noqa: E402
 from numpyro_extras.slmc.vae import VAEConfig, init_proposal, train_vae  # noqa: E402
 from numpyro_extras.targets import (  # noqa: E402
@@ -97,14 +98,6 @@ from numpyro_extras.targets import (  # noqa: E402
 METHODS = ("slmc", "nuts", "flowmc")
 LOG_Z = 1.5
 NUM_WARMUP, NUM_SAMPLES, NUM_CHAINS = 1000, 5000, 4
-FLOWMC = dict(
-    n_chains=20,
-    n_local_steps=100,
-    n_global_steps=100,
-    n_training_loops=20,
-    n_production_loops=10,
-    n_epochs=20,
-)
 
 # The targets.
 MAX_WEIGHT_ERROR = 0.04
@@ -236,45 +229,12 @@ def run_nuts(target, seed):
     return summary(target, mcmc.get_samples(group_by_chain=True)["x"], evaluations, seconds)
 
 
-def run_flowmc(target, seed):
-    try:
-        from flowMC.resource_strategy_bundle.RQSpline_MALA import RQSpline_MALA_Bundle
-        from flowMC.Sampler import Sampler
-    except ImportError:
+def flowmc_summary(target, seed):
+    run = run_flowmc(target.model, target.model_args, seed)
+    if run is None:
         return None
-    start = time.perf_counter()
-    flat = flatten_model(
-        jax.random.PRNGKey(seed), target.model, target.model_args, {}, kernel_name="flowMC"
-    )
-    bundle_key, sampler_key, start_key = jax.random.split(jax.random.PRNGKey(seed), 3)
-    bundle = RQSpline_MALA_Bundle(
-        bundle_key,
-        n_dims=flat.dimension,
-        logpdf=lambda x, data: -flat.potential_fn(x),
-        **FLOWMC,
-    )
-    sampler = Sampler(
-        n_dim=flat.dimension,
-        n_chains=FLOWMC["n_chains"],
-        rng_key=sampler_key,
-        resource_strategy_bundles=bundle,
-        checkpoint_interval=0,
-    )
-    # The same starts as NumPyro's init_to_uniform.
-    starts = jax.random.uniform(
-        start_key, (FLOWMC["n_chains"], flat.dimension), minval=-2, maxval=2
-    )
-    sampler.sample(starts, {})
-    draws = np.asarray(sampler.resources["positions_production"].data)
-    # flowMC fills its buffers with -inf until a step writes them.
-    draws = draws[:, np.all(np.isfinite(draws), axis=(0, 2))]
-    seconds = time.perf_counter() - start
-    loops = FLOWMC["n_training_loops"] + FLOWMC["n_production_loops"]
-    steps = FLOWMC["n_local_steps"] + FLOWMC["n_global_steps"]
-    evaluations = FLOWMC["n_chains"] * loops * steps
-    result = summary(target, draws, evaluations, seconds)
-    accepted = np.asarray(sampler.resources["global_accs_production"].data)
-    result["global_accept_rate"] = float(np.mean(accepted[np.isfinite(accepted)]))
+    result = summary(target, run.draws, run.evaluations, run.seconds)
+    result["global_accept_rate"] = run.global_accept_rate
     return result
 
 
@@ -637,7 +597,7 @@ def main(argv=None):
                 elif method == "nuts":
                     result = run_nuts(target, args.seed)
                 else:
-                    result = run_flowmc(target, args.seed)
+                    result = flowmc_summary(target, args.seed)
                     if result is None:
                         log("flowMC is not installed (pip install -e '.[bench]'): skipped")
                         continue
