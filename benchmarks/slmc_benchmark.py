@@ -42,8 +42,9 @@ Usage::
 ``--experiment acceptance`` separates the network from the annealing: per ``D:C`` it trains the
 paper's VAE (``train_vae``, every epoch, no early stopping) on 15,000 exact draws of the
 mixture at ``beta = 1``, for 150 and 600 epochs and each ``--beta-vae``, then runs 4 chains x
-(200 + 2000) of ``nx.VAESLMC`` with that proposal under each acceptance, and prints the mean
-acceptance probability (the exact kernel's ``log Z`` error and stderr beside it).
+(200 + 2000) of ``nx.VAESLMC`` with that proposal under each acceptance (the exact one with
+each ``--num-latents``), and prints the mean acceptance probability (the exact kernel's
+``log Z`` error and stderr beside it).
 """
 
 from __future__ import annotations
@@ -87,7 +88,6 @@ from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
 import numpyro_extras.slmc.kernels as slmc_kernels_module  # noqa: E402
-from numpyro_extras.slmc.chains import ACCEPTANCES as ACCEPTANCE_KINDS  # noqa: E402
 from numpyro_extras.slmc.vae import VAEConfig, init_proposal, train_vae  # noqa: E402
 from numpyro_extras.targets import (  # noqa: E402
     gaussian_mixture_target,
@@ -418,8 +418,9 @@ def exact_draws(target, count, rng):
     return target.offsets[clusters][:, None] + target.scale * noise
 
 
-def acceptance_experiment(configs, beta_vaes, seed, epoch_counts=(150, 600)):
-    """The acceptance of VAE-SLMC's kernels with a VAE trained on exact draws (no annealing)."""
+def acceptance_experiment(configs, beta_vaes, seed, epoch_counts=(150, 600), latent_counts=(1,)):
+    """The acceptance of VAE-SLMC's kernels with a VAE trained on exact draws (no annealing):
+    the exact kernel with each number of latents, and the isometric one."""
     results = []
     rng = np.random.default_rng(seed)
     for dimension, clusters in configs:
@@ -440,7 +441,7 @@ def acceptance_experiment(configs, beta_vaes, seed, epoch_counts=(150, 600)):
                     data,
                 )
                 jax.block_until_ready(proposal)
-                result = {
+                trained = {
                     "experiment": "acceptance",
                     "target": target.name,
                     "beta_vae": beta_vae,
@@ -448,9 +449,20 @@ def acceptance_experiment(configs, beta_vaes, seed, epoch_counts=(150, 600)):
                     "training_seconds": time.perf_counter() - start,
                     "final_loss": float(losses[-1]),
                 }
-                for acceptance in ACCEPTANCE_KINDS:
+                runs = [("exact", count) for count in latent_counts] + [("isometric", 1)]
+                by_latents = {}
+                for acceptance, num_latents in runs:
+                    result = by_latents.setdefault(
+                        num_latents, {**trained, "num_latents": num_latents}
+                    )
+                    kernel = nx.VAESLMC(
+                        target.model,
+                        proposal=proposal,
+                        acceptance=acceptance,
+                        num_latents=num_latents,
+                    )
                     mcmc = MCMC(
-                        nx.VAESLMC(target.model, proposal=proposal, acceptance=acceptance),
+                        kernel,
                         num_warmup=200,
                         num_samples=2000,
                         num_chains=NUM_CHAINS,
@@ -468,8 +480,9 @@ def acceptance_experiment(configs, beta_vaes, seed, epoch_counts=(150, 600)):
                         result["log_z_error"] = float(evidence.log_z - LOG_Z)
                         result["stderr"] = float(evidence.stderr)
                         result["weight_ess"] = float(evidence.ess)
-                log(f"  {json.dumps(result)}")
-                results.append(result)
+                for result in by_latents.values():
+                    log(f"  {json.dumps(result)}")
+                    results.append(result)
     return results
 
 
@@ -481,10 +494,11 @@ def acceptance_table(results):
             r["epochs"],
             f"{r['final_loss']:.3f}",
             f"{r['training_seconds']:.0f}",
+            r.get("num_latents", 1),
             fmt(r["exact_accept"], 3),
             f"{r['log_z_error']:+.2f} +- {r['stderr']:.2f}",
             f"{r['weight_ess']:.0f}",
-            fmt(r["isometric_accept"], 3),
+            fmt(r.get("isometric_accept", float("nan")), 3),
         ]
         for r in results
     ]
@@ -494,6 +508,7 @@ def acceptance_table(results):
         "epochs",
         "final loss",
         "training s",
+        "latents K",
         "exact acceptance",
         "exact: log Z error +- stderr",
         "exact: importance ESS of 8000",
@@ -551,6 +566,13 @@ def main(argv=None):
     parser.add_argument(
         "--beta-vae", nargs="+", type=float, default=[1 / 120], help="acceptance experiment"
     )
+    parser.add_argument(
+        "--num-latents",
+        nargs="+",
+        type=int,
+        default=[1],
+        help="acceptance experiment: latents per state of the exact kernel",
+    )
     parser.add_argument("--fit-kwargs", default="{}", help="JSON settings of fit_vae_proposal")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="also write the report here")
@@ -571,7 +593,9 @@ def main(argv=None):
     if args.experiment in ("acceptance", "training"):
         if args.experiment == "acceptance":
             configs = [parse_config(c) for c in args.configs]
-            results = acceptance_experiment(configs, args.beta_vae, args.seed)
+            results = acceptance_experiment(
+                configs, args.beta_vae, args.seed, latent_counts=args.num_latents
+            )
             lines = acceptance_table(results)
         else:
             results = training_experiment(fit_kwargs, args.seed)

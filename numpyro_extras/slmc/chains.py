@@ -16,6 +16,15 @@ since ``r(. | x)`` integrates to one. A move is
 ``log W = beta log p~(x) - log Gamma(x)`` with ``Gamma`` of eq. 3, exact only when the VAE is
 isometric.
 
+**Several latents** (``num_latents = K > 1``, exact acceptance): the target is
+``p~(x)^beta prod_k r(z_k | x)`` and the proposal draws ``z_1 ~ N(0, I)``, ``x ~ q(x | z_1)`` and
+``z_2..z_K ~ r(. | x)``, whose density, symmetrised over which latent generated ``x``, is
+``(1/K) sum_j q(x, z_j) prod_{k != j} r(z_k | x)``. The weight becomes
+``log W = beta log p~(x) - log mean_k q(x, z_k) / r(z_k | x)``: the ratio ``q / r`` is averaged
+over ``K`` latents as in an importance-weighted bound, so a network whose encoder is only
+roughly the decoder's posterior is accepted far more often, and the ``x``-marginal is still
+``p(x)^beta``.
+
 Since proposals do not depend on the state, ``W(x', z')`` at ``beta = 1`` is an importance weight
 of the target against ``q``: its mean over proposals is an unbiased estimate of ``Z`` (the
 normalising constant of ``p~``), kept as each step's ``proposal_log_weight``.
@@ -47,6 +56,7 @@ from numpyro_extras.slmc.vae import (
     sample_extended,
     sample_isometric,
 )
+from numpyro_extras.validation import check_count
 
 __all__ = [
     "ACCEPTANCES",
@@ -58,6 +68,7 @@ __all__ = [
     "refresh_latent",
     "new_point",
     "independence_move",
+    "check_latents",
     "vae_slmc",
     "shared_uniform_rates",
     "exchange_source",
@@ -71,7 +82,7 @@ class ChainPoint(NamedTuple):
 
     :param position: flat unconstrained point ``x``, ``(D,)``.
     :param latent: ``z``, ``(M,)`` (in isometric mode, the latent the proposal came from; not
-        part of the target).
+        part of the target), or ``(K, M)`` for ``K`` latents (exact mode).
     :param log_density: ``log p~(x)``, the model's log density (``-`` potential energy).
     :param correction: ``log r(z | x) - log q(x, z)`` (exact) or ``-log p_theta(x)``
         (isometric), so that ``log W = beta log_density + correction``.
@@ -99,14 +110,22 @@ def log_correction(proposal: VAEProposal, acceptance, position, latent):
     :param proposal: the VAE proposal.
     :param str acceptance: ``"exact"`` or ``"isometric"``.
     :param position: ``x``, ``(D,)``.
-    :param latent: ``z``, ``(M,)`` (ignored when isometric).
-    :return: ``log r(z | x) - log q(x, z)``, or ``-log p_theta(x)`` (eq. 12).
+    :param latent: ``z``, ``(M,)``, or ``(K, M)`` for ``K`` latents (ignored when isometric).
+    :return: ``log r(z | x) - log q(x, z)``, ``-log mean_k q(x, z_k) / r(z_k | x)`` for ``K``
+        latents, or ``-log p_theta(x)`` (eq. 12).
     """
     if acceptance == "isometric":
         return -isometric_log_density(proposal, position)
-    return log_encoder_density(proposal, position, latent) - log_proposal_density(
-        proposal, position, latent
-    )
+
+    def log_ratio(one_latent):
+        return log_encoder_density(proposal, position, one_latent) - log_proposal_density(
+            proposal, position, one_latent
+        )
+
+    if latent.ndim == 1:
+        return log_ratio(latent)
+    log_ratios = jax.vmap(log_ratio)(latent)
+    return -(jax.nn.logsumexp(-log_ratios) - jnp.log(latent.shape[0]))
 
 
 def new_point(proposal, acceptance, log_density_fn, position, latent):
@@ -116,14 +135,16 @@ def new_point(proposal, acceptance, log_density_fn, position, latent):
     return ChainPoint(position, latent, log_density, correction)
 
 
-def draw_proposal(rng_key, proposal, acceptance, log_density_fn) -> ChainPoint:
+def draw_proposal(rng_key, proposal, acceptance, log_density_fn, num_latents=None) -> ChainPoint:
     """An independent proposal ``(x', z') ~ q`` (exact) or ``x' = Dec(z')`` (isometric, eq. 6),
-    evaluated.
+    evaluated; with ``num_latents = K`` (exact), ``K`` latents.
 
     :return: :class:`ChainPoint`.
     """
-    sample = sample_isometric if acceptance == "isometric" else sample_extended
-    position, latent = sample(rng_key, proposal)
+    if acceptance == "isometric":
+        position, latent = sample_isometric(rng_key, proposal)
+    else:
+        position, latent = sample_extended(rng_key, proposal, num_latents)
     return new_point(proposal, acceptance, log_density_fn, position, latent)
 
 
@@ -135,7 +156,7 @@ def refresh_latent(rng_key, point: ChainPoint, proposal, acceptance) -> ChainPoi
     latent = point.latent
     if acceptance == "exact":
         mean, log_var = encode(proposal, point.position)
-        noise = jax.random.normal(rng_key, mean.shape, mean.dtype)
+        noise = jax.random.normal(rng_key, latent.shape, mean.dtype)
         latent = (mean + jnp.exp(0.5 * log_var) * noise).astype(point.latent.dtype)
     correction = log_correction(proposal, acceptance, point.position, latent)
     return point._replace(latent=latent, correction=_finite_or(correction, -jnp.inf))
@@ -164,7 +185,8 @@ def independence_move(rng_key, point: ChainPoint, proposal, acceptance, log_dens
     """
     refresh_key, proposal_key, accept_key = jax.random.split(rng_key, 3)
     point = refresh_latent(refresh_key, point, proposal, acceptance)
-    proposed = draw_proposal(proposal_key, proposal, acceptance, log_density_fn)
+    num_latents = point.latent.shape[0] if point.latent.ndim == 2 else None
+    proposed = draw_proposal(proposal_key, proposal, acceptance, log_density_fn, num_latents)
     log_ratio = proposed.log_weight(beta) - point.log_weight(beta)
     accept, accept_prob = metropolis_accept(accept_key, log_ratio)
     return select(accept, proposed, point), proposed, accept, accept_prob
@@ -221,12 +243,26 @@ class SLMCState(NamedTuple):
 SLMC_FIELDS = SLMCState._fields[:8] + ("position", "latent")
 
 
+def check_latents(num_latents, acceptance) -> tuple[int, ...]:
+    """Check ``num_latents`` and return the latent's leading shape: ``()`` for one latent,
+    ``(K,)`` for ``K`` (exact acceptance only).
+
+    :raises TypeError: for a count that is not an integer.
+    :raises ValueError: for a count below 1, or several latents with the isometric acceptance.
+    """
+    num_latents = check_count("num_latents", num_latents)
+    if num_latents > 1 and acceptance != "exact":
+        raise ValueError("num_latents > 1 needs acceptance='exact' (the extended target).")
+    return () if num_latents == 1 else (num_latents,)
+
+
 def vae_slmc(
     proposal: VAEProposal,
     log_density_fn: Callable,
     unravel_fn: Callable,
     *,
     acceptance="exact",
+    num_latents=1,
     tag: BuildTag | None = None,
 ):
     """``(init, step)`` of one VAE-SLMC chain on ``p~`` (``beta = 1``) with a frozen proposal.
@@ -238,6 +274,8 @@ def vae_slmc(
     :param log_density_fn: ``x -> log p~(x)`` on flat unconstrained points.
     :param unravel_fn: flat ``x`` -> the sample field (site values, or ``x`` itself).
     :param str acceptance: ``"exact"`` (extended space) or ``"isometric"`` (eq. 6 with eq. 3).
+    :param int num_latents: latents per state of the exact acceptance (``K``; 1 for the plain
+        extended space).
     :param tag: the build tag the states carry.
     :return: ``init(position, rng_key, num_warmup=0)`` (``num_warmup`` unused: there is nothing
         to adapt) and ``step(state, num_warmup)``.
@@ -252,11 +290,12 @@ def vae_slmc(
     """
     if acceptance not in ACCEPTANCES:
         raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {acceptance!r}.")
+    latent_shape = check_latents(num_latents, acceptance) + (proposal.latent_dim,)
 
     def init(position, rng_key, num_warmup=0):
         state_key, latent_key = jax.random.split(rng_key)
         dtype = position.dtype
-        latent = jnp.zeros((proposal.latent_dim,), dtype)
+        latent = jnp.zeros(latent_shape, dtype)
         point = new_point(proposal, acceptance, log_density_fn, position, latent)
         point = refresh_latent(latent_key, point, proposal, acceptance)
         zero = jnp.zeros((), dtype)

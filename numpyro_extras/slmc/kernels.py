@@ -31,7 +31,7 @@ from numpyro_extras.potential import (
     flatten_model,
 )
 from numpyro_extras.slmc.annealing import fit_vae_proposal
-from numpyro_extras.slmc.chains import ACCEPTANCES, vae_slmc
+from numpyro_extras.slmc.chains import ACCEPTANCES, check_latents, vae_slmc
 from numpyro_extras.slmc.vae import VAEProposal, isometry_factors, sample_extended
 from numpyro_extras.validation import check_count
 
@@ -92,7 +92,11 @@ class VAESLMC(ExtrasKernel):
     target ``p(x) r(z | x)``, ``r`` the encoder; every step refreshes ``z ~ r(. | x)`` and
     proposes ``z' ~ N(0, I)``, ``x' ~ N(Dec(z'), s^2 I)`` independently of the state, accepted by
     Metropolis-Hastings on the extended space. The ``x``-marginal is exactly the posterior for
-    any network; a poor network only lowers the acceptance rate.
+    any network; a poor network only lowers the acceptance rate. With ``num_latents = K > 1`` the
+    state carries ``K`` latents, ``r(. | x)``-refreshed, the proposal adds ``K - 1`` encoder
+    draws at ``x'``, and the weight averages ``q(x, z_k) / r(z_k | x)`` over them (an
+    importance-weighted extended target, still exact): a higher acceptance for ``K`` encoder
+    and decoder evaluations per step, and no more evaluations of the model.
 
     **Isometric acceptance** (``acceptance="isometric"``): the paper's eq. 6 with ``x' = Dec(z')``
     and the density ``Gamma`` of eq. 3, exact only for an isometric VAE. The isometric factors of
@@ -113,6 +117,7 @@ class VAESLMC(ExtrasKernel):
     :param VAEProposal proposal: a trained proposal (:func:`~numpyro_extras.fit_vae_proposal`,
         :func:`~numpyro_extras.load_proposal`); checked against the model's sites and shapes.
     :param str acceptance: ``"exact"`` or ``"isometric"``.
+    :param int num_latents: latents per state of the exact acceptance (``K``).
     :param int num_models: models annealed side by side when training (exchange repairs mode
         collapse).
     :param dict fit_kwargs: other keyword arguments of :func:`~numpyro_extras.fit_vae_proposal`
@@ -146,6 +151,7 @@ class VAESLMC(ExtrasKernel):
         *,
         proposal=None,
         acceptance="exact",
+        num_latents=1,
         num_models=1,
         fit_kwargs=None,
         fit_seed=0,
@@ -166,6 +172,8 @@ class VAESLMC(ExtrasKernel):
         self._user_proposal = proposal
         self._proposal = proposal
         self._acceptance = acceptance
+        check_latents(num_latents, acceptance)
+        self._num_latents = num_latents
         self._num_models = check_count("num_models", num_models)
         self._fit_kwargs = dict(fit_kwargs or {})
         self._fit_seed = fit_seed
@@ -259,6 +267,7 @@ class VAESLMC(ExtrasKernel):
             lambda x: -potential_fn(x),
             self._flat_model.unravel_fn,
             acceptance=self._acceptance,
+            num_latents=self._num_latents,
             tag=tag,
         )
         return fixed_target_functions(init_fn, step_fn, num_warmup, {})

@@ -241,17 +241,28 @@ def _log_normal(value, mean, log_var):
     return -0.5 * jnp.sum((value - mean) ** 2 * jnp.exp(-log_var) + log_var + LOG_2PI, -1)
 
 
-def sample_extended(rng_key, proposal: VAEProposal):
-    """One draw ``(x, z)`` of the extended proposal: ``z ~ N(0, I_M)``,
-    ``x ~ N(Dec(z), s^2 I)`` in standardised units.
+def sample_extended(rng_key, proposal: VAEProposal, num_latents=None):
+    """One draw of the extended proposal: ``z ~ N(0, I_M)``, ``x ~ N(Dec(z), s^2 I)`` in
+    standardised units; with ``num_latents = K``, also ``K - 1`` latents ``z_k ~ r(. | x)`` from
+    the encoder (the proposal of the importance-weighted extended target, whose density is
+    symmetric in the ``K`` latents).
 
-    :return: ``(x, z)`` of shapes ``(D,)`` and ``(M,)``.
+    :param rng_key: key.
+    :param proposal: the VAE proposal.
+    :param int num_latents: ``None`` for one latent of shape ``(M,)``, else ``K`` latents.
+    :return: ``(x, z)`` of shapes ``(D,)`` and ``(M,)``, or ``(K, M)`` with ``num_latents``.
     """
-    latent_key, noise_key = jax.random.split(rng_key)
+    latent_key, noise_key, encoder_key = jax.random.split(rng_key, 3)
     config = proposal.config
     z = jax.random.normal(latent_key, (config.latent_dim,), dtype=proposal.loc.dtype)
     noise = config.decoder_scale * jax.random.normal(noise_key, (config.dimension,), z.dtype)
-    return decode(proposal, z) + proposal.scale * noise, z
+    x = decode(proposal, z) + proposal.scale * noise
+    if num_latents is None:
+        return x, z
+    mean, log_var = encode(proposal, x)
+    encoder_noise = jax.random.normal(encoder_key, (num_latents - 1, config.latent_dim), z.dtype)
+    others = (mean + jnp.exp(0.5 * log_var) * encoder_noise).astype(z.dtype)
+    return x, jnp.concatenate([z[None], others])
 
 
 def sample_isometric(rng_key, proposal: VAEProposal):

@@ -91,6 +91,38 @@ def test_extended_weight_and_acceptance_match_hand_computation():
         assert float(accept_prob) == pytest.approx(min(1.0, np.exp(hand_ratio)), rel=1e-9)
 
 
+def test_several_latents_weight_and_acceptance_match_hand_computation():
+    """With K latents log W = beta log p~(x) - log mean_k q(x, z_k) / r(z_k | x)."""
+    proposal = broad_proposal()
+    x = jnp.array([0.3, -1.1])
+    latents = jnp.array([[0.4, -0.2], [-1.0, 0.3], [0.1, 0.9]])
+
+    def hand_several(position, several, beta):
+        per_latent = np.array(
+            [hand_log_weight(proposal, position, z, 0.0) for z in np.asarray(several)]
+        )
+        log_mean_q_over_r = np.log(np.mean(np.exp(-per_latent)))
+        return beta * float(log_density(position)) - log_mean_q_over_r
+
+    point = new_point(proposal, "exact", log_density, x, latents)
+    assert float(point.log_weight(0.7)) == pytest.approx(hand_several(x, latents, 0.7))
+    key = jax.random.PRNGKey(4)
+    refresh_key, proposal_key, _ = jax.random.split(key, 3)
+    refreshed = refresh_latent(refresh_key, point, proposal, "exact")
+    proposed = draw_proposal(proposal_key, proposal, "exact", log_density, num_latents=3)
+    assert refreshed.latent.shape == proposed.latent.shape == (3, 2)
+    # the first latent generates x', the others are encoder draws at x'
+    np.testing.assert_allclose(
+        proposed.position,
+        draw_proposal(proposal_key, proposal, "exact", log_density).position,
+    )
+    _, _, _, accept_prob = independence_move(key, point, proposal, "exact", log_density, 1.0)
+    hand_ratio = hand_several(proposed.position, proposed.latent, 1.0) - hand_several(
+        x, refreshed.latent, 1.0
+    )
+    assert float(accept_prob) == pytest.approx(min(1.0, np.exp(hand_ratio)), rel=1e-9)
+
+
 def test_isometric_density_matches_eq_12():
     proposal = broad_proposal()
     x = jnp.array([0.3, -1.1])
@@ -117,9 +149,43 @@ def test_non_finite_proposal_is_a_rejection():
     assert float(proposed.log_weight(1.0)) == -np.inf
 
 
-@pytest.fixture(scope="module")
-def gaussian_run():
-    kernel = nx.VAESLMC(potential_fn=gaussian_potential, proposal=broad_proposal())
+@pytest.mark.parametrize("num_latents", [1, 4])
+def test_one_move_from_the_target_stays_on_it(num_latents):
+    """Exact invariance, without autocorrelation: independent states drawn from the target (and
+    their latents from the encoder) are still target draws after one move, for any network."""
+    proposal = broad_proposal()
+    num_states = 200_000
+    shape = (2,) if num_latents == 1 else (num_latents, 2)
+
+    def one_move(position, rng_key):
+        refresh_key, move_key = jax.random.split(rng_key)
+        point = new_point(proposal, "exact", log_density, position, jnp.zeros(shape))
+        point = refresh_latent(refresh_key, point, proposal, "exact")
+        moved, _, _, accept_prob = independence_move(
+            move_key, point, proposal, "exact", log_density, 1.0
+        )
+        return moved.position, accept_prob
+
+    starts = jax.random.multivariate_normal(jax.random.PRNGKey(1), MEAN, COVARIANCE, (num_states,))
+    moved, accept_prob = jax.jit(jax.vmap(one_move))(
+        starts, jax.random.split(jax.random.PRNGKey(2), num_states)
+    )
+    moved = np.asarray(moved)
+    assert float(np.mean(accept_prob)) > 0.05
+    for statistic, truth in (
+        (moved[:, 0], MEAN[0]),
+        (moved[:, 1], MEAN[1]),
+        (moved[:, 0] ** 2, MEAN[0] ** 2 + COVARIANCE[0, 0]),
+        (moved[:, 0] * moved[:, 1], MEAN[0] * MEAN[1] + COVARIANCE[0, 1]),
+    ):
+        assert abs(statistic.mean() - truth) < 4 * statistic.std() / np.sqrt(num_states)
+
+
+@pytest.fixture(scope="module", params=[1, 4], ids=["one latent", "four latents"])
+def gaussian_run(request):
+    kernel = nx.VAESLMC(
+        potential_fn=gaussian_potential, proposal=broad_proposal(), num_latents=request.param
+    )
     mcmc = MCMC(
         kernel,
         num_warmup=200,
@@ -146,6 +212,8 @@ def test_fixed_untrained_network_leaves_target_invariant(gaussian_run):
         for i in range(statistic.shape[-1]):
             error = float(mcse(statistic[..., i]))
             assert abs(statistic[..., i].mean() - truth[i]) < 4 * error
+    evidence = nx.log_marginal_likelihood(gaussian_run, warn=False)
+    assert abs(evidence.log_z - LOG_OFFSET) < 4 * evidence.stderr
 
 
 def test_log_z_against_closed_form():

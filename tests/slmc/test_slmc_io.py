@@ -104,6 +104,12 @@ def test_bad_arguments():
         nx.VAESLMC(model, proposal={"params": 1})
     with pytest.raises(TypeError, match="Unknown settings"):
         nx.fit_vae_proposal(jax.random.PRNGKey(0), model, epoch=3)
+    with pytest.raises(ValueError, match="num_latents must be a positive integer"):
+        nx.VAESLMC(model, num_latents=0)
+    with pytest.raises(TypeError, match="num_latents must be a positive integer"):
+        nx.VAESLMC(model, num_latents=2.5)
+    with pytest.raises(ValueError, match="num_latents > 1 needs acceptance='exact'"):
+        nx.VAESLMC(model, acceptance="isometric", num_latents=4)
 
 
 def test_discrete_sites_are_refused():
