@@ -82,6 +82,12 @@ def check_proposal_matches(proposal: VAEProposal, flat_model: FlatModel, has_mod
     )
 
 
+# Latents per state of the exact acceptance by default: averaging q / r over a few latents
+# raises the acceptance and the importance ESS of the proposals for a few more network
+# evaluations per step, and no more evaluations of the model.
+DEFAULT_NUM_LATENTS = 4
+
+
 class VAESLMC(ExtrasKernel):
     """VAE self-learning Monte Carlo (Ichikawa, Nakagawa, Masayuki and Umeda, "Toward unlimited
     self-learning MCMC with parallel adaptive annealing"): an independence sampler whose
@@ -92,11 +98,11 @@ class VAESLMC(ExtrasKernel):
     target ``p(x) r(z | x)``, ``r`` the encoder; every step refreshes ``z ~ r(. | x)`` and
     proposes ``z' ~ N(0, I)``, ``x' ~ N(Dec(z'), s^2 I)`` independently of the state, accepted by
     Metropolis-Hastings on the extended space. The ``x``-marginal is exactly the posterior for
-    any network; a poor network only lowers the acceptance rate. With ``num_latents = K > 1`` the
-    state carries ``K`` latents, ``r(. | x)``-refreshed, the proposal adds ``K - 1`` encoder
-    draws at ``x'``, and the weight averages ``q(x, z_k) / r(z_k | x)`` over them (an
-    importance-weighted extended target, still exact): a higher acceptance for ``K`` encoder
-    and decoder evaluations per step, and no more evaluations of the model.
+    any network; a poor network only lowers the acceptance rate. With ``num_latents = K > 1``
+    (4 by default) the state carries ``K`` latents, ``r(. | x)``-refreshed, the proposal adds
+    ``K - 1`` encoder draws at ``x'``, and the weight averages ``q(x, z_k) / r(z_k | x)`` over
+    them (an importance-weighted extended target, still exact): a higher acceptance for ``K``
+    encoder and decoder evaluations per step, and no more evaluations of the model.
 
     **Isometric acceptance** (``acceptance="isometric"``): the paper's eq. 6 with ``x' = Dec(z')``
     and the density ``Gamma`` of eq. 3, exact only for an isometric VAE. The isometric factors of
@@ -117,7 +123,8 @@ class VAESLMC(ExtrasKernel):
     :param VAEProposal proposal: a trained proposal (:func:`~numpyro_extras.fit_vae_proposal`,
         :func:`~numpyro_extras.load_proposal`); checked against the model's sites and shapes.
     :param str acceptance: ``"exact"`` or ``"isometric"``.
-    :param int num_latents: latents per state of the exact acceptance (``K``).
+    :param int num_latents: latents per state of the exact acceptance (``K``); ``None`` for 4
+        (exact) or 1 (isometric).
     :param int num_models: models annealed side by side when training (exchange repairs mode
         collapse).
     :param dict fit_kwargs: other keyword arguments of :func:`~numpyro_extras.fit_vae_proposal`
@@ -151,7 +158,7 @@ class VAESLMC(ExtrasKernel):
         *,
         proposal=None,
         acceptance="exact",
-        num_latents=1,
+        num_latents=None,
         num_models=1,
         fit_kwargs=None,
         fit_seed=0,
@@ -172,6 +179,8 @@ class VAESLMC(ExtrasKernel):
         self._user_proposal = proposal
         self._proposal = proposal
         self._acceptance = acceptance
+        if num_latents is None:
+            num_latents = DEFAULT_NUM_LATENTS if acceptance == "exact" else 1
         check_latents(num_latents, acceptance)
         self._num_latents = num_latents
         self._num_models = check_count("num_models", num_models)
