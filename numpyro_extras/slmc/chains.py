@@ -199,9 +199,9 @@ class SLMCState(NamedTuple):
         for a ``potential_fn``): the ``sample_field``.
     :param point: the :class:`ChainPoint` (flat position, latent, cached log weight parts).
     :param potential_energy: ``-log p~(x)``.
-    :param proposal_log_weight: this step's proposal's log importance weight
-        ``log p~(x') + log r(z' | x') - log q(x', z')``: the mean of its exponential over
-        proposals estimates ``Z``.
+    :param proposal_log_weight: this step's proposal's log importance weight ``log W`` at
+        ``beta = 1`` (``log p~(x') + log r(z' | x') - log q(x', z')`` with one latent): the mean
+        of its exponential over proposals estimates ``Z``.
     :param accept_prob: this step's acceptance probability.
     :param accepted: whether the proposal was accepted.
     :param mean_accept_prob: running mean of ``accept_prob`` (restarted after warm-up).
