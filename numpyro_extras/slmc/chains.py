@@ -249,6 +249,12 @@ def check_latents(num_latents, acceptance) -> tuple[int, ...]:
 
     :raises TypeError: for a count that is not an integer.
     :raises ValueError: for a count below 1, or several latents with the isometric acceptance.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_latents(4, "exact")  # (4,)
     """
     num_latents = check_count("num_latents", num_latents)
     if num_latents > 1 and acceptance != "exact":
