@@ -30,6 +30,7 @@ Usage::
     python benchmarks/ais_benchmark.py --output report.md > run.log 2>&1   # docs/benchmarks.md
     python benchmarks/ais_benchmark.py --targets linear_regression --seeds 0 1 2
     python benchmarks/ais_benchmark.py --defaults-only --output defaults.md   # ~15 min, 1 core
+    python benchmarks/ais_benchmark.py --radon-sandwich 5000   # the radon sandwich alone, ~15 min
 
 ``--defaults-only`` runs the defaults row alone. Radon's log Z is exact, by quadrature
 (``common.RADON_LOG_Z``).
