@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from numpyro.diagnostics import split_gelman_rubin
 
 from numpyro_extras.involutive.chains import ai_init, ai_step
 from numpyro_extras.involutive.networks import (
@@ -43,6 +44,9 @@ LOW_ACCEPTANCE = 0.05
 # draws' Gaussian fit is close to the target. On separated modes it accepts far less and the
 # adversarial updates do not move it, while the paper's start learns to jump between them.
 SWAP_ACCEPTANCE = 0.5
+# The check after training: chains of the trained kernel from the seed chains' last states.
+MIXING_CHECK_STEPS = 1000
+MAX_MIXING_RHAT = 1.1
 
 
 class TrainingSettings(NamedTuple):
@@ -216,7 +220,8 @@ def _trainer(config: InvolutionConfig, settings: TrainingSettings):
 
 def _bootstrap(proposal: InvolutiveProposal, potential_fn, settings: TrainingSettings):
     """``run(flow_params, positions, rng_key) -> (positions, kept, accept_rate)``: the
-    bootstrap chains, each ``burn_in + num_kept`` exact transitions of the current kernel."""
+    bootstrap chains, each ``burn_in + num_kept`` exact transitions of the current kernel;
+    ``kept`` is ``(num_kept, chains, D)``."""
 
     def run(flow_params, positions, rng_key):
         current = proposal.replace(params=flow_params)
@@ -230,7 +235,7 @@ def _bootstrap(proposal: InvolutiveProposal, potential_fn, settings: TrainingSet
 
         states, _ = jax.lax.scan(transition, states, None, settings.burn_in)
         states, (kept, accept_probs) = jax.lax.scan(transition, states, None, settings.num_kept)
-        return states.position, kept.reshape(-1, positions.shape[1]), jnp.mean(accept_probs)
+        return states.position, kept, jnp.mean(accept_probs)
 
     return run
 
@@ -270,7 +275,10 @@ def train_ai_sampler(
     The losses never evaluate the target, so a mode that no seed draw visits cannot be learned:
     seed widely (more ``seed_chains``, a larger ``seed_radius``, or ``init_samples`` from a
     sampler that crosses between modes). Training warns when the kernel's bootstrap acceptance
-    stays below 5% (it then barely moves).
+    stays below 5% (it then barely moves), and when chains of the trained kernel started at the
+    NUTS seed chains' last states still disagree after 1000 steps (split R-hat above 1.1): the
+    kernel then does not move between the modes the seed chains found, and a run's mode weights
+    are off even where its own chains agree.
 
     :param rng_key: random key.
     :param model: a NumPyro model with continuous latent sites.
@@ -381,7 +389,9 @@ def train_ai_sampler(
             best.update(params=networks[0], rate=rate, stalled=0)
         elif not seed_epoch:
             best["stalled"] += 1
-        data = seed_standardized if seed_epoch else proposal.standardize(kept)
+        data = (
+            seed_standardized if seed_epoch else proposal.standardize(kept.reshape(-1, dimension))
+        )
         networks, losses = train(networks, data, train_key)
         return (networks, positions, key), (accept_rate, *losses)
 
@@ -420,7 +430,34 @@ def train_ai_sampler(
             "closer to the posterior (init_samples), or use another kernel.",
             stacklevel=2,
         )
+    if init_samples is None:
+        check_settings = settings._replace(burn_in=0, num_kept=MIXING_CHECK_STEPS)
+        _check_mixing(
+            jax.jit(_bootstrap(proposal, potential_fn, check_settings)),
+            flow_params,
+            pilot.draws[:, -1, :].astype(dtype),
+            jax.random.fold_in(rng_key, 1),
+        )
     return proposal.replace(params=flow_params, starts=positions, history=history)
+
+
+def _check_mixing(run, flow_params, starts, rng_key):
+    """Warn when chains of the trained kernel started from the NUTS seed chains' last states
+    (each in the region, or mode, its seed chain found) still disagree after the check's run:
+    the kernel does not move between those regions, and the mode weights of a run will be off
+    even where every chain agrees with the others."""
+    _, kept, _ = run(flow_params, starts, rng_key)
+    draws = np.swapaxes(np.asarray(kept, dtype=np.float64), 0, 1)
+    rhat = float(np.max(split_gelman_rubin(draws)))
+    if not rhat <= MAX_MIXING_RHAT:
+        warnings.warn(
+            f"The trained Ai-sampler does not move between the regions its {draws.shape[0]} "
+            f"NUTS seed chains found: chains started at their last states still disagree after "
+            f"{draws.shape[1]} steps (R-hat {rhat:.2f} > {MAX_MIXING_RHAT}), so the mode weights "
+            "of its runs will be off, even where their chains agree. Train longer (epochs), or "
+            "use a kernel that crosses between modes (nx.ReplicaExchange).",
+            stacklevel=3,
+        )
 
 
 def _flat_samples(init_samples, flat_model, dimension, dtype):
