@@ -83,8 +83,8 @@ class Sizes:
     regression_particles: int
     radon_budget: int
     radon_particles: int
-    radon_reference_particles: int
-    radon_reference_temperatures: int
+    radon_sandwich_particles: int
+    radon_sandwich_temperatures: int
     throughput_particles: tuple[int, ...]
     throughput_temperatures: int
 
@@ -97,8 +97,8 @@ FULL = Sizes(
     regression_particles=256,
     radon_budget=600_000,
     radon_particles=500,
-    radon_reference_particles=1000,
-    radon_reference_temperatures=1000,
+    radon_sandwich_particles=1000,
+    radon_sandwich_temperatures=1000,
     throughput_particles=(100, 1000, 10_000),
     throughput_temperatures=50,
 )
@@ -111,8 +111,8 @@ QUICK = Sizes(
     regression_particles=100,
     radon_budget=150_000,
     radon_particles=200,
-    radon_reference_particles=300,
-    radon_reference_temperatures=300,
+    radon_sandwich_particles=300,
+    radon_sandwich_temperatures=300,
     throughput_particles=(100, 1000),
     throughput_temperatures=50,
 )
@@ -310,8 +310,8 @@ def benchmark_linear_regression(seeds, sizes):
 def radon_sandwich(problem, data, sizes):
     """Bidirectional AIS on radon: a forward run (stochastic lower bound) and a reverse run from
     NUTS posterior draws (stochastic upper bound), both from the tempering base."""
-    num_particles = sizes.radon_reference_particles
-    num_temperatures = sizes.radon_reference_temperatures
+    num_particles = sizes.radon_sandwich_particles
+    num_temperatures = sizes.radon_sandwich_temperatures
     common = dict(
         num_particles=num_particles,
         num_temperatures=num_temperatures,
@@ -360,8 +360,8 @@ def benchmark_radon(seeds, sizes):
     log(f"{title}: bidirectional AIS sandwich")
     lower, upper = radon_sandwich(problem, data, sizes)
     rows.notes.append(
-        f"{title}: bidirectional AIS from the same base, {sizes.radon_reference_particles} "
-        f"particles x {sizes.radon_reference_temperatures} temperatures each way: forward "
+        f"{title}: bidirectional AIS from the same base, {sizes.radon_sandwich_particles} "
+        f"particles x {sizes.radon_sandwich_temperatures} temperatures each way: forward "
         f"(lower bound) {lower.log_z:.3f} +- {lower.stderr:.3f} (ESS {lower.ess:.0f}), reverse "
         f"from NUTS draws (upper bound) {upper.log_z:.3f} +- {upper.stderr:.3f} "
         f"(ESS {upper.ess:.0f}); the exact {RADON_LOG_Z:.3f} is "
@@ -512,8 +512,8 @@ def radon_sandwich_only(sizes, num_temperatures, num_particles):
     problem = tb.model_problem("radon", "Radon", targets.radon_model, data, base, None)
     sizes = dataclasses.replace(
         sizes,
-        radon_reference_temperatures=num_temperatures,
-        radon_reference_particles=num_particles or sizes.radon_reference_particles,
+        radon_sandwich_temperatures=num_temperatures,
+        radon_sandwich_particles=num_particles or sizes.radon_sandwich_particles,
     )
     start = time.perf_counter()
     lower, upper = radon_sandwich(problem, data, sizes)
@@ -521,7 +521,7 @@ def radon_sandwich_only(sizes, num_temperatures, num_particles):
     return "\n".join(
         [
             f"- {base_note}",
-            f"- {sizes.radon_reference_particles} particles x {num_temperatures} temperatures "
+            f"- {sizes.radon_sandwich_particles} particles x {num_temperatures} temperatures "
             f"each way ({time.perf_counter() - start:.0f} s): forward (lower bound) "
             f"{lower.log_z:.3f} +- {lower.stderr:.3f} (ESS {lower.ess:.0f}), reverse from NUTS "
             f"draws (upper bound) {upper.log_z:.3f} +- {upper.stderr:.3f} "
