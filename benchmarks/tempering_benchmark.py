@@ -95,7 +95,6 @@ class Settings:
     radon_warmup: int
     radon_samples: int
     radon_max_seeds: int
-    # The radon reference: two long runs (joint and Gibbs) this many times longer.
     # BlackJAX SMC.
     smc_pilot_particles: int = 256
     smc_mutation_steps: int = 5
