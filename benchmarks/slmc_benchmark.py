@@ -38,18 +38,22 @@ Usage::
     python benchmarks/slmc_benchmark.py --report-from runs.jsonl           # tables of saved runs
     python benchmarks/slmc_benchmark.py --experiment training --fit-kwargs '{"patience": null}'
     python benchmarks/slmc_benchmark.py --experiment acceptance --configs 10:3 20:2
+    python benchmarks/slmc_benchmark.py --experiment acceptance --configs 20:2 --vae paper learned
 
-``--experiment acceptance`` separates the network from the annealing: per ``D:C`` it trains the
-paper's VAE (``train_vae``, every epoch, no early stopping) on 15,000 exact draws of the
-mixture at ``beta = 1``, for 150 and 600 epochs and each ``--beta-vae``, then runs 4 chains x
-(200 + 2000) of ``nx.VAESLMC`` with that proposal under each acceptance (the exact one with
-each ``--num-latents``), and prints the mean acceptance probability (the exact kernel's
-``log Z`` error and stderr beside it).
+``--experiment acceptance`` separates the network from the annealing: per ``D:C`` it trains a
+VAE (``train_vae``, every epoch, no early stopping) on 15,000 exact draws of the mixture at
+``beta = 1``, for each of ``--epochs`` (150 and 600), ``--beta-vae`` and ``--vae`` (``paper``:
+eq. 2's fixed decoder noise; ``learned``: the package's learned noise; ``learned-whitened``:
+also whitened data), then runs 4 chains x (200 + 2000) of ``nx.VAESLMC`` with that proposal
+under each acceptance (the exact one with each ``--num-latents``; the isometric one for the
+paper's network), and prints the mean acceptance probability (the exact kernel's ``log Z``
+error and stderr beside it).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -418,7 +422,23 @@ def exact_draws(target, count, rng):
     return target.offsets[clusters][:, None] + target.scale * noise
 
 
-def acceptance_experiment(configs, beta_vaes, seed, epoch_counts=(150, 600), latent_counts=(1,)):
+# The acceptance experiment's networks: eq. 2's fixed decoder noise with per-coordinate
+# standardisation (the paper's), a learned noise, and a learned noise on whitened data.
+VAE_VARIANTS = {
+    "paper": dict(learn_decoder_scale=False),
+    "learned": dict(learn_decoder_scale=True),
+    "learned-whitened": dict(learn_decoder_scale=True, whiten=True),
+}
+
+
+def acceptance_experiment(
+    configs,
+    beta_vaes,
+    seed,
+    epoch_counts=(150, 600),
+    latent_counts=(1,),
+    variants=("paper",),
+):
     """The acceptance of VAE-SLMC's kernels with a VAE trained on exact draws (no annealing):
     the exact kernel with each number of latents, and the isometric one."""
     results = []
@@ -427,62 +447,67 @@ def acceptance_experiment(configs, beta_vaes, seed, epoch_counts=(150, 600), lat
         target = Mixture(dimension, clusters)
         data = jnp.asarray(exact_draws(target, 15_000, rng))
         sites = (("x", (dimension,)),)
-        for beta_vae in beta_vaes:
-            for epochs in epoch_counts:
-                config = VAEConfig(dimension=dimension, latent_dim=dimension, beta_vae=beta_vae)
-                start = time.perf_counter()
-                proposal, losses = jax.jit(
-                    lambda key, proposal, data, epochs=epochs: train_vae(
-                        key, proposal, data, epochs=epochs, batch_size=512, learning_rate=1e-3
-                    )
-                )(
-                    jax.random.PRNGKey(seed),
-                    init_proposal(jax.random.PRNGKey(seed + 1), config, sites=sites),
-                    data,
+        for beta_vae, epochs, variant in itertools.product(beta_vaes, epoch_counts, variants):
+            config = VAEConfig(
+                dimension=dimension,
+                latent_dim=dimension,
+                beta_vae=beta_vae,
+                **VAE_VARIANTS[variant],
+            )
+            start = time.perf_counter()
+            proposal, losses = jax.jit(
+                lambda key, proposal, data, epochs=epochs: train_vae(
+                    key, proposal, data, epochs=epochs, batch_size=512, learning_rate=1e-3
                 )
-                jax.block_until_ready(proposal)
-                trained = {
-                    "experiment": "acceptance",
-                    "target": target.name,
-                    "beta_vae": beta_vae,
-                    "epochs": epochs,
-                    "training_seconds": time.perf_counter() - start,
-                    "final_loss": float(losses[-1]),
-                }
-                runs = [("exact", count) for count in latent_counts] + [("isometric", 1)]
-                by_latents = {}
-                for acceptance, num_latents in runs:
-                    result = by_latents.setdefault(
-                        num_latents, {**trained, "num_latents": num_latents}
-                    )
-                    kernel = nx.VAESLMC(
-                        target.model,
-                        proposal=proposal,
-                        acceptance=acceptance,
-                        num_latents=num_latents,
-                    )
-                    mcmc = MCMC(
-                        kernel,
-                        num_warmup=200,
-                        num_samples=2000,
-                        num_chains=NUM_CHAINS,
-                        chain_method="vectorized",
-                        progress_bar=False,
-                    )
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        mcmc.run(jax.random.PRNGKey(seed + 2), *target.model_args)
-                    result[f"{acceptance}_accept"] = float(
-                        np.mean(mcmc.get_extra_fields()["accept_prob"])
-                    )
-                    if acceptance == "exact":
-                        evidence = nx.log_marginal_likelihood(mcmc, warn=False)
-                        result["log_z_error"] = float(evidence.log_z - LOG_Z)
-                        result["stderr"] = float(evidence.stderr)
-                        result["weight_ess"] = float(evidence.ess)
-                for result in by_latents.values():
-                    log(f"  {json.dumps(result)}")
-                    results.append(result)
+            )(
+                jax.random.PRNGKey(seed),
+                init_proposal(jax.random.PRNGKey(seed + 1), config, sites=sites),
+                data,
+            )
+            jax.block_until_ready(proposal)
+            trained = {
+                "experiment": "acceptance",
+                "target": target.name,
+                "beta_vae": beta_vae,
+                "vae": variant,
+                "epochs": epochs,
+                "training_seconds": time.perf_counter() - start,
+                "final_loss": float(losses[-1]),
+            }
+            runs = [("exact", count) for count in latent_counts]
+            if not config.learn_decoder_scale:
+                runs.append(("isometric", 1))
+            by_latents = {}
+            for acceptance, num_latents in runs:
+                result = by_latents.setdefault(num_latents, {**trained, "num_latents": num_latents})
+                kernel = nx.VAESLMC(
+                    target.model,
+                    proposal=proposal,
+                    acceptance=acceptance,
+                    num_latents=num_latents,
+                )
+                mcmc = MCMC(
+                    kernel,
+                    num_warmup=200,
+                    num_samples=2000,
+                    num_chains=NUM_CHAINS,
+                    chain_method="vectorized",
+                    progress_bar=False,
+                )
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    mcmc.run(jax.random.PRNGKey(seed + 2), *target.model_args)
+                result[f"{acceptance}_accept"] = float(
+                    np.mean(mcmc.get_extra_fields()["accept_prob"])
+                )
+                if acceptance == "exact":
+                    evidence = nx.log_marginal_likelihood(mcmc, warn=False)
+                    result["log_z_error"] = float(evidence.log_z - LOG_Z)
+                    result["stderr"] = float(evidence.stderr)
+                    result["weight_ess"] = float(evidence.ess)
+            for result in by_latents.values():
+                log(f"  {json.dumps(result)}")
+                results.append(result)
     return results
 
 
@@ -490,6 +515,7 @@ def acceptance_table(results):
     rows = [
         [
             r["target"],
+            r.get("vae", "paper"),
             fmt(r["beta_vae"], 3),
             r["epochs"],
             f"{r['final_loss']:.3f}",
@@ -504,6 +530,7 @@ def acceptance_table(results):
     ]
     header = [
         "target",
+        "network",
         "beta_VAE",
         "epochs",
         "final loss",
@@ -573,6 +600,14 @@ def main(argv=None):
         default=[1],
         help="acceptance experiment: latents per state of the exact kernel",
     )
+    parser.add_argument(
+        "--vae",
+        nargs="+",
+        choices=tuple(VAE_VARIANTS),
+        default=["paper"],
+        help="acceptance experiment: the network's decoder noise and standardisation",
+    )
+    parser.add_argument("--epochs", nargs="+", type=int, default=[150, 600], help="acceptance")
     parser.add_argument("--fit-kwargs", default="{}", help="JSON settings of fit_vae_proposal")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="also write the report here")
@@ -594,7 +629,12 @@ def main(argv=None):
         if args.experiment == "acceptance":
             configs = [parse_config(c) for c in args.configs]
             results = acceptance_experiment(
-                configs, args.beta_vae, args.seed, latent_counts=args.num_latents
+                configs,
+                args.beta_vae,
+                args.seed,
+                epoch_counts=args.epochs,
+                latent_counts=args.num_latents,
+                variants=args.vae,
             )
             lines = acceptance_table(results)
         else:

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from numpyro_extras.potential import flat_target, site_shapes
 from numpyro_extras.slmc.chains import (
-    ACCEPTANCES,
+    check_acceptance,
     draw_proposal,
     exchange_source,
     independence_move,
@@ -104,7 +104,16 @@ class AnnealingSettings(NamedTuple):
     :param tuple encoder_sizes: the encoder's hidden widths (App. F.3).
     :param tuple decoder_sizes: the decoder's hidden widths.
     :param float decoder_scale: the extended proposal's decoder noise in standardised units
-        (``None``: ``sqrt(beta_vae / 2)``).
+        (``None``: 1 when learned, else ``sqrt(beta_vae / 2)``).
+    :param bool learn_decoder_scale: learn the decoder noise per coordinate with the network
+        (``None``: learned for the exact acceptance, eq. 2's fixed ``beta_vae / 2`` for the
+        isometric one, whose eq. 3 assumes it). A learned noise takes on the spread within a
+        mode, so that the latents only have to place the modes: the exact acceptance then no
+        longer falls with the dimension the way it does with eq. 2's small fixed noise.
+    :param bool whiten: standardise each rung's data by the Cholesky factor of its covariance
+        rather than per coordinate. It lets a learned decoder noise fit a correlated unimodal
+        target alone (the proposal becomes a Gaussian fitted to the draws), but on separated
+        modes the network may then leave its latents unused and propose one broad Gaussian.
 
     **Example:**
 
@@ -144,6 +153,8 @@ class AnnealingSettings(NamedTuple):
     encoder_sizes: tuple = PAPER_ENCODER_SIZES
     decoder_sizes: tuple = PAPER_DECODER_SIZES
     decoder_scale: float | None = None
+    learn_decoder_scale: bool | None = None
+    whiten: bool = False
 
     def checked(self, num_models) -> AnnealingSettings:
         """The settings validated, with ``ar_min`` filled in for ``num_models`` models."""
@@ -527,8 +538,7 @@ def fit_vae_proposal(
         kernel = nx.VAESLMC(model, proposal=proposal)
     """
     num_models = check_count("num_models", num_models)
-    if acceptance not in ACCEPTANCES:
-        raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {acceptance!r}.")
+    check_acceptance(acceptance)
     unknown = sorted(set(settings) - set(AnnealingSettings._fields))
     if unknown:
         raise TypeError(
@@ -549,7 +559,14 @@ def fit_vae_proposal(
         decoder_sizes=settings.decoder_sizes,
         beta_vae=settings.beta_vae,
         decoder_scale=settings.decoder_scale,
+        learn_decoder_scale=(
+            acceptance == "exact"
+            if settings.learn_decoder_scale is None
+            else settings.learn_decoder_scale
+        ),
+        whiten=settings.whiten,
     )
+    check_acceptance(acceptance, config)
     sites = site_shapes(flat_model)
     if initial_data is None:
         data, evaluations = _initial_draws(data_key, flat_model, settings, num_models, progress_bar)

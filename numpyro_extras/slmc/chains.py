@@ -48,6 +48,7 @@ from numpyro_extras.metropolis import (
     select,
 )
 from numpyro_extras.slmc.vae import (
+    VAEConfig,
     VAEProposal,
     encode,
     isometric_log_density,
@@ -60,6 +61,7 @@ from numpyro_extras.validation import check_count
 
 __all__ = [
     "ACCEPTANCES",
+    "check_acceptance",
     "ChainPoint",
     "SLMCState",
     "SLMC_FIELDS",
@@ -243,6 +245,30 @@ class SLMCState(NamedTuple):
 SLMC_FIELDS = SLMCState._fields[:8] + ("position", "latent")
 
 
+def check_acceptance(acceptance, config: VAEConfig | None = None) -> str:
+    """Check the name of an acceptance, and that a VAE of ``config`` can use it: the isometric
+    density (eq. 3, eq. 12) assumes eq. 2's fixed decoder noise ``s^2 = beta_VAE / 2``.
+
+    :raises ValueError: for an unknown name, or the isometric acceptance with a learned decoder
+        noise.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_acceptance("isometric", proposal.config)
+    """
+    if acceptance not in ACCEPTANCES:
+        raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {acceptance!r}.")
+    if acceptance == "isometric" and config is not None and config.learn_decoder_scale:
+        raise ValueError(
+            "acceptance='isometric' needs a VAE with eq. 2's fixed decoder noise, but this one "
+            "learned its decoder scale; train it with learn_decoder_scale=False, or use "
+            "acceptance='exact'."
+        )
+    return acceptance
+
+
 def check_latents(num_latents, acceptance) -> tuple[int, ...]:
     """Check ``num_latents`` and return the latent's leading shape: ``()`` for one latent,
     ``(K,)`` for ``K`` (exact acceptance only).
@@ -294,8 +320,7 @@ def vae_slmc(
         state = init_fn(x0, key)
         state = step_fn(state, 0)
     """
-    if acceptance not in ACCEPTANCES:
-        raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {acceptance!r}.")
+    check_acceptance(acceptance, proposal.config)
     latent_shape = check_latents(num_latents, acceptance) + (proposal.latent_dim,)
 
     def init(position, rng_key, num_warmup=0):

@@ -31,7 +31,7 @@ from numpyro_extras.potential import (
     flatten_model,
 )
 from numpyro_extras.slmc.annealing import fit_vae_proposal
-from numpyro_extras.slmc.chains import ACCEPTANCES, check_latents, vae_slmc
+from numpyro_extras.slmc.chains import check_acceptance, check_latents, vae_slmc
 from numpyro_extras.slmc.vae import VAEProposal, isometry_factors, sample_extended
 from numpyro_extras.validation import check_count
 
@@ -166,8 +166,6 @@ class VAESLMC(ExtrasKernel):
         isometry_samples=10_000,
     ):
         super().__init__(model, potential_fn)
-        if acceptance not in ACCEPTANCES:
-            raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {acceptance!r}.")
         if potential_fn is not None and proposal is None:
             raise ValueError(
                 "With `potential_fn`, give `proposal=` (train one with nx.fit_vae_proposal("
@@ -176,6 +174,7 @@ class VAESLMC(ExtrasKernel):
             )
         if proposal is not None and not isinstance(proposal, VAEProposal):
             raise TypeError(f"proposal must be a VAEProposal, got {type(proposal).__name__}.")
+        check_acceptance(acceptance, None if proposal is None else proposal.config)
         self._user_proposal = proposal
         self._proposal = proposal
         self._acceptance = acceptance

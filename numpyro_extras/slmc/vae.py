@@ -63,6 +63,8 @@ PAPER_DECODER_SIZES = (32, 64, 128, 128, 256, 256)
 # log sigma^2 is clipped so that a collapsed or exploding head cannot give inf or 0 variances.
 LOG_VAR_BOUNDS = (-30.0, 10.0)
 LOG_2PI = math.log(2 * math.pi)
+# Added to the data's correlation matrix before its Cholesky factor is taken.
+WHITENING_RIDGE = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +78,15 @@ class VAEConfig:
     :param float beta_vae: the weight of the KL term of eq. 2 (Table 8: 1/120 for the Gaussian
         mixtures), with the SSE summed over ``D`` and the KL over ``M``.
     :param float decoder_scale: ``s``, the decoder noise of the extended proposal in standardised
-        units; ``sqrt(beta_vae / 2)``, the variance eq. 2 implies, by default.
+        units; by default ``sqrt(beta_vae / 2)``, the variance eq. 2 implies, or 1 (the data's
+        scale) as the start of a learned scale.
+    :param bool learn_decoder_scale: fit one decoder noise scale ``s_d`` per coordinate: the loss
+        is the negative ELBO of ``N(x; Dec(z), diag s^2)`` at its maximum-likelihood ``s_d^2``,
+        the mean squared reconstruction error of the batch (the calibrated decoder of Rybkin et
+        al., 2021), and the trained proposal keeps that error over its training data, rather
+        than eq. 2's fixed ``s^2 = beta_VAE / 2``.
+    :param bool whiten: standardise the data by the Cholesky factor of its covariance rather
+        than per coordinate, so that the network sees decorrelated coordinates.
     """
 
     dimension: int
@@ -85,6 +95,8 @@ class VAEConfig:
     decoder_sizes: tuple[int, ...] = PAPER_DECODER_SIZES
     beta_vae: float = 1.0 / 120.0
     decoder_scale: float | None = None
+    learn_decoder_scale: bool = False
+    whiten: bool = False
 
     def __post_init__(self):
         check_count("dimension", self.dimension)
@@ -97,7 +109,9 @@ class VAEConfig:
         check_real("beta_vae", self.beta_vae, "a positive number", low=0.0)
         scale = self.decoder_scale
         if scale is None:
-            scale = math.sqrt(self.beta_vae / 2)
+            # A learned scale starts at the data's own (unit in standardised coordinates): the
+            # latents then take on only what the decoder noise cannot explain.
+            scale = 1.0 if self.learn_decoder_scale else math.sqrt(self.beta_vae / 2)
         object.__setattr__(
             self, "decoder_scale", check_real("decoder_scale", scale, "a positive number", low=0.0)
         )
@@ -205,14 +219,33 @@ def init_proposal(rng_key, config: VAEConfig, loc=None, scale=None, sites=()) ->
         "encoder": _encoder(config).init(encoder_key, jnp.zeros((dimension,)))["params"],
         "decoder": _decoder(config).init(decoder_key, jnp.zeros((latent_dim,)))["params"],
     }
+    if config.learn_decoder_scale:
+        params["decoder_log_var"] = jnp.full(
+            (dimension,), 2 * math.log(config.decoder_scale), jnp.float32
+        )
     loc = jnp.zeros(dimension) if loc is None else jnp.asarray(loc)
-    scale = jnp.ones(dimension) if scale is None else jnp.asarray(scale)
+    if scale is None:
+        scale = jnp.eye(dimension) if config.whiten else jnp.ones(dimension)
+    scale = jnp.asarray(scale)
     return VAEProposal(params, loc, scale, config, tuple(sites))
 
 
 def standardize(proposal: VAEProposal, x):
-    """``u = (x - loc) / scale``, the coordinates the network sees."""
-    return (x - proposal.loc) / proposal.scale
+    """``u = (x - loc) / scale``, the coordinates the network sees (``u = L^-1 (x - loc)`` with
+    a whitening ``scale = L``, lower triangular)."""
+    centred = x - proposal.loc
+    if proposal.scale.ndim == 1:
+        return centred / proposal.scale
+    flat = jnp.reshape(centred, (-1, proposal.dimension)).T
+    solved = jax.scipy.linalg.solve_triangular(proposal.scale, flat, lower=True)
+    return jnp.reshape(solved.T, centred.shape)
+
+
+def _unstandardize_offset(proposal: VAEProposal, u):
+    """``scale * u`` (``L u`` with a whitening ``scale``)."""
+    if proposal.scale.ndim == 1:
+        return proposal.scale * u
+    return u @ proposal.scale.T
 
 
 def encode(proposal: VAEProposal, x):
@@ -225,11 +258,19 @@ def encode(proposal: VAEProposal, x):
 def decode(proposal: VAEProposal, z):
     """The decoder mean in the flat unconstrained space: ``loc + scale * Dec(z)``."""
     u = _decoder(proposal.config).apply({"params": proposal.params["decoder"]}, z)
-    return proposal.loc + proposal.scale * u
+    return proposal.loc + _unstandardize_offset(proposal, u)
+
+
+def _decoder_log_var(params, config: VAEConfig):
+    """``log s_d^2`` per coordinate, learned or fixed."""
+    if config.learn_decoder_scale:
+        return jnp.clip(params["decoder_log_var"], *LOG_VAR_BOUNDS)
+    return jnp.full((config.dimension,), 2 * math.log(config.decoder_scale))
 
 
 def _log_jacobian(proposal: VAEProposal):
-    return -jnp.sum(jnp.log(proposal.scale))
+    scale = proposal.scale
+    return -jnp.sum(jnp.log(scale if scale.ndim == 1 else jnp.diagonal(scale)))
 
 
 def log_prior_latent(z):
@@ -255,8 +296,9 @@ def sample_extended(rng_key, proposal: VAEProposal, num_latents=None):
     latent_key, noise_key, encoder_key = jax.random.split(rng_key, 3)
     config = proposal.config
     z = jax.random.normal(latent_key, (config.latent_dim,), dtype=proposal.loc.dtype)
-    noise = config.decoder_scale * jax.random.normal(noise_key, (config.dimension,), z.dtype)
-    x = decode(proposal, z) + proposal.scale * noise
+    noise_scale = jnp.exp(0.5 * _decoder_log_var(proposal.params, config)).astype(z.dtype)
+    noise = noise_scale * jax.random.normal(noise_key, (config.dimension,), z.dtype)
+    x = decode(proposal, z) + _unstandardize_offset(proposal, noise)
     if num_latents is None:
         return x, z
     mean, log_var = encode(proposal, x)
@@ -286,7 +328,7 @@ def log_proposal_density(proposal: VAEProposal, x, z):
     config = proposal.config
     u = standardize(proposal, x)
     mean = _decoder(config).apply({"params": proposal.params["decoder"]}, z)
-    log_var = jnp.full_like(u, 2 * math.log(config.decoder_scale))
+    log_var = _decoder_log_var(proposal.params, config)
     return log_prior_latent(z) + _log_normal(u, mean, log_var) + _log_jacobian(proposal)
 
 
@@ -317,21 +359,56 @@ def isometric_log_density(proposal: VAEProposal, x):
     )
 
 
+def _mean_squared_error_log(u, reconstruction):
+    """``log`` of the mean squared error per coordinate over a batch ``(B, D)``: the
+    maximum-likelihood ``log s_d^2`` of the decoder noise."""
+    return jnp.clip(jnp.log(jnp.mean((u - reconstruction) ** 2, 0)), *LOG_VAR_BOUNDS)
+
+
+def _reconstruct(params, config: VAEConfig, u, rng_key):
+    """``(Dec(mu + sigma eps), mu, log sigma^2)`` of a batch, one reparameterised draw each."""
+    mean, log_var = _encoder(config).apply({"params": params["encoder"]}, u)
+    noise = jax.random.normal(rng_key, mean.shape, mean.dtype)
+    z = mean + jnp.exp(0.5 * log_var) * noise
+    return _decoder(config).apply({"params": params["decoder"]}, z), mean, log_var
+
+
 def vae_loss(params, proposal: VAEProposal, u, rng_key):
     """The loss of eq. 2 on a batch of standardised points ``u`` ``(B, D)``: the mean over the
     batch of ``||u - Dec(mu + sigma eps)||^2 + beta_VAE KL(r(z | u) || N(0, I))``, one
-    reparameterised sample per point.
+    reparameterised sample per point. With a learned decoder scale, ``beta_VAE`` times the
+    negative ELBO at the batch's own noise ``s_d^2`` (its mean squared error per coordinate):
+    ``beta_VAE (sum_d log(s_d^2) / 2 + mean KL)`` up to a constant.
 
     :return: scalar loss.
     """
     config = proposal.config
-    mean, log_var = _encoder(config).apply({"params": params["encoder"]}, u)
-    noise = jax.random.normal(rng_key, mean.shape, mean.dtype)
-    z = mean + jnp.exp(0.5 * log_var) * noise
-    reconstruction = _decoder(config).apply({"params": params["decoder"]}, z)
-    squared_error = jnp.sum((u - reconstruction) ** 2, -1)
+    reconstruction, mean, log_var = _reconstruct(params, config, u, rng_key)
     kl = 0.5 * jnp.sum(mean**2 + jnp.exp(log_var) - log_var - 1.0, -1)
+    if config.learn_decoder_scale:
+        # The negative ELBO at the batch's maximum-likelihood noise s_d^2 (its mean squared
+        # error), up to a constant and scaled by beta_VAE like eq. 2. Profiling the noise out
+        # rather than learning it by Adam lets it follow the decoder from the first step on.
+        noise_log_var = _mean_squared_error_log(u, reconstruction)
+        return config.beta_vae * (0.5 * jnp.sum(noise_log_var) + jnp.mean(kl))
+    squared_error = jnp.sum((u - reconstruction) ** 2, -1)
     return jnp.mean(squared_error + config.beta_vae * kl)
+
+
+def whitening_factor(data, scale):
+    """The Cholesky factor ``L`` of the data's covariance, so that ``L^-1 (x - mean)`` has unit
+    covariance; computed on the per-coordinate standardised data, with a small ridge, so that a
+    near-degenerate direction stays invertible.
+
+    :param data: points ``(N, D)``.
+    :param scale: the per-coordinate standard deviations ``(D,)`` (1 where a coordinate is
+        constant).
+    :return: lower-triangular ``(D, D)``.
+    """
+    standardised = (data - jnp.mean(data, 0)) / scale
+    correlation = jnp.cov(standardised, rowvar=False).reshape(scale.shape * 2)
+    ridge = WHITENING_RIDGE * jnp.eye(scale.shape[0], dtype=correlation.dtype)
+    return scale[:, None] * jnp.linalg.cholesky(correlation + ridge)
 
 
 def train_vae(
@@ -384,7 +461,11 @@ def train_vae(
     scale = jnp.std(data, 0)
     # A coordinate that never moves in the data keeps unit scale rather than dividing by zero.
     scale = jnp.where(scale > 0, scale, 1.0)
-    proposal = proposal.replace(loc=loc.astype(proposal.loc.dtype), scale=scale)
+    if proposal.config.whiten:
+        scale = whitening_factor(data, scale)
+    proposal = proposal.replace(
+        loc=loc.astype(proposal.loc.dtype), scale=scale.astype(proposal.loc.dtype)
+    )
     # The network's parameters are single precision (flax's default) and the training steps are
     # nearly all of the cost: train in single precision even when JAX runs in double. The
     # acceptance stays exact for any network, so the network's precision never biases a draw.
@@ -418,9 +499,20 @@ def train_vae(
 
     params = proposal.params
     epoch_keys = jax.random.split(rng_key, epochs)
+    all_points = jnp.concatenate([u, held_out])
+
+    def calibrated(params):
+        """The parameters with the learned decoder noise set to its maximum-likelihood value
+        over all the data (training and held out)."""
+        if not proposal.config.learn_decoder_scale:
+            return params
+        reconstruction, _, _ = _reconstruct(params, proposal.config, all_points, noise_key)
+        log_var = _mean_squared_error_log(all_points, reconstruction)
+        return {**params, "decoder_log_var": log_var.astype(params["decoder_log_var"].dtype)}
+
     if patience is None:
         (params, _), losses = jax.lax.scan(epoch, (params, optimizer.init(params)), epoch_keys)
-        return proposal.replace(params=params), losses
+        return proposal.replace(params=calibrated(params)), losses
 
     def keep_going(carry):
         index, wait = carry[0], carry[5]
@@ -459,7 +551,7 @@ def train_vae(
         jnp.full((epochs,), jnp.nan, jnp.float32),
     )
     carry = jax.lax.while_loop(keep_going, train_epoch, carry)
-    return proposal.replace(params=carry[3]), carry[7]
+    return proposal.replace(params=calibrated(carry[3])), carry[7]
 
 
 def isometry_factors(rng_key, proposal: VAEProposal, num_samples=10_000):

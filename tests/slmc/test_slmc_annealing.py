@@ -80,6 +80,33 @@ def test_isometric_acceptance_warns_for_a_non_isometric_vae():
         nx.log_marginal_likelihood(mcmc)
 
 
+def test_the_isometric_annealing_keeps_the_papers_decoder_noise():
+    """The isometric acceptance's density (eq. 3) assumes eq. 2's fixed noise: the annealing
+    trains that network for it, and refuses a learned noise."""
+    data = beta_0_draws(jax.random.PRNGKey(1), 1000)
+    settings = {**TINY, "epochs": 1, "initial_epochs": 1, "beta_0": 1.0}
+    with pytest.raises(ValueError, match="fixed decoder noise"):
+        nx.fit_vae_proposal(
+            jax.random.PRNGKey(0),
+            mixture_model,
+            acceptance="isometric",
+            initial_data=data,
+            learn_decoder_scale=True,
+            progress_bar=False,
+            **settings,
+        )
+    for acceptance, learned in (("isometric", False), ("exact", True)):
+        proposal = nx.fit_vae_proposal(
+            jax.random.PRNGKey(0),
+            mixture_model,
+            acceptance=acceptance,
+            initial_data=data,
+            progress_bar=False,
+            **settings,
+        )
+        assert proposal.config.learn_decoder_scale is learned
+
+
 def test_early_stopping_spares_the_final_training():
     """Every training stops early (patience 1, a 50% tolerance) except the last one, at
     beta_final: the proposal the sampler uses gets every epoch."""

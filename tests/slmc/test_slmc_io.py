@@ -44,8 +44,32 @@ def proposal_for_model():
     return proposal.replace(history=history)
 
 
-def test_round_trip(tmp_path):
-    proposal = proposal_for_model()
+def whitened_proposal_for_model():
+    """A proposal with a learned decoder noise and a whitening factor: more arrays to restore."""
+    config = VAEConfig(
+        dimension=3,
+        latent_dim=3,
+        encoder_sizes=(8, 4),
+        decoder_sizes=(4, 8),
+        learn_decoder_scale=True,
+        whiten=True,
+    )
+    proposal = init_proposal(
+        jax.random.PRNGKey(0),
+        config,
+        loc=jnp.array([0.1, -0.2, 0.0]),
+        scale=jnp.array([[1.0, 0.0, 0.0], [0.3, 0.8, 0.0], [0.0, -0.2, 0.5]]),
+        sites=(("loc", (2,)), ("scale", ())),
+    )
+    params = {**proposal.params, "decoder_log_var": jnp.array([-1.0, -2.0, -0.5])}
+    return proposal.replace(params=params, history=proposal_for_model().history)
+
+
+@pytest.mark.parametrize(
+    "make_proposal", [proposal_for_model, whitened_proposal_for_model], ids=["paper", "whitened"]
+)
+def test_round_trip(tmp_path, make_proposal):
+    proposal = make_proposal()
     path = tmp_path / "proposal.msgpack"
     nx.save_proposal(path, proposal)
     assert set(serialization.msgpack_restore(path.read_bytes())) == {"header", "arrays"}
