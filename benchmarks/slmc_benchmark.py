@@ -92,7 +92,12 @@ from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
 import numpyro_extras.slmc.kernels as slmc_kernels_module  # noqa: E402
-from numpyro_extras.slmc.vae import VAEConfig, init_proposal, train_vae  # noqa: E402
+from numpyro_extras.slmc.vae import (  # noqa: E402
+    VAEConfig,
+    init_proposal,
+    sample_extended,
+    train_vae,
+)
 from numpyro_extras.targets import (  # noqa: E402
     gaussian_mixture_target,
     mode_weight_error,
@@ -221,15 +226,22 @@ def run_slmc(target, seed, fit_kwargs):
     return result
 
 
-def run_nuts(target, seed):
+def nuts_run(model, model_args, seed, extra_fields=()):
+    """``MCMC(NUTS(model))`` as a user runs it (:func:`user_mcmc`): the run, its gradient
+    evaluations (warm-up included) and its seconds."""
     start = time.perf_counter()
-    mcmc = user_mcmc(NUTS(target.model))
+    mcmc = user_mcmc(NUTS(model))
     warmup_key, run_key = jax.random.split(jax.random.PRNGKey(seed))
-    mcmc.warmup(warmup_key, *target.model_args, collect_warmup=True, extra_fields=("num_steps",))
+    mcmc.warmup(warmup_key, *model_args, collect_warmup=True, extra_fields=("num_steps",))
     evaluations = int(np.sum(mcmc.get_extra_fields()["num_steps"]))
-    mcmc.run(run_key, *target.model_args, extra_fields=("num_steps",))
+    mcmc.run(run_key, *model_args, extra_fields=("num_steps",) + tuple(extra_fields))
     evaluations += int(np.sum(mcmc.get_extra_fields()["num_steps"]))
-    seconds = time.perf_counter() - start
+    jax.block_until_ready(mcmc.get_samples())
+    return mcmc, evaluations, time.perf_counter() - start
+
+
+def run_nuts(target, seed):
+    mcmc, evaluations, seconds = nuts_run(target.model, target.model_args, seed)
     return summary(target, mcmc.get_samples(group_by_chain=True)["x"], evaluations, seconds)
 
 
@@ -415,6 +427,136 @@ def training_experiment(fit_kwargs, seed):
     return results
 
 
+def sample_with_proposal(target, proposal, seed):
+    """4 chains x (1000 + 5000) of ``nx.VAESLMC`` with a trained proposal: the mixture summary
+    (:func:`summary`, sampling evaluations only) and ``log Z``."""
+    mcmc = user_mcmc(nx.VAESLMC(target.model, proposal=proposal))
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.PRNGKey(seed), *target.model_args)
+        evidence = nx.log_marginal_likelihood(mcmc, warn=False)
+    draws = mcmc.get_samples(group_by_chain=True)["x"]
+    evaluations = NUM_CHAINS * (1 + NUM_WARMUP + NUM_SAMPLES)
+    result = summary(target, draws, evaluations, time.perf_counter() - start)
+    result.update(
+        log_z_error=float(evidence.log_z - LOG_Z),
+        stderr=float(evidence.stderr),
+        accept_rate=float(np.mean(mcmc.get_extra_fields()["accept_prob"])),
+    )
+    return result
+
+
+def annealing_record(proposal, seconds):
+    """The annealing's path per model, from its history."""
+    history = proposal.history
+    return {
+        "training_seconds": seconds,
+        "density_evaluations": history.density_evaluations,
+        "chosen_model": history.chosen_model,
+        "final_log_z_error": [value - LOG_Z for value in history.final_log_z],
+        "models": [
+            {
+                "betas": [rung.beta for rung in history.rungs if rung.model == j],
+                "accept_rates": [rung.accept_rate for rung in history.rungs if rung.model == j],
+                "epochs": [rung.epochs for rung in history.rungs if rung.model == j],
+                "swap_rates": [rung.swap_rate for rung in history.rungs if rung.model == j],
+            }
+            for j in range(history.num_models)
+        ],
+    }
+
+
+# The paper's Fig. 4(a) runs (3 clusters, D = 20): adaptive annealing (AA) and constant annealing
+# (CA, beta 0.1, 0.2, ..., 1) with 20 epochs per stage, every epoch (no early stopping), and AA
+# with the package's defaults.
+SCHEDULES = {
+    "AA, 20 epochs": dict(epochs=20, initial_epochs=20, patience=None),
+    "CA, 20 epochs": dict(epochs=20, initial_epochs=20, patience=None, constant_step=0.1),
+    "AA, defaults": dict(),
+}
+
+
+def schedule_experiment(seed, dimension=20, clusters=3):
+    """Adaptive against constant annealing (Fig. 4a): the beta path and each rung's acceptance
+    rate, then sampling with the trained proposal."""
+    target = Mixture(dimension, clusters)
+    results = []
+    for name, fit_kwargs in SCHEDULES.items():
+        log(f"{target.name}: {name}")
+        start = time.perf_counter()
+        proposal = nx.fit_vae_proposal(
+            jax.random.PRNGKey(seed),
+            target.model,
+            target.model_args,
+            progress_bar=False,
+            **fit_kwargs,
+        )
+        record = annealing_record(jax.block_until_ready(proposal), time.perf_counter() - start)
+        record.update(
+            experiment="schedule",
+            target=target.name,
+            schedule=name,
+            sampling=sample_with_proposal(target, proposal, seed + 1),
+        )
+        log(f"  {json.dumps(record)[:600]}")
+        results.append(record)
+    return results
+
+
+def tempered_component_draws(target, beta, count, rng, clusters=None):
+    """Approximate draws of the mixture tempered to ``beta``: each cluster widened to
+    ``sigma / sqrt(beta)`` with weight proportional to ``w_k^beta`` (exact for separated
+    clusters), drawn only from ``clusters`` when given."""
+    clusters = np.arange(target.clusters) if clusters is None else np.asarray(clusters)
+    weights = target.weights[clusters] ** beta
+    picked = rng.choice(clusters, count, p=weights / weights.sum())
+    noise = rng.standard_normal((count, target.dimension))
+    return target.offsets[picked][:, None] + target.scale / math.sqrt(beta) * noise
+
+
+def collapse_experiment(seed, dimension=20, clusters=3, beta_0=0.1):
+    """Parallel annealing repairing a collapsed model (Fig. 4b,c): two models, model 0 trained
+    at ``beta_0`` on one cluster only, model 1 on all; with and without exchange. Per model, the
+    ``log Z`` its proposals find at ``beta = 1`` (a model that misses clusters finds the log of
+    the weight it covers), and the share of the chosen model's proposals in each cluster."""
+    target = Mixture(dimension, clusters)
+    rng = np.random.default_rng(seed)
+    count = nx.AnnealingSettings().initial_size
+    collapsed = tempered_component_draws(target, beta_0, count, rng, clusters=[clusters - 1])
+    healthy = tempered_component_draws(target, beta_0, count, rng)
+    initial_data = jnp.asarray(np.stack([collapsed, healthy]))
+    results = []
+    for exchange in (True, False):
+        log(f"{target.name}: two models, exchange={exchange}")
+        start = time.perf_counter()
+        proposal = nx.fit_vae_proposal(
+            jax.random.PRNGKey(seed),
+            target.model,
+            target.model_args,
+            num_models=2,
+            initial_data=initial_data,
+            exchange=exchange,
+            progress_bar=False,
+        )
+        record = annealing_record(jax.block_until_ready(proposal), time.perf_counter() - start)
+        draws = jax.vmap(lambda key, proposal=proposal: sample_extended(key, proposal)[0])(
+            jax.random.split(jax.random.PRNGKey(seed + 2), 20_000)
+        )
+        labels = target.labels(draws)
+        shares = (np.bincount(labels, minlength=clusters) / labels.size).tolist()
+        record.update(
+            experiment="collapse",
+            target=target.name,
+            exchange=exchange,
+            chosen_proposal_cluster_shares=shares,
+            sampling=sample_with_proposal(target, proposal, seed + 1),
+        )
+        log(f"  {json.dumps(record)[:600]}")
+        results.append(record)
+    return results
+
+
 def exact_draws(target, count, rng):
     """``count`` exact draws ``(count, D)`` of the mixture at ``beta = 1``."""
     clusters = rng.choice(target.clusters, count, p=target.weights)
@@ -544,6 +686,47 @@ def acceptance_table(results):
     return [markdown_table(header, rows)]
 
 
+def annealing_table(results):
+    """One row per model of each annealing run (schedule and collapse experiments)."""
+    rows = []
+    for r in results:
+        run = r["schedule"] if r["experiment"] == "schedule" else f"exchange={r['exchange']}"
+        sampling = r["sampling"]
+        for j, path in enumerate(r["models"]):
+            chosen = j == r["chosen_model"]
+            rows.append(
+                [
+                    r["target"],
+                    run,
+                    j,
+                    " ".join(f"{beta:.2f}" for beta in path["betas"]),
+                    " ".join(fmt(rate, 2) for rate in path["accept_rates"][1:]),
+                    sum(path["epochs"]),
+                    f"{r['final_log_z_error'][j]:+.3f}",
+                    "yes" if chosen else "",
+                    " ".join(f"{w:.3f}" for w in sampling["weights"]) if chosen else "",
+                    fmt(sampling["accept_rate"], 2) if chosen else "",
+                    f"{sampling['log_z_error']:+.3f} +- {sampling['stderr']:.3f}" if chosen else "",
+                    f"{r['training_seconds']:.0f}" if chosen else "",
+                ]
+            )
+    header = [
+        "target",
+        "run",
+        "model",
+        "beta path",
+        "acceptance per rung",
+        "epochs",
+        "its proposals' log Z error at beta = 1",
+        "chosen",
+        "sampled cluster weights",
+        "sampling acceptance",
+        "sampled log Z error +- stderr",
+        "training s",
+    ]
+    return [markdown_table(header, rows)]
+
+
 def training_table(results):
     rows = [
         [
@@ -588,7 +771,9 @@ def main(argv=None):
     )
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument(
-        "--experiment", choices=("mixtures", "training", "acceptance"), default="mixtures"
+        "--experiment",
+        choices=("mixtures", "training", "acceptance", "schedule", "collapse"),
+        default="mixtures",
     )
     parser.add_argument(
         "--beta-vae", nargs="+", type=float, default=[1 / 120], help="acceptance experiment"
@@ -619,14 +804,24 @@ def main(argv=None):
         runs = read_runs(args.report_from)
         mixtures = [r for r in runs if "method" in r]
         accepting = [r for r in runs if r.get("experiment") == "acceptance"]
-        training = [r for r in runs if "method" not in r and r not in accepting]
+        annealing = [r for r in runs if r.get("experiment") in ("schedule", "collapse")]
+        training = [
+            r for r in runs if "method" not in r and r not in accepting and r not in annealing
+        ]
         lines = mixture_tables(mixtures) if mixtures else []
         lines += training_table(training) if training else []
         lines += acceptance_table(accepting) if accepting else []
+        lines += annealing_table(annealing) if annealing else []
         publish_report("\n".join(lines), args.output)
         return
-    if args.experiment in ("acceptance", "training"):
-        if args.experiment == "acceptance":
+    if args.experiment in ("acceptance", "training", "schedule", "collapse"):
+        if args.experiment in ("schedule", "collapse"):
+            experiment = (
+                schedule_experiment if args.experiment == "schedule" else collapse_experiment
+            )
+            results = experiment(args.seed)
+            lines = annealing_table(results)
+        elif args.experiment == "acceptance":
             configs = [parse_config(c) for c in args.configs]
             results = acceptance_experiment(
                 configs,

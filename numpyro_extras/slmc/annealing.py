@@ -77,6 +77,8 @@ class AnnealingSettings(NamedTuple):
         one model (AA-VAE-SLMC), 0.2 for several (AA-VAE-ESLMC).
     :param float ar_max: the largest (1: never binds, as in the paper's runs).
     :param float beta_step: ``eps``, the spacing of the candidate betas.
+    :param float constant_step: ``None`` for the adaptive beta search; else constant annealing
+        (the paper's CA, Fig. 4a): every round climbs this much, whatever the acceptance rate.
     :param int num_check_steps: ``T_check``, steps of each check chain of the beta search.
     :param int num_check_chains: check chains per model, started from its training data.
     :param int epochs: the most training epochs per rung (Table 7's 150).
@@ -129,6 +131,7 @@ class AnnealingSettings(NamedTuple):
     ar_min: float | None = None
     ar_max: float = 1.0
     beta_step: float = 0.01
+    constant_step: float | None = None
     num_check_steps: int = 2000
     num_check_chains: int = 10
     epochs: int = 150
@@ -195,6 +198,8 @@ class AnnealingSettings(NamedTuple):
         if ar_min > ar_max:
             raise ValueError(f"ar_min ({ar_min}) must not exceed ar_max ({ar_max}).")
         check_real("beta_step", self.beta_step, "a positive number", low=0.0)
+        if self.constant_step is not None:
+            check_real("constant_step", self.constant_step, "a positive number", low=0.0)
         check_real("learning_rate", self.learning_rate, "a positive number", low=0.0)
         check_real(
             "burn_in_fraction",
@@ -617,12 +622,17 @@ def fit_vae_proposal(
             )
             evaluations += evaluations_per_search
             rates = np.asarray(rates)
-            new_betas = np.array(
-                [
-                    select_beta(grid, rates[j], betas[j], settings.ar_min, settings.ar_max)
-                    for j in range(num_models)
-                ]
-            )
+            if settings.constant_step is None:
+                new_betas = np.array(
+                    [
+                        select_beta(grid, rates[j], betas[j], settings.ar_min, settings.ar_max)
+                        for j in range(num_models)
+                    ]
+                )
+            else:
+                new_betas = np.round(
+                    np.minimum(betas + settings.constant_step, settings.beta_final), 12
+                )
             climbed = new_betas > betas
             finished = betas >= settings.beta_final
             stalled = 0 if climbed.any() else stalled + 1

@@ -107,6 +107,25 @@ def test_the_isometric_annealing_keeps_the_papers_decoder_noise():
         assert proposal.config.learn_decoder_scale is learned
 
 
+def test_constant_annealing_follows_its_path_whatever_the_acceptance():
+    """With constant_step the betas climb by that step every round (the paper's CA), even where
+    no candidate passes ar_min, and the rungs record the acceptance rate at each beta."""
+    proposal = nx.fit_vae_proposal(
+        jax.random.PRNGKey(0),
+        mixture_model,
+        initial_data=beta_0_draws(jax.random.PRNGKey(1), 1000),
+        beta_0=0.4,
+        constant_step=0.3,
+        ar_min=0.999,
+        max_retrains=0,
+        progress_bar=False,
+        **{**TINY, "epochs": 1, "initial_epochs": 1},
+    )
+    np.testing.assert_allclose(proposal.history.betas(0), [0.4, 0.7, 1.0])
+    rates = [rung.accept_rate for rung in proposal.history.rungs[1:]]
+    assert all(0.0 <= rate < 0.999 for rate in rates)
+
+
 def test_early_stopping_spares_the_final_training():
     """Every training stops early (patience 1, a 50% tolerance) except the last one, at
     beta_final: the proposal the sampler uses gets every epoch."""
