@@ -51,7 +51,13 @@ class IsometryWarning(UserWarning):
 
         import warnings
 
-        kernel = nx.VAESLMC(model, proposal=proposal, acceptance="isometric")
+        # the isometric acceptance needs a VAE trained for it (eq. 2's fixed decoder noise)
+        isometric_proposal = nx.fit_vae_proposal(
+            jax.random.PRNGKey(0), model, (x, y), acceptance="isometric", progress_bar=False,
+            encoder_sizes=(32, 32), decoder_sizes=(32, 32), epochs=20, initial_epochs=60,
+            training_size=1000, initial_size=1000, initial_warmup=200, num_data_chains=20,
+            num_check_chains=5, num_check_steps=200, batch_size=256, beta_step=0.05)
+        kernel = nx.VAESLMC(model, proposal=isometric_proposal, acceptance="isometric")
         mcmc = MCMC(kernel, num_warmup=200, num_samples=1000)
         try:
             with warnings.catch_warnings():
@@ -107,7 +113,9 @@ class VAESLMC(ExtrasKernel):
     **Isometric acceptance** (``acceptance="isometric"``): the paper's eq. 6 with ``x' = Dec(z')``
     and the density ``Gamma`` of eq. 3, exact only for an isometric VAE. The isometric factors of
     eq. 16 are computed at ``init`` (:attr:`isometry_factors`) and an :class:`IsometryWarning` is
-    raised when any is off by more than 5%.
+    raised when any is off by more than 5%. Eq. 3 assumes eq. 2's fixed decoder noise, so the
+    network is trained with it (the exact acceptance's default network learns its noise per
+    coordinate instead), and a given proposal with a learned noise is refused.
 
     **log Z.** Proposals are independent draws of ``q``, so their importance weights
     ``p~(x') r(z' | x') / q(x', z')`` (the extra field ``proposal_log_weight``) average to ``Z``:
