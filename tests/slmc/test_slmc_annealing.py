@@ -22,6 +22,17 @@ def beta_0_draws(key, count, left_only=False):
     return centre + 0.3 * np.sqrt(10.0) * jax.random.normal(noise_key, (count, 2))
 
 
+def fit_on_beta_0_draws(seed, data_seed, **settings):
+    """``nx.fit_vae_proposal`` on the mixture from 1000 exact draws at beta = 0.1, silently."""
+    return nx.fit_vae_proposal(
+        jax.random.PRNGKey(seed),
+        mixture_model,
+        initial_data=beta_0_draws(jax.random.PRNGKey(data_seed), 1000),
+        progress_bar=False,
+        **settings,
+    )
+
+
 @pytest.mark.parametrize("exchange", [True, False])
 def test_exchange_repairs_a_collapsed_model(exchange):
     """Model 0 starts from draws of the left mode only (log Z of the model is 0; a proposal that
@@ -111,15 +122,13 @@ def test_constant_annealing_follows_its_path_whatever_the_acceptance():
     """With constant_step the betas climb by that step every round (the paper's CA), even where
     no candidate passes ar_min, and the rungs record the acceptance rate at each beta."""
     with pytest.warns(UserWarning, match="below ar_min"):
-        proposal = nx.fit_vae_proposal(
-            jax.random.PRNGKey(0),
-            mixture_model,
-            initial_data=beta_0_draws(jax.random.PRNGKey(1), 1000),
+        proposal = fit_on_beta_0_draws(
+            0,
+            1,
             beta_0=0.4,
             constant_step=0.3,
             ar_min=0.999,
             max_retrains=0,
-            progress_bar=False,
             **{**TINY, "epochs": 1, "initial_epochs": 1},
         )
     np.testing.assert_allclose(proposal.history.betas(0), [0.4, 0.7, 1.0])
@@ -130,16 +139,8 @@ def test_constant_annealing_follows_its_path_whatever_the_acceptance():
 def test_early_stopping_spares_the_final_training():
     """Every training stops early (patience 1, a 50% tolerance) except the last one, at
     beta_final: the proposal the sampler uses gets every epoch."""
-    proposal = nx.fit_vae_proposal(
-        jax.random.PRNGKey(4),
-        mixture_model,
-        initial_data=beta_0_draws(jax.random.PRNGKey(5), 1000),
-        beta_0=0.5,
-        ar_min=0.01,
-        patience=1,
-        tolerance=0.5,
-        progress_bar=False,
-        **{**TINY, "beta_step": 0.5},
+    proposal = fit_on_beta_0_draws(
+        4, 5, beta_0=0.5, ar_min=0.01, patience=1, tolerance=0.5, **{**TINY, "beta_step": 0.5}
     )
     rungs = proposal.history.rungs
     last_round = rungs[-1].round
