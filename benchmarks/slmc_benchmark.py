@@ -386,16 +386,7 @@ def training_experiment(fit_kwargs, seed):
     results = []
     for target in (sign_product_target(0, 4), gaussian_mixture_target(0, 10)):
         log(f"training on {target.name} with {fit_kwargs}")
-        start = time.perf_counter()
-        proposal = nx.fit_vae_proposal(
-            jax.random.PRNGKey(seed),
-            target.model,
-            target.model_args,
-            progress_bar=False,
-            **fit_kwargs,
-        )
-        jax.block_until_ready(proposal)
-        training_seconds = time.perf_counter() - start
+        proposal, training_seconds = fit_timed(target, seed, **fit_kwargs)
         history = proposal.history
         mcmc = user_mcmc(nx.VAESLMC(target.model, proposal=proposal))
         mcmc.run(jax.random.PRNGKey(seed + 1), *target.model_args)
@@ -484,15 +475,8 @@ def schedule_experiment(seed, dimension=20, clusters=3):
     results = []
     for name, fit_kwargs in SCHEDULES.items():
         log(f"{target.name}: {name}")
-        start = time.perf_counter()
-        proposal = nx.fit_vae_proposal(
-            jax.random.PRNGKey(seed),
-            target.model,
-            target.model_args,
-            progress_bar=False,
-            **fit_kwargs,
-        )
-        record = annealing_record(jax.block_until_ready(proposal), time.perf_counter() - start)
+        proposal, seconds = fit_timed(target, seed, **fit_kwargs)
+        record = annealing_record(proposal, seconds)
         record.update(
             experiment="schedule",
             target=target.name,
@@ -529,17 +513,10 @@ def collapse_experiment(seed, dimension=20, clusters=3, beta_0=0.1):
     results = []
     for exchange in (True, False):
         log(f"{target.name}: two models, exchange={exchange}")
-        start = time.perf_counter()
-        proposal = nx.fit_vae_proposal(
-            jax.random.PRNGKey(seed),
-            target.model,
-            target.model_args,
-            num_models=2,
-            initial_data=initial_data,
-            exchange=exchange,
-            progress_bar=False,
+        proposal, seconds = fit_timed(
+            target, seed, num_models=2, initial_data=initial_data, exchange=exchange
         )
-        record = annealing_record(jax.block_until_ready(proposal), time.perf_counter() - start)
+        record = annealing_record(proposal, seconds)
         draws = jax.vmap(lambda key, proposal=proposal: sample_extended(key, proposal)[0])(
             jax.random.split(jax.random.PRNGKey(seed + 2), 20_000)
         )
@@ -573,6 +550,31 @@ VAE_VARIANTS = {
 }
 
 
+def train_once(config, sites, data, epochs, seed):
+    """A fresh VAE of ``config`` trained by ``train_vae`` on ``data`` for every one of ``epochs``
+    (batch 512, Adam 1e-3, Table 7), no annealing: the proposal and the losses per epoch."""
+    proposal, losses = jax.jit(
+        lambda key, proposal, data: train_vae(
+            key, proposal, data, epochs=epochs, batch_size=512, learning_rate=1e-3
+        )
+    )(
+        jax.random.PRNGKey(seed),
+        init_proposal(jax.random.PRNGKey(seed + 1), config, sites=sites),
+        data,
+    )
+    return jax.block_until_ready(proposal), losses
+
+
+def fit_timed(target, seed, **fit_kwargs):
+    """``nx.fit_vae_proposal`` on ``target`` with ``fit_kwargs``, silently: the proposal and the
+    seconds it took."""
+    start = time.perf_counter()
+    proposal = nx.fit_vae_proposal(
+        jax.random.PRNGKey(seed), target.model, target.model_args, progress_bar=False, **fit_kwargs
+    )
+    return jax.block_until_ready(proposal), time.perf_counter() - start
+
+
 def acceptance_experiment(
     configs,
     beta_vaes,
@@ -597,16 +599,7 @@ def acceptance_experiment(
                 **VAE_VARIANTS[variant],
             )
             start = time.perf_counter()
-            proposal, losses = jax.jit(
-                lambda key, proposal, data, epochs=epochs: train_vae(
-                    key, proposal, data, epochs=epochs, batch_size=512, learning_rate=1e-3
-                )
-            )(
-                jax.random.PRNGKey(seed),
-                init_proposal(jax.random.PRNGKey(seed + 1), config, sites=sites),
-                data,
-            )
-            jax.block_until_ready(proposal)
+            proposal, losses = train_once(config, sites, data, epochs, seed)
             trained = {
                 "experiment": "acceptance",
                 "target": target.name,
