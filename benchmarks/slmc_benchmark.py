@@ -216,6 +216,7 @@ def run_slmc(target, seed, fit_kwargs):
     result.update(
         log_z_error=float(evidence.log_z - LOG_Z),
         stderr=float(evidence.stderr),
+        pareto_k=float(evidence.pareto_k),
         training_seconds=timed_fit.seconds,
         training_evaluations=history.density_evaluations,
         accept_rate=float(np.mean(mcmc.get_extra_fields()["accept_prob"])),
@@ -412,6 +413,7 @@ def training_experiment(fit_kwargs, seed):
                 ),
                 "log_z_error": float(evidence.log_z - target.log_z),
                 "stderr": float(evidence.stderr),
+                "pareto_k": float(evidence.pareto_k),
             }
         )
         log(f"  {results[-1]}")
@@ -433,6 +435,7 @@ def sample_with_proposal(target, proposal, seed):
     result.update(
         log_z_error=float(evidence.log_z - LOG_Z),
         stderr=float(evidence.stderr),
+        pareto_k=float(evidence.pareto_k),
         accept_rate=float(np.mean(mcmc.get_extra_fields()["accept_prob"])),
     )
     return result
@@ -640,6 +643,7 @@ def acceptance_experiment(
                     result["log_z_error"] = float(evidence.log_z - LOG_Z)
                     result["stderr"] = float(evidence.stderr)
                     result["weight_ess"] = float(evidence.ess)
+                    result["pareto_k"] = float(evidence.pareto_k)
             for result in by_latents.values():
                 log(f"  {json.dumps(result)}")
                 results.append(result)

@@ -206,6 +206,7 @@ def run_target(key, variants, seed):
                 "evaluations": evaluations,
                 "log_z_error": float(evidence.log_z - log_z),
                 "stderr": float(evidence.stderr),
+                "pareto_k": float(evidence.pareto_k),
                 "training_seconds": training_seconds,
                 "seconds": seconds,
                 "paper": PAPER[key][1],

@@ -19,12 +19,18 @@ __all__ = [
     "log_mean_exp",
     "CHAIN_AGREEMENT_LEVEL",
     "DISAGREEMENT_FACTOR",
+    "UNRELIABLE_PARETO_K",
+    "pareto_tail_index",
 ]
 
 # Thresholds of the chain-agreement check (chains_disagree), one of the run checks behind the
 # warnings of log_marginal_likelihood.
 CHAIN_AGREEMENT_LEVEL = 1e-3
 DISAGREEMENT_FACTOR = 1.5
+# Above this Pareto k of the importance weights' tail, importance-sampling estimates are
+# unreliable, and above 0.5 the weights' variance is infinite, so a standard error from it is no
+# guide (Vehtari et al., 2024, "Pareto smoothed importance sampling", section 3).
+UNRELIABLE_PARETO_K = 0.7
 
 
 class Evidence(NamedTuple):
@@ -34,6 +40,8 @@ class Evidence(NamedTuple):
     :param float stderr: its Monte Carlo standard error.
     :param log_weights: the log importance weights behind the estimate (estimator specific).
     :param float ess: effective sample size behind the estimate.
+    :param float pareto_k: for importance-sampling estimates, the Pareto tail index of the
+        weights (:func:`pareto_tail_index`; above 0.7 the estimate is unreliable).
 
     **Example:**
 
@@ -47,10 +55,37 @@ class Evidence(NamedTuple):
     stderr: float
     log_weights: Any = None
     ess: float | None = None
+    pareto_k: float | None = None
 
     def __repr__(self):
         ess = "" if self.ess is None else f", ess={self.ess:.0f}"
-        return f"Evidence(log_z={self.log_z:.4f}, stderr={self.stderr:.4f}{ess})"
+        pareto_k = "" if self.pareto_k is None else f", pareto_k={self.pareto_k:.2f}"
+        return f"Evidence(log_z={self.log_z:.4f}, stderr={self.stderr:.4f}{ess}{pareto_k})"
+
+
+def pareto_tail_index(log_weights) -> float:
+    """The Pareto ``k`` of the upper tail of importance weights (ArviZ's PSIS fit).
+
+    A mean of weights whose tail has ``k > 0.5`` has infinite variance, so its delta-method
+    standard error understates the error; above ``k = 0.7`` the mean itself is unreliable
+    (Vehtari et al., 2024, section 3). A proposal that misses part of the target, or is much
+    narrower than it somewhere, shows this way before its error bar does.
+
+    :param log_weights: log importance weights, any shape (non-finite ones are left out).
+    :return: ``k`` as a float (``inf`` with 10 finite weights or fewer).
+
+    **Example:**
+
+    .. code-block:: python
+
+        pareto_tail_index(rng.standard_normal(20_000))  # lognormal weights: about 0.2
+    """
+    log_weights = np.asarray(log_weights, dtype=np.float64).ravel()
+    finite = log_weights[np.isfinite(log_weights)]
+    if finite.size <= 10:
+        return float("inf")
+    _, pareto_k = az.psislw(finite.copy(), normalize=False)
+    return float(pareto_k)
 
 
 def log_mean_and_influence(log_values):

@@ -33,6 +33,8 @@ import numpy as np
 from numpyro.infer import MCMC, NUTS
 from tqdm.auto import tqdm
 
+from numpyro_extras.bases import GaussianBase
+from numpyro_extras.exchange import ReplicaExchange
 from numpyro_extras.potential import flat_target, site_shapes
 from numpyro_extras.slmc.chains import (
     check_acceptance,
@@ -66,6 +68,8 @@ __all__ = [
 MIN_THINNING_RATE = 0.01
 # Radius of the uniform starts of the first rung's NUTS chains (as numpyro's init_to_uniform).
 INITIAL_RADIUS = 2.0
+# NUTS steps (warm-up and draws each) of the short run that places the starts' reference.
+REFERENCE_STEPS = 200
 
 
 class AnnealingSettings(NamedTuple):
@@ -99,6 +103,14 @@ class AnnealingSettings(NamedTuple):
     :param float learning_rate: Adam learning rate.
     :param int initial_chains: NUTS chains of the first rung.
     :param int initial_warmup: their warm-up steps.
+    :param int initial_exchange_scans: scans (and as many warm-up scans) of the replica
+        exchange that starts the first rung's NUTS chains (0: uniform starts in
+        ``[-2, 2]^D``, as NumPyro's ``init_to_uniform``). NUTS chains stay in the mode they
+        start in: at ``beta_0 = 0.1`` the barrier between two modes of a mixture in D = 100
+        is still ten nats. The exchange runs from a broad Gaussian, ``initial_spread`` times
+        the spread of a short NUTS run, to ``p~^beta_0``, so its states travel between the
+        modes within that reach, and the NUTS chains start from its draws.
+    :param float initial_spread: that Gaussian's standard deviations over the short run's.
     :param bool exchange: swap states between the models' chains (eq. 5).
     :param str stop: ``"all"`` (every model reaches ``beta_final``) or ``"first"``.
     :param float beta_vae: the KL weight of eq. 2 (Table 8: 1/120 for Gaussian mixtures).
@@ -147,8 +159,10 @@ class AnnealingSettings(NamedTuple):
     max_retrains: int = 5
     batch_size: int = 512
     learning_rate: float = 1e-3
-    initial_chains: int = 8
+    initial_chains: int = 32
     initial_warmup: int = 500
+    initial_exchange_scans: int = 1000
+    initial_spread: float = 5.0
     exchange: bool = True
     stop: str = "all"
     beta_vae: float = 1.0 / 120.0
@@ -172,7 +186,7 @@ class AnnealingSettings(NamedTuple):
             "initial_chains",
         ):
             check_count(name, getattr(self, name))
-        for name in ("initial_epochs", "max_retrains", "initial_warmup"):
+        for name in ("initial_epochs", "max_retrains", "initial_warmup", "initial_exchange_scans"):
             check_count(name, getattr(self, name), minimum=0)
         if self.patience is not None:
             check_count("patience", self.patience)
@@ -201,6 +215,7 @@ class AnnealingSettings(NamedTuple):
         if self.constant_step is not None:
             check_real("constant_step", self.constant_step, "a positive number", low=0.0)
         check_real("learning_rate", self.learning_rate, "a positive number", low=0.0)
+        check_real("initial_spread", self.initial_spread, "a positive number", low=0.0)
         check_real(
             "burn_in_fraction",
             self.burn_in_fraction,
@@ -314,14 +329,63 @@ def _take_rows(rng_key, data, count):
     return data[jax.random.choice(rng_key, data.shape[0], (count,), replace=replace)]
 
 
-def _initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
+def _nuts_draws(rng_key, potential_fn, starts, num_warmup, num_samples, progress_bar):
+    """Vectorised NUTS chains from ``starts`` ``(chains, D)``: their draws ``(chains, n, D)`` and
+    the gradient evaluations of the run, warm-up included."""
+    mcmc = MCMC(
+        NUTS(potential_fn=potential_fn),
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=starts.shape[0],
+        chain_method="vectorized",
+        progress_bar=progress_bar,
+    )
+    warmup_key, run_key = jax.random.split(rng_key)
+    mcmc.warmup(warmup_key, init_params=starts, collect_warmup=True, extra_fields=("num_steps",))
+    evaluations = int(np.sum(mcmc.get_extra_fields()["num_steps"]))
+    mcmc.run(run_key, extra_fields=("num_steps",))
+    evaluations += int(np.sum(mcmc.get_extra_fields()["num_steps"]))
+    return np.asarray(mcmc.get_samples(group_by_chain=True)), evaluations
+
+
+def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_bar):
+    """``len(starts)`` states of ``p~^beta_0`` spread over its modes, and the evaluations made.
+
+    A short NUTS run from ``starts`` places a Gaussian reference, ``initial_spread`` times as
+    wide; non-reversible replica exchange (``nx.ReplicaExchange``, Syed et al. 2022) from it to
+    ``p~^beta_0`` moves states between the modes the reference reaches, and its ``beta_0`` draws,
+    evenly spaced over the run, are returned.
+    """
+    reference_key, exchange_key = jax.random.split(rng_key)
+    draws, evaluations = _nuts_draws(
+        reference_key, tempered_potential_fn, starts, REFERENCE_STEPS, REFERENCE_STEPS, False
+    )
+    draws = draws.reshape(-1, draws.shape[-1])
+    spread = settings.initial_spread * np.maximum(np.std(draws, 0), 1e-3)
+    reference = GaussianBase(jnp.asarray(np.mean(draws, 0)), jnp.diag(jnp.asarray(spread)), 0.0)
+    scans = settings.initial_exchange_scans
+    mcmc = MCMC(
+        ReplicaExchange(potential_fn=tempered_potential_fn, reference=reference),
+        num_warmup=scans,
+        num_samples=scans,
+        progress_bar=progress_bar,
+    )
+    mcmc.run(exchange_key, init_params=starts[0], extra_fields=("inner_state.num_steps",))
+    evaluations += int(np.sum(mcmc.get_extra_fields()["inner_state.num_steps"]))
+    exchange_draws = np.asarray(mcmc.get_samples())
+    picks = np.linspace(0, scans - 1, starts.shape[0]).round().astype(int)
+    return jnp.asarray(exchange_draws[picks], starts.dtype), evaluations
+
+
+def initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
     """Per model, ``initial_size`` NUTS draws at ``beta_0``, shape ``(J, N, D)``: each model gets
     its own chains (round-robin) when there are at least as many chains as models; and the
-    gradient evaluations of the run (warm-up included)."""
+    density evaluations of the run (warm-up and the starts' replica exchange included)."""
     beta_0 = settings.beta_0
     potential_fn = flat_model.potential_fn
+    tempered_potential_fn = lambda x: beta_0 * potential_fn(x)  # noqa: E731
     chains = settings.initial_chains
-    start_key, run_key, pick_key = jax.random.split(rng_key, 3)
+    start_key, exchange_key, run_key, pick_key = jax.random.split(rng_key, 4)
     dimension = flat_model.dimension
     dtype = flat_model.initial_position.dtype
     starts = jax.random.uniform(
@@ -329,21 +393,21 @@ def _initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
     )
     finite = jax.vmap(lambda x: jnp.isfinite(potential_fn(x)))(starts)
     starts = jnp.where(finite[:, None], starts, flat_model.initial_position)
+    evaluations = 0
+    if settings.initial_exchange_scans:
+        starts, evaluations = _exchange_starts(
+            exchange_key, tempered_potential_fn, starts, settings, progress_bar
+        )
     draws_per_chain = math.ceil(num_models * settings.initial_size / chains)
-    mcmc = MCMC(
-        NUTS(potential_fn=lambda x: beta_0 * potential_fn(x)),
-        num_warmup=settings.initial_warmup,
-        num_samples=draws_per_chain,
-        num_chains=chains,
-        chain_method="vectorized",
-        progress_bar=progress_bar,
+    draws, run_evaluations = _nuts_draws(
+        run_key,
+        tempered_potential_fn,
+        starts,
+        settings.initial_warmup,
+        draws_per_chain,
+        progress_bar,
     )
-    warmup_key, run_key = jax.random.split(run_key)
-    mcmc.warmup(warmup_key, init_params=starts, collect_warmup=True, extra_fields=("num_steps",))
-    evaluations = int(np.sum(mcmc.get_extra_fields()["num_steps"]))
-    mcmc.run(run_key, extra_fields=("num_steps",))
-    evaluations += int(np.sum(mcmc.get_extra_fields()["num_steps"]))
-    draws = np.asarray(mcmc.get_samples(group_by_chain=True))
+    evaluations += run_evaluations
     keys = jax.random.split(pick_key, num_models)
     per_model = []
     for model in range(num_models):
@@ -574,7 +638,7 @@ def fit_vae_proposal(
     check_acceptance(acceptance, config)
     sites = site_shapes(flat_model)
     if initial_data is None:
-        data, evaluations = _initial_draws(data_key, flat_model, settings, num_models, progress_bar)
+        data, evaluations = initial_draws(data_key, flat_model, settings, num_models, progress_bar)
     else:
         data, evaluations = _checked_data(initial_data, num_models, dimension), 0
     # Each check chain evaluates its start and one proposal per step.

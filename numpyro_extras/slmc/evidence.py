@@ -13,7 +13,13 @@ import warnings
 
 import numpy as np
 
-from numpyro_extras.evidence import Evidence, log_mean_and_influence, log_mean_exp
+from numpyro_extras.evidence import (
+    UNRELIABLE_PARETO_K,
+    Evidence,
+    log_mean_and_influence,
+    log_mean_exp,
+    pareto_tail_index,
+)
 from numpyro_extras.runs import finished_kernel, inference_data
 from numpyro_extras.slmc.kernels import VAESLMC
 
@@ -49,13 +55,15 @@ def slmc_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
 
     A ``UserWarning`` says why the estimate may be unreliable: the isometric acceptance (its
     weights use ``Gamma`` of eq. 3, exact only for an isometric VAE, so the estimate is
-    approximate), or fewer than 100 effective weights (a proposal that covers the posterior
-    poorly; the error bar is then itself uncertain).
+    approximate), fewer than 100 effective weights (a proposal that covers the posterior
+    poorly; the error bar is then itself uncertain), or a Pareto tail index of the weights
+    above 0.7 (Vehtari et al., 2024: a heavy tail of rare, huge weights, where the proposal is
+    narrower than the posterior; the mean and its error bar are then both unreliable).
 
     :param mcmc: a finished run with :class:`~numpyro_extras.VAESLMC`.
     :param bool warn: emit the warnings.
     :return: :class:`~numpyro_extras.Evidence` with the log weights and their importance
-        sampling effective sample size ``(sum w)^2 / sum w^2``.
+        sampling effective sample size ``(sum w)^2 / sum w^2`` and their Pareto ``k``.
 
     **Example:**
 
@@ -71,6 +79,7 @@ def slmc_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
     # independent, and what limits the estimate is how uneven their weights are.
     _, influence = log_mean_and_influence(log_weights)
     ess = float(influence.size / np.mean(influence**2))
+    pareto_k = pareto_tail_index(log_weights)
     problems = []
     if kernel.acceptance == "isometric":
         problems.append(
@@ -82,17 +91,24 @@ def slmc_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
             f"only {ess:.0f} effective importance weights of {log_weights.size}: the proposal "
             "covers the posterior poorly (a longer run, or more training)"
         )
+    if not pareto_k <= UNRELIABLE_PARETO_K:
+        problems.append(
+            f"the importance weights have a heavy tail (Pareto k = {pareto_k:.2f} > "
+            f"{UNRELIABLE_PARETO_K}): rare proposals with huge weights, where the proposal is "
+            "narrower than the posterior, decide the mean, and its standard error understates "
+            "the error (more training, or a longer run)"
+        )
     if warn and problems:
         warnings.warn(
             "The VAE-SLMC log Z may be unreliable: " + "; ".join(problems) + ".", stacklevel=3
         )
-    return Evidence(log_z=log_z, stderr=stderr, log_weights=log_weights, ess=ess)
+    return Evidence(log_z=log_z, stderr=stderr, log_weights=log_weights, ess=ess, pareto_k=pareto_k)
 
 
 def slmc_inference_data(mcmc):
     """ArviZ ``InferenceData`` of a VAE-SLMC run: :func:`arviz.from_numpyro`'s groups, the
-    proposals' log weights and acceptance probabilities in ``sample_stats``, ``log Z`` and the
-    mean acceptance rate in ``attrs``.
+    proposals' log weights and acceptance probabilities in ``sample_stats``, ``log Z`` (with its
+    standard error and the weights' Pareto ``k``) and the mean acceptance rate in ``attrs``.
 
     :param mcmc: a run with :class:`~numpyro_extras.VAESLMC`.
     :return: :class:`arviz.InferenceData`.
@@ -107,6 +123,7 @@ def slmc_inference_data(mcmc):
             "acceptance": kernel.acceptance,
             "log_marginal_likelihood": evidence.log_z,
             "log_marginal_likelihood_stderr": evidence.stderr,
+            "log_marginal_likelihood_pareto_k": evidence.pareto_k,
             "mean_accept_prob": float("nan")
             if accept_prob is None
             else float(np.mean(accept_prob)),

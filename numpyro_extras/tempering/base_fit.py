@@ -34,6 +34,7 @@ from numpyro_extras.bases import (
     ModeSearchWarning,
     weighted_gaussian,
 )
+from numpyro_extras.evidence import UNRELIABLE_PARETO_K
 from numpyro_extras.kernel import hmc_settings
 from numpyro_extras.potential import flatten_model
 from numpyro_extras.progress import run_chunks
@@ -341,11 +342,6 @@ def _component_log_densities(positions, locs, scale_trils):
             - 0.5 * dimension * math.log(2 * math.pi)
         )
     return np.stack(columns, axis=-1)
-
-
-# Above this Pareto k of the importance weights' tail, PSIS estimates are unreliable (Vehtari et
-# al., 2024, "Pareto smoothed importance sampling", section 3).
-_UNRELIABLE_PARETO_K = 0.7
 
 
 class MixtureEstimate(NamedTuple):
@@ -828,11 +824,11 @@ def fit_base(
                 ),
                 stacklevel=2,
             )
-    if estimate.pareto_k > _UNRELIABLE_PARETO_K:
+    if estimate.pareto_k > UNRELIABLE_PARETO_K:
         coverage_in_doubt = True
         warnings.warn(
             f"fit_base: the importance weights of its mass estimate have a heavy tail (Pareto k "
-            f"= {estimate.pareto_k:.2f} > {_UNRELIABLE_PARETO_K}): a few draws in regions the "
+            f"= {estimate.pareto_k:.2f} > {UNRELIABLE_PARETO_K}): a few draws in regions the "
             "fits do not cover carry much of the weight, so the base may miss modes and its "
             "component weights and log zeta are unreliable; raise num_starts or "
             "bootstrap_rounds (fit_base_kwargs of the kernels)",

@@ -5,11 +5,15 @@ warns when the VAE is not isometric."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC
 from slmc_targets import TINY, WEIGHT, mixture_model
 
 import numpyro_extras as nx
+from numpyro_extras.potential import flatten_model
+from numpyro_extras.slmc.annealing import initial_draws
 from numpyro_extras.slmc.vae import VAEConfig, init_proposal, sample_extended
 
 
@@ -150,3 +154,31 @@ def test_early_stopping_spares_the_final_training():
             assert rung.epochs == TINY["epochs"]
         else:
             assert rung.epochs < (TINY["initial_epochs"] if rung.round == 0 else TINY["epochs"])
+
+
+def far_mode_model():
+    """Two equal modes in 10-D, at 0 and at 4 (every coordinate), sd 0.3: at beta_0 = 0.1 the
+    barrier between them is 20 nats, and uniform starts in [-2, 2]^10 all lie nearer 0."""
+    centres = jnp.stack([jnp.zeros(10), jnp.full(10, 4.0)])
+    mixture = dist.MixtureSameFamily(
+        dist.Categorical(jnp.array([0.5, 0.5])), dist.Independent(dist.Normal(centres, 0.3), 1)
+    )
+    numpyro.sample("x", mixture)
+
+
+@pytest.mark.parametrize("exchange_scans", [300, 0])
+def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans):
+    """With the replica-exchange starts the first rung's NUTS draws fill both modes near their
+    tempered weights (0.5 each); from uniform starts alone every chain stays by 0."""
+    flat_model = flatten_model(jax.random.PRNGKey(0), far_mode_model)
+    settings = nx.AnnealingSettings(
+        initial_size=3200, initial_warmup=200, initial_exchange_scans=exchange_scans
+    ).checked(1)
+    draws, evaluations = initial_draws(jax.random.PRNGKey(1), flat_model, settings, 1, False)
+    far_share = float(np.mean(np.mean(draws[0], -1) > 2.0))
+    assert draws.shape == (1, 3200, 10) and evaluations > 0
+    if exchange_scans:
+        # 32 chains, each in one mode: a binomial share has sd 0.09 around 0.5.
+        assert 0.2 < far_share < 0.8
+    else:
+        assert far_share == 0.0

@@ -291,6 +291,27 @@ def test_fixed_untrained_network_leaves_target_invariant(gaussian_run):
     assert abs(evidence.log_z - LOG_OFFSET) < 4 * evidence.stderr
 
 
+def test_a_proposal_narrower_than_the_target_warns_of_its_heavy_weight_tail():
+    """A proposal a third as wide as the target meets its tails only with rare, huge weights:
+    the Pareto k of the weights says so (the broad proposal's pass, in the test above)."""
+    config = two_d_config((8,), decoder_scale=0.3)
+    narrow = init_proposal(
+        jax.random.PRNGKey(0), config, loc=jnp.asarray(MEAN), scale=jnp.array([0.5, 0.25])
+    )
+    mcmc = MCMC(
+        nx.VAESLMC(potential_fn=gaussian_potential, proposal=narrow),
+        num_warmup=100,
+        num_samples=2000,
+        num_chains=2,
+        progress_bar=False,
+        chain_method="vectorized",
+    )
+    mcmc.run(jax.random.PRNGKey(3), init_params=jnp.tile(jnp.asarray(MEAN), (2, 1)))
+    with pytest.warns(UserWarning, match="Pareto k"):
+        evidence = nx.log_marginal_likelihood(mcmc)
+    assert evidence.pareto_k > 0.7
+
+
 @pytest.mark.parametrize(
     "network, min_ess",
     [
@@ -303,7 +324,7 @@ def test_fixed_untrained_network_leaves_target_invariant(gaussian_run):
 )
 def test_log_z_against_closed_form(network, min_ess):
     """With a network trained on the target (the default beta_VAE), the proposals' weights give
-    log Z within 4 stderr, and a small stderr."""
+    log Z within 4 stderr, a small stderr, and a light tail."""
     data = jax.random.multivariate_normal(jax.random.PRNGKey(5), MEAN, COVARIANCE, (4000,))
     config = two_d_config((16, 16), **network)
     proposal = init_proposal(jax.random.PRNGKey(0), config)
@@ -328,6 +349,7 @@ def test_log_z_against_closed_form(network, min_ess):
     assert evidence.ess > min_ess
     assert evidence.stderr < 0.02
     assert abs(evidence.log_z - LOG_OFFSET) < 4 * evidence.stderr
+    assert evidence.pareto_k < 0.5  # a light tail: the standard error can be trusted
 
 
 def test_early_stopping_follows_the_held_out_rule():

@@ -67,6 +67,7 @@ def test_log_z(run):
     assert abs(evidence.log_z - LOG_Z) < 4 * evidence.stderr
     idata = nx.to_inference_data(run)
     assert idata.attrs["log_marginal_likelihood"] == pytest.approx(evidence.log_z)
+    assert idata.attrs["log_marginal_likelihood_pareto_k"] == pytest.approx(evidence.pareto_k)
     assert "proposal_log_weight" in idata.sample_stats
 
 
