@@ -222,6 +222,7 @@ def run_slmc(target, seed, fit_kwargs):
         accept_rate=float(np.mean(mcmc.get_extra_fields()["accept_prob"])),
         rounds=len(history.betas(history.chosen_model)) - 1,
         epochs=[rung.epochs for rung in history.rungs],
+        round_seconds=[round(rung.seconds, 1) for rung in history.rungs],
         warnings=sorted({str(w.message)[:200] for w in caught}),
     )
     return result
@@ -354,6 +355,7 @@ def mixture_tables(results):
         f"- {r['dimension']}:{r['clusters']} slmc: acceptance {r['accept_rate']:.2f}, "
         f"{r['rounds']} annealing rounds, epochs per training {r['epochs']}, training density "
         f"evaluations {r['training_evaluations']}"
+        + (f", seconds per round {r['round_seconds']}" if "round_seconds" in r else "")
         for r in results
         if r["method"] == "slmc"
     ]

@@ -23,6 +23,7 @@ largest importance-sampling estimate of ``log Z``).
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from functools import partial
 from typing import NamedTuple
@@ -243,6 +244,9 @@ class AnnealingRung(NamedTuple):
     :param float swap_rate: the mean exchange acceptance probability of the round's data run.
     :param int epochs: the epochs the training ran (fewer than the setting when it stopped
         early; -1 when unknown, in files saved before it was recorded).
+    :param float seconds: the round's wall time, shared by its models: the beta search, the
+        data run and the training (round 0: the first rung's draws and the first training;
+        NaN when unknown, in files saved before it was recorded).
     """
 
     round: int
@@ -253,6 +257,7 @@ class AnnealingRung(NamedTuple):
     loss: float
     swap_rate: float
     epochs: int = -1
+    seconds: float = math.nan
 
 
 class AnnealingHistory(NamedTuple):
@@ -637,6 +642,7 @@ def fit_vae_proposal(
     )
     check_acceptance(acceptance, config)
     sites = site_shapes(flat_model)
+    round_start = time.perf_counter()
     if initial_data is None:
         data, evaluations = initial_draws(data_key, flat_model, settings, num_models, progress_bar)
     else:
@@ -654,6 +660,8 @@ def fit_vae_proposal(
     train_key, loop_key = jax.random.split(loop_key)
     train_fn = machinery.train_initial or machinery.train
     proposals, losses = train_fn(jax.random.split(train_key, num_models), proposals, data)
+    trainings = [_final_loss_and_epochs(losses[j]) for j in range(num_models)]
+    seconds = time.perf_counter() - round_start
     for model_index in range(num_models):
         rungs.append(
             AnnealingRung(
@@ -662,8 +670,9 @@ def fit_vae_proposal(
                 float(betas[model_index]),
                 math.nan,
                 False,
-                **_final_loss_and_epochs(losses[model_index]),
+                **trainings[model_index],
                 swap_rate=math.nan,
+                seconds=seconds,
             )
         )
     grid = candidate_betas(settings.beta_0, settings.beta_final, settings.beta_step)
@@ -680,6 +689,7 @@ def fit_vae_proposal(
     ) as bar:
         while not _finished(betas, settings):
             round_index += 1
+            round_start = time.perf_counter()
             search_key, run_key, train_key, loop_key = jax.random.split(loop_key, 4)
             rates, _ = machinery.search(
                 jax.random.split(search_key, num_models), proposals, data, grid_array
@@ -721,6 +731,8 @@ def fit_vae_proposal(
             evaluations += num_models * settings.num_data_chains * (1 + burn + records * thin)
             train_fn = machinery.train_final if _finished(new_betas, settings) else machinery.train
             proposals, losses = train_fn(jax.random.split(train_key, num_models), proposals, data)
+            trainings = [_final_loss_and_epochs(losses[j]) for j in range(num_models)]
+            seconds = time.perf_counter() - round_start
             for j in range(num_models):
                 rungs.append(
                     AnnealingRung(
@@ -729,8 +741,9 @@ def fit_vae_proposal(
                         float(new_betas[j]),
                         float(chosen_rates[j]),
                         not (climbed[j] or finished[j]),
-                        **_final_loss_and_epochs(losses[j]),
+                        **trainings[j],
                         swap_rate=float(swap_rate),
+                        seconds=seconds,
                     )
                 )
             betas = new_betas

@@ -43,6 +43,7 @@ def test_annealing_reached_the_posterior(run):
     assert history.final_accept_rates[0] >= history.ar_min
     for rung in history.rungs:
         assert 1 <= rung.epochs <= FIT["initial_epochs" if rung.round == 0 else "epochs"]
+        assert rung.seconds > 0
     # At least the NUTS draws of the first rung and every check chain of every beta search.
     check_chains = FIT["num_check_chains"] * (FIT["num_check_steps"] + 1)
     assert history.density_evaluations > FIT["initial_size"] + len(betas) * check_chains
