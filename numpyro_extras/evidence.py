@@ -20,6 +20,7 @@ __all__ = [
     "CHAIN_AGREEMENT_LEVEL",
     "DISAGREEMENT_FACTOR",
     "UNRELIABLE_PARETO_K",
+    "INFINITE_VARIANCE_PARETO_K",
     "pareto_tail_index",
 ]
 
@@ -31,6 +32,7 @@ DISAGREEMENT_FACTOR = 1.5
 # unreliable, and above 0.5 the weights' variance is infinite, so a standard error from it is no
 # guide (Vehtari et al., 2024, "Pareto smoothed importance sampling", section 3).
 UNRELIABLE_PARETO_K = 0.7
+INFINITE_VARIANCE_PARETO_K = 0.5
 
 
 class Evidence(NamedTuple):

@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from numpyro_extras.evidence import (
+    INFINITE_VARIANCE_PARETO_K,
     UNRELIABLE_PARETO_K,
     Evidence,
     log_mean_and_influence,
@@ -57,8 +58,9 @@ def slmc_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
     weights use ``Gamma`` of eq. 3, exact only for an isometric VAE, so the estimate is
     approximate), fewer than 100 effective weights (a proposal that covers the posterior
     poorly; the error bar is then itself uncertain), or a Pareto tail index of the weights
-    above 0.7 (Vehtari et al., 2024: a heavy tail of rare, huge weights, where the proposal is
-    narrower than the posterior; the mean and its error bar are then both unreliable).
+    above 0.5 (Vehtari et al., 2024: the weights' variance may be infinite, so the error bar
+    may understate the error) or above 0.7 (a heavy tail of rare, huge weights, where the
+    proposal is narrower than the posterior: the mean itself is unreliable).
 
     :param mcmc: a finished run with :class:`~numpyro_extras.VAESLMC`.
     :param bool warn: emit the warnings.
@@ -97,6 +99,12 @@ def slmc_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
             f"{UNRELIABLE_PARETO_K}): rare proposals with huge weights, where the proposal is "
             "narrower than the posterior, decide the mean, and its standard error understates "
             "the error (more training, or a longer run)"
+        )
+    elif pareto_k > INFINITE_VARIANCE_PARETO_K:
+        problems.append(
+            f"the importance weights' tail (Pareto k = {pareto_k:.2f} > "
+            f"{INFINITE_VARIANCE_PARETO_K}) may have infinite variance, so the standard error "
+            "may understate the error (more training shortens the tail)"
         )
     if warn and problems:
         warnings.warn(
