@@ -4,7 +4,9 @@ The target is tempered, ``p~(x)^beta`` on the model's flat unconstrained space (
 Jacobians of the constraining transforms are tempered too, and ``beta = 1`` is exact). The
 driver follows Algorithms 3-5 of Ichikawa et al.:
 
-1. ``J`` models are trained on draws of NUTS at ``beta_0`` (the local sampler of the first rung);
+1. ``J`` models are trained on draws of NUTS at ``beta_0`` (the local sampler of the first rung),
+   whose chains start from the draws of a replica exchange to ``p~^beta_0`` so that they begin
+   in every mode it reaches;
 2. each round, every model searches its next ``beta`` (Algorithm 4, vectorised: one batch of
    proposals and shared uniforms scores every candidate ``beta_final, beta_final - eps, ...``
    at once, and the largest whose acceptance rate lies in ``[AR_min, AR_max]`` is taken; with
