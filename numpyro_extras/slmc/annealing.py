@@ -73,6 +73,9 @@ MIN_THINNING_RATE = 0.01
 INITIAL_RADIUS = 2.0
 # NUTS steps (warm-up and draws each) of the short run that places the starts' reference.
 REFERENCE_STEPS = 200
+# Fewer round trips than this between the reference and p~^beta_0 and the starts' exchange may
+# not have carried states between the modes at all.
+MIN_START_ROUND_TRIPS = 2
 
 
 class AnnealingSettings(NamedTuple):
@@ -361,7 +364,8 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
     A short NUTS run from ``starts`` places a Gaussian reference, ``initial_spread`` times as
     wide; non-reversible replica exchange (``nx.ReplicaExchange``, Syed et al. 2022) from it to
     ``p~^beta_0`` moves states between the modes the reference reaches, and its ``beta_0`` draws,
-    evenly spaced over the run, are returned.
+    evenly spaced over the run, are returned. A ``UserWarning`` says when its states made fewer
+    than ``MIN_START_ROUND_TRIPS`` round trips between the two ends.
     """
     reference_key, exchange_key = jax.random.split(rng_key)
     draws, evaluations = _nuts_draws(
@@ -379,6 +383,15 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
     )
     mcmc.run(exchange_key, init_params=starts[0], extra_fields=("inner_state.num_steps",))
     evaluations += int(np.sum(mcmc.get_extra_fields()["inner_state.num_steps"]))
+    round_trips = int(mcmc.last_state.num_round_trips)
+    if round_trips < MIN_START_ROUND_TRIPS:
+        warnings.warn(
+            f"The replica exchange that starts the first rung's NUTS chains made {round_trips} "
+            f"round trips between its broad Gaussian and p~^beta_0 in {scans} scans, so its "
+            "draws may not reach every mode, and the annealing never learns a mode its first "
+            "rung misses. Raise initial_exchange_scans.",
+            stacklevel=4,
+        )
     exchange_draws = np.asarray(mcmc.get_samples())
     picks = np.linspace(0, scans - 1, starts.shape[0]).round().astype(int)
     return jnp.asarray(exchange_draws[picks], starts.dtype), evaluations

@@ -2,6 +2,8 @@
 the retrain cap gives a clear error, progress bars can be silenced, and the isometric acceptance
 warns when the VAE is not isometric."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -174,7 +176,9 @@ def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans):
     settings = nx.AnnealingSettings(
         initial_size=3200, initial_warmup=200, initial_exchange_scans=exchange_scans
     ).checked(1)
-    draws, evaluations = initial_draws(jax.random.PRNGKey(1), flat_model, settings, 1, False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*round trips")  # the exchange made them
+        draws, evaluations = initial_draws(jax.random.PRNGKey(1), flat_model, settings, 1, False)
     far_share = float(np.mean(np.mean(draws[0], -1) > 2.0))
     assert draws.shape == (1, 3200, 10) and evaluations > 0
     if exchange_scans:
@@ -182,3 +186,12 @@ def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans):
         assert 0.2 < far_share < 0.8
     else:
         assert far_share == 0.0
+
+
+def test_an_exchange_too_short_for_a_round_trip_warns():
+    flat_model = flatten_model(jax.random.PRNGKey(0), far_mode_model)
+    settings = nx.AnnealingSettings(
+        initial_size=320, initial_warmup=20, initial_exchange_scans=2
+    ).checked(1)
+    with pytest.warns(UserWarning, match="round trips"):
+        initial_draws(jax.random.PRNGKey(1), flat_model, settings, 1, False)
