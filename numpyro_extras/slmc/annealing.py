@@ -675,21 +675,15 @@ def fit_vae_proposal(
     train_key, loop_key = jax.random.split(loop_key)
     train_fn = machinery.train_initial or machinery.train
     proposals, losses = train_fn(jax.random.split(train_key, num_models), proposals, data)
-    trainings = [_final_loss_and_epochs(losses[j]) for j in range(num_models)]
-    seconds = time.perf_counter() - round_start
-    for model_index in range(num_models):
-        rungs.append(
-            AnnealingRung(
-                0,
-                model_index,
-                float(betas[model_index]),
-                math.nan,
-                False,
-                **trainings[model_index],
-                swap_rate=math.nan,
-                seconds=seconds,
-            )
-        )
+    rungs += _round_rungs(
+        0,
+        betas,
+        np.full(num_models, math.nan),
+        np.zeros(num_models, bool),
+        losses,
+        math.nan,
+        round_start,
+    )
     grid = candidate_betas(settings.beta_0, settings.beta_final, settings.beta_step)
     grid_array = jnp.asarray(grid, data.dtype)
     stalled = 0
@@ -746,21 +740,15 @@ def fit_vae_proposal(
             evaluations += num_models * settings.num_data_chains * (1 + burn + records * thin)
             train_fn = machinery.train_final if _finished(new_betas, settings) else machinery.train
             proposals, losses = train_fn(jax.random.split(train_key, num_models), proposals, data)
-            trainings = [_final_loss_and_epochs(losses[j]) for j in range(num_models)]
-            seconds = time.perf_counter() - round_start
-            for j in range(num_models):
-                rungs.append(
-                    AnnealingRung(
-                        round_index,
-                        j,
-                        float(new_betas[j]),
-                        float(chosen_rates[j]),
-                        not (climbed[j] or finished[j]),
-                        **trainings[j],
-                        swap_rate=float(swap_rate),
-                        seconds=seconds,
-                    )
-                )
+            rungs += _round_rungs(
+                round_index,
+                new_betas,
+                chosen_rates,
+                ~(climbed | finished),
+                losses,
+                float(swap_rate),
+                round_start,
+            )
             betas = new_betas
             bar.n = float((betas.max() - settings.beta_0) / span) if span > 0 else 1.0
             bar.set_postfix_str(
@@ -803,6 +791,26 @@ def fit_vae_proposal(
     )
     proposal = jax.tree.map(lambda leaf: leaf[chosen], proposals)
     return proposal.replace(history=history)
+
+
+def _round_rungs(round_index, betas, accept_rates, retrained, losses, swap_rate, round_start):
+    """One :class:`AnnealingRung` per model for a round that started at ``round_start``
+    (``time.perf_counter``); reading the losses waits for the training to finish."""
+    trainings = [_final_loss_and_epochs(model_losses) for model_losses in losses]
+    seconds = time.perf_counter() - round_start
+    return [
+        AnnealingRung(
+            round_index,
+            j,
+            float(betas[j]),
+            float(accept_rates[j]),
+            bool(retrained[j]),
+            **trainings[j],
+            swap_rate=swap_rate,
+            seconds=seconds,
+        )
+        for j in range(len(trainings))
+    ]
 
 
 def _final_loss_and_epochs(losses):
