@@ -5,8 +5,8 @@ Jacobians of the constraining transforms are tempered too, and ``beta = 1`` is e
 driver follows Algorithms 3-5 of Ichikawa et al.:
 
 1. ``J`` models are trained on draws of NUTS at ``beta_0`` (the local sampler of the first rung),
-   whose chains start from the draws of a replica exchange to ``p~^beta_0`` so that they begin
-   in every mode it reaches;
+   whose chains start from the draws of a replica exchange to ``p~^beta_0`` (with a reference
+   fitted to a first exchange's draws) so that they begin in every mode it reaches;
 2. each round, every model searches its next ``beta`` (Algorithm 4, vectorised: one batch of
    proposals and shared uniforms scores every candidate ``beta_final, beta_final - eps, ...``
    at once, and the largest whose acceptance rate lies in ``[AR_min, AR_max]`` is taken; with
@@ -76,6 +76,8 @@ REFERENCE_STEPS = 200
 # Fewer round trips than this between the reference and p~^beta_0 and the starts' exchange may
 # not have carried states between the modes at all.
 MIN_START_ROUND_TRIPS = 2
+# The second exchange's reference has this many times the first exchange's draws' spread.
+REFIT_INFLATION = 1.5
 
 
 class AnnealingSettings(NamedTuple):
@@ -109,13 +111,17 @@ class AnnealingSettings(NamedTuple):
     :param float learning_rate: Adam learning rate.
     :param int initial_chains: NUTS chains of the first rung.
     :param int initial_warmup: their warm-up steps.
-    :param int initial_exchange_scans: scans (and as many warm-up scans) of the replica
-        exchange that starts the first rung's NUTS chains (0: uniform starts in
+    :param int initial_exchange_scans: scans (and as many warm-up scans) of each chain of the
+        two replica exchanges that start the first rung's NUTS chains (0: uniform starts in
         ``[-2, 2]^D``, as NumPyro's ``init_to_uniform``). NUTS chains stay in the mode they
         start in: at ``beta_0 = 0.1`` the barrier between two modes of a mixture in D = 100
-        is still ten nats. The exchange runs from a broad Gaussian, ``initial_spread`` times
-        the spread of a short NUTS run, to ``p~^beta_0``, so its states travel between the
-        modes within that reach, and the NUTS chains start from its draws.
+        is still ten nats. The first exchange runs from a broad Gaussian, ``initial_spread``
+        times the spread of a short NUTS run, to ``p~^beta_0``, so its states travel between
+        the modes within that reach; the second runs from a Gaussian fitted to the first's
+        draws (a variational reference, Surjanovic et al. 2022), which spans the modes found,
+        so its states cross between them many times; the NUTS chains start from its draws.
+    :param int initial_exchange_chains: independent (vectorised) chains of each exchange; the
+        NUTS chains' starts are spread evenly over every chain of the second.
     :param float initial_spread: that Gaussian's standard deviations over the short run's.
     :param bool exchange: swap states between the models' chains (eq. 5).
     :param str stop: ``"all"`` (every model reaches ``beta_final``) or ``"first"``.
@@ -167,7 +173,8 @@ class AnnealingSettings(NamedTuple):
     learning_rate: float = 1e-3
     initial_chains: int = 32
     initial_warmup: int = 500
-    initial_exchange_scans: int = 1000
+    initial_exchange_scans: int = 500
+    initial_exchange_chains: int = 2
     initial_spread: float = 5.0
     exchange: bool = True
     stop: str = "all"
@@ -190,6 +197,7 @@ class AnnealingSettings(NamedTuple):
             "num_data_chains",
             "batch_size",
             "initial_chains",
+            "initial_exchange_chains",
         ):
             check_count(name, getattr(self, name))
         for name in ("initial_epochs", "max_retrains", "initial_warmup", "initial_exchange_scans"):
@@ -358,43 +366,80 @@ def _nuts_draws(rng_key, potential_fn, starts, num_warmup, num_samples, progress
     return np.asarray(mcmc.get_samples(group_by_chain=True)), evaluations
 
 
-def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_bar):
-    """``len(starts)`` states of ``p~^beta_0`` spread over its modes, and the evaluations made.
-
-    A short NUTS run from ``starts`` places a Gaussian reference, ``initial_spread`` times as
-    wide; non-reversible replica exchange (``nx.ReplicaExchange``, Syed et al. 2022) from it to
-    ``p~^beta_0`` moves states between the modes the reference reaches, and its ``beta_0`` draws,
-    evenly spaced over the run, are returned. A ``UserWarning`` says when its states made fewer
-    than ``MIN_START_ROUND_TRIPS`` round trips between the two ends.
-    """
-    reference_key, exchange_key = jax.random.split(rng_key)
-    draws, evaluations = _nuts_draws(
-        reference_key, tempered_potential_fn, starts, REFERENCE_STEPS, REFERENCE_STEPS, False
-    )
-    draws = draws.reshape(-1, draws.shape[-1])
-    spread = settings.initial_spread * np.maximum(np.std(draws, 0), 1e-3)
-    reference = GaussianBase(jnp.asarray(np.mean(draws, 0)), jnp.diag(jnp.asarray(spread)), 0.0)
+def _exchange_draws(rng_key, tempered_potential_fn, reference, starts, settings, progress_bar):
+    """The ``p~^beta_0`` draws ``(chains, scans, D)`` of ``initial_exchange_chains`` vectorised
+    replica-exchange chains from ``reference``, the evaluations made, and the fewest round trips
+    a chain made."""
     scans = settings.initial_exchange_scans
+    chains = settings.initial_exchange_chains
     mcmc = MCMC(
         ReplicaExchange(potential_fn=tempered_potential_fn, reference=reference),
         num_warmup=scans,
         num_samples=scans,
+        num_chains=chains,
+        chain_method="vectorized",
         progress_bar=progress_bar,
     )
-    mcmc.run(exchange_key, init_params=starts[0], extra_fields=("inner_state.num_steps",))
-    evaluations += int(np.sum(mcmc.get_extra_fields()["inner_state.num_steps"]))
-    round_trips = int(mcmc.last_state.num_round_trips)
+    mcmc.run(
+        rng_key,
+        init_params=jnp.resize(starts, (chains, starts.shape[-1])),
+        extra_fields=("inner_state.num_steps",),
+    )
+    evaluations = int(np.sum(mcmc.get_extra_fields()["inner_state.num_steps"]))
+    round_trips = int(np.min(mcmc.last_state.num_round_trips))
+    return np.asarray(mcmc.get_samples(group_by_chain=True)), evaluations, round_trips
+
+
+def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_bar):
+    """``len(starts)`` states of ``p~^beta_0`` spread over its modes, and the evaluations made.
+
+    A short NUTS run from ``starts`` places a Gaussian reference, ``initial_spread`` times as
+    wide; replica exchange (``nx.ReplicaExchange``, non-reversible, Syed et al. 2022) from it
+    to ``p~^beta_0`` moves states between the modes the reference reaches. A Gaussian with
+    ``REFIT_INFLATION`` times the covariance of those draws is the reference of a second
+    exchange (the variational reference of Surjanovic et al. 2022): it spans the modes found,
+    so that the tempered path no longer favours the first mode and states cross between the
+    modes many times. Its ``beta_0`` draws, evenly spaced over each chain's run and taken from
+    the chains in turn, are returned. A ``UserWarning`` says when a chain of the second exchange
+    made fewer than ``MIN_START_ROUND_TRIPS`` round trips between the two ends.
+    """
+    reference_key, first_key, second_key = jax.random.split(rng_key, 3)
+    draws, evaluations = _nuts_draws(
+        reference_key, tempered_potential_fn, starts, REFERENCE_STEPS, REFERENCE_STEPS, False
+    )
+    draws = draws.reshape(-1, draws.shape[-1])
+    local_variance = np.maximum(np.var(draws, 0), 1e-6)
+    spread = settings.initial_spread * np.sqrt(local_variance)
+    reference = GaussianBase(jnp.asarray(np.mean(draws, 0)), jnp.diag(jnp.asarray(spread)), 0.0)
+    found, first_evaluations, _ = _exchange_draws(
+        first_key, tempered_potential_fn, reference, starts, settings, progress_bar
+    )
+    last_found = found[:, -1]
+    found = found.reshape(-1, found.shape[-1])
+    # The local variance keeps the refitted covariance full rank when there are fewer draws
+    # than dimensions.
+    covariance = REFIT_INFLATION**2 * np.cov(found, rowvar=False) + np.diag(local_variance)
+    reference = GaussianBase(
+        jnp.asarray(np.mean(found, 0)), jnp.asarray(np.linalg.cholesky(covariance)), 0.0
+    )
+    spread_draws, second_evaluations, round_trips = _exchange_draws(
+        second_key, tempered_potential_fn, reference, last_found, settings, progress_bar
+    )
+    evaluations += first_evaluations + second_evaluations
+    scans = settings.initial_exchange_scans
     if round_trips < MIN_START_ROUND_TRIPS:
         warnings.warn(
-            f"The replica exchange that starts the first rung's NUTS chains made {round_trips} "
-            f"round trips between its broad Gaussian and p~^beta_0 in {scans} scans, so its "
-            "draws may not reach every mode, and the annealing never learns a mode its first "
-            "rung misses. Raise initial_exchange_scans.",
+            f"A chain of the replica exchange that starts the first rung's NUTS chains made "
+            f"{round_trips} round trips between its reference and p~^beta_0 in {scans} "
+            "scans, so its draws may not reach every mode, and the annealing never learns a "
+            "mode its first rung misses. Raise initial_exchange_scans.",
             stacklevel=4,
         )
-    exchange_draws = np.asarray(mcmc.get_samples())
-    picks = np.linspace(0, scans - 1, starts.shape[0]).round().astype(int)
-    return jnp.asarray(exchange_draws[picks], starts.dtype), evaluations
+    per_chain = math.ceil(starts.shape[0] / settings.initial_exchange_chains)
+    picks = np.linspace(0, scans - 1, per_chain).round().astype(int)
+    # Draw i goes to NUTS chain i: the chains in turn, each chain's picks in time order.
+    spread_draws = spread_draws[:, picks].swapaxes(0, 1).reshape(-1, starts.shape[-1])
+    return jnp.asarray(spread_draws[: starts.shape[0]], starts.dtype), evaluations
 
 
 def initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
