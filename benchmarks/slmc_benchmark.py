@@ -36,6 +36,7 @@ Usage::
     python benchmarks/slmc_benchmark.py --quick                            # D = 10, C = 3
     python benchmarks/slmc_benchmark.py --configs 10:3 20:2 20:5 50:3 --json runs.jsonl
     python benchmarks/slmc_benchmark.py --report-from runs.jsonl           # tables of saved runs
+    python benchmarks/slmc_benchmark.py --configs 20:5 --methods slmc --save-proposals trained
     python benchmarks/slmc_benchmark.py --experiment training --fit-kwargs '{"patience": null}'
     python benchmarks/slmc_benchmark.py --experiment acceptance --configs 10:3 20:2
     python benchmarks/slmc_benchmark.py --experiment acceptance --configs 20:2 --vae paper learned
@@ -195,7 +196,9 @@ def user_mcmc(kernel):
     )
 
 
-def run_slmc(target, seed, fit_kwargs):
+def run_slmc(target, seed, fit_kwargs, save_to=None):
+    """``nx.VAESLMC`` with its defaults (and ``fit_kwargs``) as a user runs it; with
+    ``save_to``, its trained proposal is written to that directory (``nx.save_proposal``)."""
     timed_fit = TimedFit(slmc_kernels_module.fit_vae_proposal)
     slmc_kernels_module.fit_vae_proposal = timed_fit
     start = time.perf_counter()
@@ -210,6 +213,10 @@ def run_slmc(target, seed, fit_kwargs):
         slmc_kernels_module.fit_vae_proposal = timed_fit.original
     seconds = time.perf_counter() - start
     history = kernel.proposal.history
+    if save_to:
+        os.makedirs(save_to, exist_ok=True)
+        name = f"mixture_d{target.dimension}_c{target.clusters}_seed{seed}.msgpack"
+        nx.save_proposal(os.path.join(save_to, name), kernel.proposal)
     evaluations = history.density_evaluations + NUM_CHAINS * (NUM_WARMUP + NUM_SAMPLES)
     draws = mcmc.get_samples(group_by_chain=True)["x"]
     result = summary(target, draws, evaluations, seconds)
@@ -796,6 +803,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="also write the report here")
     parser.add_argument("--json", default=None, help="append one JSON line per run here")
+    parser.add_argument(
+        "--save-proposals", default=None, help="write each slmc run's trained proposal here"
+    )
     parser.add_argument("--report-from", default=None, help="only the tables of a --json file")
     args = parser.parse_args(argv)
     fit_kwargs = json.loads(args.fit_kwargs)
@@ -846,7 +856,7 @@ def main(argv=None):
                 log(f"{target.name}: {method}")
                 if method == "slmc":
                     try:
-                        result = run_slmc(target, args.seed, fit_kwargs)
+                        result = run_slmc(target, args.seed, fit_kwargs, args.save_proposals)
                     except RuntimeError as error:
                         # The annealing's own error (no progress): a result, not a crash.
                         failures.append(f"- {target.name} slmc failed: {error}")
