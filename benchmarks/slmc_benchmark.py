@@ -197,13 +197,14 @@ def user_mcmc(kernel):
 
 
 def run_slmc(target, seed, fit_kwargs, save_to=None):
-    """``nx.VAESLMC`` with its defaults (and ``fit_kwargs``) as a user runs it; with
-    ``save_to``, its trained proposal is written to that directory (``nx.save_proposal``)."""
+    """``nx.VAESLMC`` with its defaults (and ``fit_kwargs``) as a user runs it, its training and
+    its chains seeded by ``seed``; with ``save_to``, its trained proposal is written to that
+    directory (``nx.save_proposal``)."""
     timed_fit = TimedFit(slmc_kernels_module.fit_vae_proposal)
     slmc_kernels_module.fit_vae_proposal = timed_fit
     start = time.perf_counter()
     try:
-        kernel = nx.VAESLMC(target.model, fit_kwargs=fit_kwargs)
+        kernel = nx.VAESLMC(target.model, fit_kwargs=fit_kwargs, fit_seed=seed)
         mcmc = user_mcmc(kernel)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
