@@ -41,6 +41,10 @@ Usage::
     python benchmarks/slmc_benchmark.py --experiment acceptance --configs 10:3 20:2
     python benchmarks/slmc_benchmark.py --experiment acceptance --configs 20:2 --vae paper learned
 
+``--experiment first-rung --configs 100:5 --seeds 0 1 2 3 4`` runs the first rung alone
+(``initial_draws``: the replica exchanges and the NUTS chains at ``beta_0``) and prints the
+cluster shares of its draws: a cluster with no share is one the annealing never learns.
+
 ``--experiment acceptance`` separates the network from the annealing: per ``D:C`` it trains a
 VAE (``train_vae``, every epoch, no early stopping) on 15,000 exact draws of the mixture at
 ``beta = 1``, for each of ``--epochs`` (150 and 600), ``--beta-vae`` and ``--vae`` (``paper``:
@@ -93,6 +97,8 @@ from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
 import numpyro_extras.slmc.kernels as slmc_kernels_module  # noqa: E402
+from numpyro_extras.potential import flatten_model  # noqa: E402
+from numpyro_extras.slmc.annealing import initial_draws  # noqa: E402
 from numpyro_extras.slmc.vae import (  # noqa: E402
     VAEConfig,
     init_proposal,
@@ -693,6 +699,66 @@ def acceptance_table(results):
     return [markdown_table(header, rows)]
 
 
+def first_rung_experiment(configs, seeds, fit_kwargs):
+    """The first rung alone (``initial_draws`` with the defaults and ``fit_kwargs``, one model,
+    keyed by ``PRNGKey(seed)``): per ``D:C`` and seed, the cluster shares of its NUTS draws,
+    which are the shares of its chains' starts, since a NUTS chain stays in its cluster."""
+    settings = nx.AnnealingSettings(**fit_kwargs).checked(1)
+    results = []
+    for dimension, clusters in configs:
+        target = Mixture(dimension, clusters)
+        flat_model = flatten_model(jax.random.PRNGKey(0), target.model, target.model_args)
+        for seed in seeds:
+            log(f"{target.name}: first rung, seed {seed}")
+            start = time.perf_counter()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                draws, evaluations = initial_draws(
+                    jax.random.PRNGKey(seed), flat_model, settings, 1, False
+                )
+            seconds = time.perf_counter() - start
+            labels = target.labels(draws[0])
+            shares = np.bincount(labels, minlength=clusters) / labels.size
+            record = dict(
+                experiment="first-rung",
+                target=target.name,
+                seed=seed,
+                shares=[round(float(share), 3) for share in shares],
+                seconds=round(seconds, 1),
+                evaluations=evaluations,
+                warnings=sorted({str(w.message)[:200] for w in caught}),
+            )
+            log(f"  {json.dumps(record)}")
+            results.append(record)
+    return results
+
+
+def first_rung_table(results):
+    """One row per first-rung run."""
+    rows = [
+        [
+            r["target"],
+            r["seed"],
+            " ".join(f"{share:.3f}" for share in r["shares"]),
+            "yes" if min(r["shares"]) > 0 else "**no**",
+            r["seconds"],
+            f"{r['evaluations']:.3g}",
+            "; ".join(r["warnings"]) or "-",
+        ]
+        for r in results
+    ]
+    header = [
+        "target",
+        "seed",
+        "cluster shares of the NUTS draws",
+        "every cluster",
+        "seconds",
+        "density evals",
+        "warnings",
+    ]
+    return [markdown_table(header, rows)]
+
+
 def annealing_table(results):
     """One row per model of each annealing run (schedule and collapse experiments)."""
     rows = []
@@ -779,7 +845,7 @@ def main(argv=None):
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument(
         "--experiment",
-        choices=("mixtures", "training", "acceptance", "schedule", "collapse"),
+        choices=("mixtures", "training", "acceptance", "schedule", "collapse", "first-rung"),
         default="mixtures",
     )
     parser.add_argument(
@@ -802,6 +868,7 @@ def main(argv=None):
     parser.add_argument("--epochs", nargs="+", type=int, default=[150, 600], help="acceptance")
     parser.add_argument("--fit-kwargs", default="{}", help="JSON settings of fit_vae_proposal")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="first-rung seeds")
     parser.add_argument("--output", default=None, help="also write the report here")
     parser.add_argument("--json", default=None, help="append one JSON line per run here")
     parser.add_argument(
@@ -815,17 +882,26 @@ def main(argv=None):
         mixtures = [r for r in runs if "method" in r]
         accepting = [r for r in runs if r.get("experiment") == "acceptance"]
         annealing = [r for r in runs if r.get("experiment") in ("schedule", "collapse")]
+        first_rungs = [r for r in runs if r.get("experiment") == "first-rung"]
         training = [
-            r for r in runs if "method" not in r and r not in accepting and r not in annealing
+            r
+            for r in runs
+            if "method" not in r
+            and r.get("experiment") not in ("acceptance", "schedule", "collapse", "first-rung")
         ]
         lines = mixture_tables(mixtures) if mixtures else []
         lines += training_table(training) if training else []
         lines += acceptance_table(accepting) if accepting else []
         lines += annealing_table(annealing) if annealing else []
+        lines += first_rung_table(first_rungs) if first_rungs else []
         publish_report("\n".join(lines), args.output)
         return
-    if args.experiment in ("acceptance", "training", "schedule", "collapse"):
-        if args.experiment in ("schedule", "collapse"):
+    if args.experiment in ("acceptance", "training", "schedule", "collapse", "first-rung"):
+        if args.experiment == "first-rung":
+            configs = [parse_config(c) for c in args.configs]
+            results = first_rung_experiment(configs, args.seeds or [args.seed], fit_kwargs)
+            lines = first_rung_table(results)
+        elif args.experiment in ("schedule", "collapse"):
             experiment = (
                 schedule_experiment if args.experiment == "schedule" else collapse_experiment
             )

@@ -168,13 +168,17 @@ def far_mode_model():
     numpyro.sample("x", mixture)
 
 
-@pytest.mark.parametrize("exchange_scans", [300, 0])
-def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans):
+@pytest.mark.parametrize("exchange_scans, exchange_chains", [(300, 2), (300, 3), (0, 2)])
+def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans, exchange_chains):
     """With the replica-exchange starts the first rung's NUTS draws fill both modes near their
-    tempered weights (0.5 each); from uniform starts alone every chain stays by 0."""
+    tempered weights (0.5 each), also when the exchange chains do not divide the NUTS chains;
+    from uniform starts alone every chain stays by 0."""
     flat_model = flatten_model(jax.random.PRNGKey(0), far_mode_model)
     settings = nx.AnnealingSettings(
-        initial_size=3200, initial_warmup=200, initial_exchange_scans=exchange_scans
+        initial_size=3200,
+        initial_warmup=200,
+        initial_exchange_scans=exchange_scans,
+        initial_exchange_chains=exchange_chains,
     ).checked(1)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*round trips")  # the exchange made them
@@ -186,6 +190,11 @@ def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans):
         assert 0.2 < far_share < 0.8
     else:
         assert far_share == 0.0
+
+
+def test_the_first_rung_needs_an_exchange_chain():
+    with pytest.raises(ValueError, match="initial_exchange_chains"):
+        nx.AnnealingSettings(initial_exchange_chains=0).checked(1)
 
 
 def test_an_exchange_too_short_for_a_round_trip_warns():
