@@ -76,7 +76,8 @@ REFERENCE_STEPS = 200
 # Fewer round trips than this between the reference and p~^beta_0 and the starts' exchange may
 # not have carried states between the modes at all.
 MIN_START_ROUND_TRIPS = 2
-# The second exchange's reference has this many times the first exchange's draws' spread.
+# The second exchange's reference is this many times as wide as the first exchange's draws
+# (its covariance is this squared times theirs).
 REFIT_INFLATION = 1.5
 
 
@@ -395,8 +396,8 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
 
     A short NUTS run from ``starts`` places a Gaussian reference, ``initial_spread`` times as
     wide; replica exchange (``nx.ReplicaExchange``, non-reversible, Syed et al. 2022) from it
-    to ``p~^beta_0`` moves states between the modes the reference reaches. A Gaussian with
-    ``REFIT_INFLATION`` times the covariance of those draws is the reference of a second
+    to ``p~^beta_0`` moves states between the modes the reference reaches. A Gaussian with the
+    covariance of those draws, widened ``REFIT_INFLATION`` times, is the reference of a second
     exchange (the variational reference of Surjanovic et al. 2022): it spans the modes found,
     so that the tempered path no longer favours the first mode and states cross between the
     modes many times. Its ``beta_0`` draws, evenly spaced over each chain's run and taken from
