@@ -769,7 +769,9 @@ def fit_vae_proposal(
                 raise RuntimeError(
                     f"VAE-SLMC annealing made no progress in {stalled} consecutive rounds: no "
                     f"model's acceptance rate above beta = {betas.min():.3g} reached "
-                    f"ar_min = {settings.ar_min} after retraining. Train longer (epochs), use "
+                    f"ar_min = {settings.ar_min} after retraining. On a target with strongly "
+                    "correlated coordinates, whiten=True (per-coordinate standardisation "
+                    "leaves the correlations to the network); else train longer (epochs), use "
                     "a larger network or more data (training_size), lower ar_min, or raise "
                     "max_retrains."
                 )
