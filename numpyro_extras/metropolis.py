@@ -9,7 +9,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["acceptance_probability", "metropolis_accept", "running_accept_mean", "select"]
+__all__ = [
+    "acceptance_probability",
+    "metropolis_accept",
+    "independence_acceptance_rate",
+    "running_accept_mean",
+    "select",
+]
 
 
 def acceptance_probability(log_ratio):
@@ -41,6 +47,40 @@ def metropolis_accept(rng_key, log_ratio):
     accept_prob = acceptance_probability(log_ratio)
     uniform = jax.random.uniform(rng_key, jnp.shape(log_ratio), dtype=accept_prob.dtype)
     return uniform < accept_prob, accept_prob
+
+
+def independence_acceptance_rate(log_weights):
+    """The expected acceptance rate of independence Metropolis-Hastings at stationarity,
+    estimated from independent proposals' log importance weights ``log w = log p~ - log q``.
+
+    With the current state ``x ~ p`` and a proposal ``x' ~ q`` the acceptance probability is
+    ``min(1, w(x') / w(x))`` (Liu, 1996, "Metropolized independent sampling"); ``p`` is stood
+    in for by the proposals reweighted by ``w``, so the estimate is
+    ``sum_i wbar_i mean_j min(1, w_j / w_i)`` with ``wbar`` the self-normalised weights. A
+    proposal that misses a whole mode of ``p`` is not seen to miss it, so this is an upper
+    bound in spirit: a small value is a sure sign of trouble, a large one is not a proof of
+    health.
+
+    :param log_weights: ``(N,)`` log importance weights (non-finite entries count as zero
+        weight).
+    :return: the estimated acceptance rate in ``[0, 1]`` (0 when no weight is positive).
+
+    **Example:**
+
+    .. code-block:: python
+
+        log_w = target_log_density(draws) - proposal_log_density(draws)
+        independence_acceptance_rate(log_w)  # 1.0 when the proposal is the target
+    """
+    log_weights = jnp.asarray(log_weights)
+    finite = jnp.isfinite(log_weights)
+    log_weights = jnp.where(finite, log_weights, -jnp.inf)
+    if not bool(jnp.any(finite)):
+        return jnp.zeros((), log_weights.dtype)
+    state_weights = jax.nn.softmax(log_weights)
+    pair_log_ratios = log_weights[None, :] - jnp.where(finite, log_weights, 0.0)[:, None]
+    rates = jnp.mean(acceptance_probability(pair_log_ratios), axis=1)
+    return jnp.sum(jnp.where(finite, state_weights * rates, 0.0))
 
 
 def select(accept, new, old):

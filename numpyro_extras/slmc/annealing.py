@@ -24,6 +24,7 @@ largest importance-sampling estimate of ``log Z``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -141,6 +142,11 @@ class AnnealingSettings(NamedTuple):
         rather than per coordinate. It lets a learned decoder noise fit a correlated unimodal
         target alone (the proposal becomes a Gaussian fitted to the draws), but on separated
         modes the network may then leave its latents unused and propose one broad Gaussian.
+        ``None`` (the default) standardises per coordinate unless the first beta search finds
+        every model's acceptance rate at ``beta_0`` below ``ar_min``: then whitened models are
+        trained on the same draws and kept if their acceptance rate there is higher (a
+        strongly correlated target, which per-coordinate standardisation leaves to the
+        network).
 
     **Example:**
 
@@ -185,7 +191,7 @@ class AnnealingSettings(NamedTuple):
     decoder_sizes: tuple = PAPER_DECODER_SIZES
     decoder_scale: float | None = None
     learn_decoder_scale: bool | None = None
-    whiten: bool = False
+    whiten: bool | None = None
 
     def checked(self, num_models) -> AnnealingSettings:
         """The settings validated, with ``ar_min`` filled in for ``num_models`` models."""
@@ -681,7 +687,7 @@ def fit_vae_proposal(
             f"{list(AnnealingSettings._fields)}."
         )
     settings = AnnealingSettings(**settings).checked(num_models)
-    init_key, data_key, loop_key = jax.random.split(rng_key, 3)
+    init_key, data_key, loop_key, whiten_key = jax.random.split(rng_key, 4)
     flat_model = flat_target(
         init_key, model, model_args, model_kwargs, potential_fn, initial_position, "VAE-SLMC"
     )
@@ -699,7 +705,7 @@ def fit_vae_proposal(
             if settings.learn_decoder_scale is None
             else settings.learn_decoder_scale
         ),
-        whiten=settings.whiten,
+        whiten=bool(settings.whiten),
     )
     check_acceptance(acceptance, config)
     sites = site_shapes(flat_model)
@@ -751,6 +757,11 @@ def fit_vae_proposal(
             )
             evaluations += evaluations_per_search
             rates = np.asarray(rates)
+            if round_index == 1 and settings.whiten is None:
+                proposals, rates, searches = _whitened_if_better(
+                    whiten_key, machinery, proposals, rates, data, grid_array, settings
+                )
+                evaluations += searches * evaluations_per_search
             if settings.constant_step is None:
                 new_betas = np.array(
                     [
@@ -839,6 +850,38 @@ def fit_vae_proposal(
     )
     proposal = jax.tree.map(lambda leaf: leaf[chosen], proposals)
     return proposal.replace(history=history)
+
+
+def _whitened_if_better(rng_key, machinery, proposals, rates, data, grid, settings):
+    """On the first beta search of ``whiten=None``: when every model's acceptance rate at
+    ``beta_0`` (the grid's last entry) is below ``ar_min``, train whitened models afresh on the
+    first rung's ``data`` and keep them if their best rate at ``beta_0`` is higher.
+
+    Per-coordinate standardisation leaves a strong correlation between coordinates to the
+    network, whose proposals then miss the target's narrow directions (almost every proposal
+    rejected); the whitened data have unit covariance, which a learned decoder noise fits alone.
+
+    :return: ``(proposals, rates, searches)``: the models kept, their search rates, and the
+        extra beta searches run (0 or 1).
+    """
+    if np.any(rates[:, -1] >= settings.ar_min):
+        return proposals, rates, 0
+    num_models = rates.shape[0]
+    init_key, train_key, search_key = jax.random.split(rng_key, 3)
+    config = dataclasses.replace(proposals.config, whiten=True)
+    whitened = jax.vmap(lambda key: init_proposal(key, config, sites=proposals.sites))(
+        jax.random.split(init_key, num_models)
+    )
+    whitened = jax.tree.map(lambda leaf: leaf.astype(data.dtype), whitened)
+    train_fn = machinery.train_initial or machinery.train
+    whitened, _ = train_fn(jax.random.split(train_key, num_models), whitened, data)
+    whitened_rates, _ = machinery.search(
+        jax.random.split(search_key, num_models), whitened, data, grid
+    )
+    whitened_rates = np.asarray(whitened_rates)
+    if whitened_rates[:, -1].max() > rates[:, -1].max():
+        return whitened, whitened_rates, 1
+    return proposals, rates, 1
 
 
 def _round_rungs(round_index, betas, accept_rates, retrained, losses, swap_rate, round_start):

@@ -23,6 +23,7 @@ from numpyro_extras.kernel import (
     fixed_target_functions,
     starting_positions,
 )
+from numpyro_extras.metropolis import independence_acceptance_rate
 from numpyro_extras.potential import (
     FlatModel,
     check_finite_potential,
@@ -31,7 +32,7 @@ from numpyro_extras.potential import (
     flatten_model,
 )
 from numpyro_extras.slmc.annealing import fit_vae_proposal
-from numpyro_extras.slmc.chains import check_acceptance, check_latents, vae_slmc
+from numpyro_extras.slmc.chains import check_acceptance, check_latents, draw_proposal, vae_slmc
 from numpyro_extras.slmc.vae import VAEProposal, isometry_factors, sample_extended
 from numpyro_extras.validation import check_count
 
@@ -40,6 +41,11 @@ __all__ = ["VAESLMC", "check_proposal_matches", "ISOMETRY_TOLERANCE", "IsometryW
 # The paper's isometric factors lie within 0.974 and 1.025 (its Table 2); beyond 5% eq. 3 is
 # not to be trusted.
 ISOMETRY_TOLERANCE = 0.05
+# A given proposal's expected acceptance rate is estimated from this many of its draws at init,
+# and below LOW_ACCEPTANCE_RATE the chains would hardly move: a proposal trained for another
+# model or other data, or a network that never fitted the target.
+ACCEPTANCE_CHECK_DRAWS = 1000
+LOW_ACCEPTANCE_RATE = 0.01
 
 
 class IsometryWarning(UserWarning):
@@ -129,7 +135,10 @@ class VAESLMC(ExtrasKernel):
     :param model: a NumPyro model with continuous latent sites.
     :param potential_fn: alternatively, ``-log p~`` on flat 1-D points (needs ``proposal``).
     :param VAEProposal proposal: a trained proposal (:func:`~numpyro_extras.fit_vae_proposal`,
-        :func:`~numpyro_extras.load_proposal`); checked against the model's sites and shapes.
+        :func:`~numpyro_extras.load_proposal`); checked against the model's sites and shapes,
+        and its acceptance rate on the target estimated from 1000 of its draws
+        (:attr:`expected_accept_rate`, optimistic): below 0.01 a warning says the chains will
+        hardly move.
     :param str acceptance: ``"exact"`` or ``"isometric"``.
     :param int num_latents: latents per state of the exact acceptance (``K``); ``None`` for 4
         (exact) or 1 (isometric).
@@ -196,6 +205,7 @@ class VAESLMC(ExtrasKernel):
         self._init_strategy = init_strategy
         self._isometry_samples = check_count("isometry_samples", isometry_samples)
         self._isometry_factors = None
+        self._expected_accept_rate = None
         self._flat_model: FlatModel | None = None
 
     @property
@@ -217,6 +227,15 @@ class VAESLMC(ExtrasKernel):
         return self._isometry_factors
 
     @property
+    def expected_accept_rate(self):
+        """For a given ``proposal``, its acceptance rate on this target estimated at ``init``
+        from its importance weights
+        (:func:`~numpyro_extras.metropolis.independence_acceptance_rate`); ``None`` for a
+        proposal trained by the kernel (its ``proposal.history.final_accept_rates`` say the
+        same)."""
+        return self._expected_accept_rate
+
+    @property
     def default_fields(self):
         return ("z", "proposal_log_weight", "accept_prob")
 
@@ -227,6 +246,7 @@ class VAESLMC(ExtrasKernel):
         self._flat_model = None
         self._proposal = self._user_proposal
         self._isometry_factors = None
+        self._expected_accept_rate = None
 
     def _prepare_target(self, model_args, model_kwargs):
         key = jax.random.PRNGKey(self._fit_seed)
@@ -261,6 +281,29 @@ class VAESLMC(ExtrasKernel):
         self._proposal = jax.tree.map(lambda leaf: jnp.asarray(leaf, dtype), self._proposal)
         if self._acceptance == "isometric":
             self._check_isometry(key)
+        if self._user_proposal is not None:
+            self._check_expected_acceptance(key)
+
+    def _check_expected_acceptance(self, key):
+        potential_fn = self._flat_model.potential_fn
+        num_latents = self._num_latents if self._num_latents > 1 else None
+        proposed = jax.vmap(
+            lambda k: draw_proposal(
+                k, self._proposal, self._acceptance, lambda x: -potential_fn(x), num_latents
+            )
+        )(jax.random.split(key, ACCEPTANCE_CHECK_DRAWS))
+        rate = float(independence_acceptance_rate(proposed.log_weight(1.0)))
+        self._expected_accept_rate = rate
+        if rate < LOW_ACCEPTANCE_RATE:
+            warnings.warn(
+                f"The VAE proposal's expected acceptance rate on this target is {rate:.2g} "
+                f"(from the importance weights of {ACCEPTANCE_CHECK_DRAWS} of its draws): the "
+                "chains stay exact but will hardly move, and their draws will be few and "
+                "correlated. Was the proposal trained for this model and these data? Retrain "
+                "it (nx.fit_vae_proposal), with whiten=True on a target with strongly "
+                "correlated coordinates.",
+                stacklevel=6,
+            )
 
     def _check_isometry(self, key):
         factors = np.asarray(isometry_factors(key, self._proposal, self._isometry_samples))

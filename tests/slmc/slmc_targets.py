@@ -1,6 +1,8 @@
 """The target and small annealing settings the VAE-SLMC tests share."""
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
@@ -31,3 +33,22 @@ def mixture_model(log_z=0.0):
     )
     numpyro.sample("x", mixture)
     numpyro.factor("offset", log_z)
+
+
+def correlated_gaussian(dimension):
+    """A zero-mean Gaussian model on a random orthonormal basis with variances log-spaced from
+    0.01 to 100 (condition number 1e4, ``log Z = 0``: the paper's ICG at a small size): the
+    model, its covariance and 1000 exact draws of it at beta = 0.1."""
+    rng = np.random.default_rng(0)
+    basis, _ = np.linalg.qr(rng.normal(size=(dimension, dimension)))
+    variances = np.logspace(-2, 2, dimension)
+    covariance = basis @ np.diag(variances) @ basis.T
+    covariance = jnp.asarray((covariance + covariance.T) / 2)
+
+    def model():
+        numpyro.sample("x", dist.MultivariateNormal(jnp.zeros(dimension), covariance))
+
+    draws = jax.random.multivariate_normal(
+        jax.random.PRNGKey(1), jnp.zeros(dimension), covariance / 0.1, (1000,)
+    )
+    return model, covariance, draws

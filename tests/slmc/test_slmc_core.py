@@ -9,6 +9,7 @@ import pytest
 from arviz import mcse
 from numpyro.infer import MCMC
 from scipy.stats import multivariate_normal, norm
+from slmc_targets import correlated_gaussian
 
 import numpyro_extras as nx
 from numpyro_extras.slmc.annealing import candidate_betas, select_beta
@@ -289,6 +290,38 @@ def test_fixed_untrained_network_leaves_target_invariant(gaussian_run):
             assert abs(statistic[..., i].mean() - truth[i]) < 4 * error
     evidence = nx.log_marginal_likelihood(gaussian_run, warn=False)
     assert abs(evidence.log_z - LOG_OFFSET) < 4 * evidence.stderr
+
+
+def test_init_estimates_a_given_proposals_acceptance_rate_optimistically(gaussian_run):
+    """The rate estimated at init from 1000 of the proposal's importance weights stands in the
+    reweighted proposals for the posterior, so it is optimistic: at least the chains' rate."""
+    observed = float(np.mean(gaussian_run.get_extra_fields()["accept_prob"]))
+    assert observed <= gaussian_run.sampler.expected_accept_rate < observed + 0.1
+
+
+def test_a_proposal_blind_to_the_correlations_warns_at_init():
+    """A proposal with the right marginal variances but no correlation, on a Gaussian with
+    condition number 1e4: the chains hardly move, and init says so."""
+    model, covariance, _ = correlated_gaussian(6)
+    config = VAEConfig(
+        dimension=6, latent_dim=6, encoder_sizes=(8,), decoder_sizes=(8,), learn_decoder_scale=True
+    )
+    proposal = init_proposal(jax.random.PRNGKey(0), config, sites=(("x", (6,)),))
+    marginal_log_var = jnp.log(jnp.diag(covariance)).astype(jnp.float32)
+    proposal = proposal.replace(params={**proposal.params, "decoder_log_var": marginal_log_var})
+    kernel = nx.VAESLMC(model, proposal=proposal)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=100,
+        num_samples=1000,
+        num_chains=2,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    with pytest.warns(UserWarning, match="expected acceptance rate on this target is"):
+        mcmc.run(jax.random.PRNGKey(0))
+    observed = float(np.mean(mcmc.get_extra_fields()["accept_prob"]))
+    assert observed <= kernel.expected_accept_rate < 0.01
 
 
 def test_a_proposal_narrower_than_the_target_warns_of_its_heavy_weight_tail():

@@ -36,6 +36,9 @@ def run():
 def test_annealing_reached_the_posterior(run):
     # the exact acceptance's default network learns its decoder noise
     assert run.sampler.proposal.config.learn_decoder_scale
+    # separated modes keep the per-coordinate standardisation (whiten=None falls back to
+    # whitening only where that fails at beta_0)
+    assert not run.sampler.proposal.config.whiten
     history = run.sampler.proposal.history
     betas = history.betas(0)
     assert betas[0] == pytest.approx(0.1) and betas[-1] == pytest.approx(1.0)
