@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_extras.compiled_chain import BuildTag
-from numpyro_extras.involutive.networks import InvolutiveProposal, involution
+from numpyro_extras.involutive.networks import InvolutiveProposal, involution, swap_involution
 from numpyro_extras.kernel import field_lookup
 from numpyro_extras.metropolis import metropolis_accept, running_accept_mean, select
 
@@ -67,12 +67,21 @@ def extended_energy(potential_energy, momentum):
 
 
 def involutive_proposal(rng_key, proposal: InvolutiveProposal, position):
-    """Draw ``v ~ N(0, I)`` and map ``(x, v)`` with ``M``.
+    """Draw ``v ~ N(0, I)`` and map ``(x, v)`` with ``M``, or, with probability
+    ``config.swap_probability``, with the plain swap ``S`` (a state-independent choice between
+    two involutions, so each step is still an exact involutive Metropolis-Hastings move).
 
     :return: ``(momentum, new_position, new_momentum)``.
     """
     momentum = jax.random.normal(rng_key, jnp.shape(position), position.dtype)
-    image = involution(proposal, jnp.concatenate([position, momentum], -1))
+    state = jnp.concatenate([position, momentum], -1)
+    image = involution(proposal, state)
+    swap_probability = proposal.config.swap_probability
+    if swap_probability > 0:
+        # A key of its own, so that the momentum (and so every run without the mixture) is
+        # what it was.
+        use_swap = jax.random.uniform(jax.random.fold_in(rng_key, 1)) < swap_probability
+        image = jnp.where(use_swap, swap_involution(proposal, state).astype(image.dtype), image)
     new_position, new_momentum = jnp.split(image, 2, axis=-1)
     return momentum, new_position.astype(position.dtype), new_momentum.astype(position.dtype)
 

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from numpyro_extras.validation import check_count
+from numpyro_extras.validation import check_count, check_real
 
 __all__ = [
     "InvolutionConfig",
@@ -31,6 +31,7 @@ __all__ = [
     "InvolutiveProposal",
     "init_proposal",
     "involution",
+    "swap_involution",
     "discriminator_logit",
     "flip_momentum",
 ]
@@ -52,6 +53,13 @@ class InvolutionConfig:
         proposal from the seed draws' Gaussian fit, which training then bends. ``False`` is the
         paper's plain ``g`` with Glorot-normal ``V`` (involutions saved before the option was
         added load that way).
+    :param float swap_probability: the share of steps that propose with the plain swap ``S``
+        of the standardised position and the momentum, ``(u, v) -> (v, u)``, instead of the
+        learned ``M``: an independence proposal from the seed draws' Gaussian fit. ``S`` is
+        an involution with unit Jacobian too, and a choice between two exact kernels made
+        independently of the state is exact. An involution pairs regions, so a learned ``M``
+        can tie a heavy mode to one light mode and leave a third unreached; ``S`` reaches
+        every mode the fit spans.
     """
 
     dimension: int
@@ -59,12 +67,26 @@ class InvolutionConfig:
     hidden: int = 32
     discriminator_hidden: int = 128
     swap: bool = True
+    swap_probability: float = 0.0
 
     def __post_init__(self):
         for name in ("dimension", "num_layers", "hidden", "discriminator_hidden"):
             check_count(name, getattr(self, name))
         if not isinstance(self.swap, bool):
             raise TypeError(f"swap must be True or False, got {self.swap!r}.")
+        object.__setattr__(
+            self,
+            "swap_probability",
+            check_real(
+                "swap_probability",
+                self.swap_probability,
+                "a number in [0, 1]",
+                low=0.0,
+                high=1.0,
+                open_low=False,
+                open_high=False,
+            ),
+        )
 
 
 def flip_momentum(state):
@@ -297,6 +319,19 @@ def involution(proposal: InvolutiveProposal, state):
     image = standardized_involution(proposal.config, proposal.params, standardized)
     new_position, new_momentum = jnp.split(image, 2, axis=-1)
     return jnp.concatenate([proposal.unstandardize(new_position), new_momentum], -1)
+
+
+def swap_involution(proposal: InvolutiveProposal, state):
+    """The plain swap ``S(x, v) = (loc + scale v, scale^-1 (x - loc))``, the standardised
+    position and the momentum exchanged: an involution with ``|det dS/ds| = 1``, and an
+    independence proposal ``x' ~ N(loc, scale scale^T)`` from the seed draws' Gaussian fit.
+
+    :param InvolutiveProposal proposal: the proposal (its standardisation).
+    :param state: ``(..., 2n)``: positions then momenta.
+    :return: ``S(s)``, same shape.
+    """
+    position, momentum = jnp.split(state, 2, axis=-1)
+    return jnp.concatenate([proposal.unstandardize(momentum), proposal.standardize(position)], -1)
 
 
 def discriminator_logit(config: InvolutionConfig, discriminator_params, state, image):

@@ -11,6 +11,7 @@ the kernel itself, run with the exact Metropolis-Hastings acceptance (the bootst
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -47,6 +48,10 @@ SWAP_ACCEPTANCE = 0.5
 # The check after training: chains of the trained kernel from the seed chains' last states.
 MIXING_CHECK_STEPS = 1000
 MAX_MIXING_RHAT = 1.1
+# When the learned map fails that check, this share of the steps proposes with the plain swap
+# (an independence proposal from the seed draws' Gaussian fit), which reaches every mode the
+# fit spans; the learned map keeps the rest.
+FALLBACK_SWAP_PROBABILITY = 0.5
 
 
 class TrainingSettings(NamedTuple):
@@ -253,6 +258,7 @@ def train_ai_sampler(
     hidden=32,
     discriminator_hidden=128,
     swap=None,
+    swap_probability=None,
     whiten=True,
     progress_bar=True,
     **settings,
@@ -271,14 +277,19 @@ def train_ai_sampler(
        shuffles its data into minibatches; per minibatch ``kernel_steps`` Adam updates of the
        flow, then ``discriminator_steps`` of the discriminator (eq. 23).
     3. The flow whose bootstrap accepted most is returned, frozen; the discriminator is dropped.
+    4. Chains of the trained kernel started at the NUTS seed chains' last states run 1000 steps;
+       when they still disagree (split R-hat above 1.1), the learned map does not move between
+       the modes the seed chains found (an involution pairs regions, and can tie a heavy mode
+       to one light mode and leave a third unreached). Half the steps then propose with the
+       plain swap, an independence proposal from the seed draws' Gaussian fit
+       (``swap_probability``), and the check runs again.
 
     The losses never evaluate the target, so a mode that no seed draw visits cannot be learned:
     seed widely (more ``seed_chains``, a larger ``seed_radius``, or ``init_samples`` from a
     sampler that crosses between modes). Training warns when the kernel's bootstrap acceptance
-    stays below 5% (it then barely moves), and when chains of the trained kernel started at the
-    NUTS seed chains' last states still disagree after 1000 steps (split R-hat above 1.1): the
-    kernel then does not move between the modes the seed chains found, and a run's mode weights
-    are off even where its own chains agree.
+    stays below 5% (it then barely moves), and when the check of step 4 still fails with the
+    swap mixed in: the kernel then does not move between the modes the seed chains found, and
+    a run's mode weights are off even where its own chains agree.
 
     :param rng_key: random key.
     :param model: a NumPyro model with continuous latent sites.
@@ -296,6 +307,10 @@ def train_ai_sampler(
         see :class:`~numpyro_extras.involutive.networks.InvolutionConfig`) or from the paper's
         random flow (``False``). By default the swap when it accepts at least half of its
         proposals from the seed draws, which it does on near-Gaussian posteriors.
+    :param float swap_probability: the share of the sampler's steps that propose with the plain
+        swap instead of the learned map (see
+        :class:`~numpyro_extras.involutive.networks.InvolutionConfig`). By default 0, or 0.5
+        when the learned map fails the mixing check of step 4.
     :param bool whiten: standardise with the Cholesky factor of the seed draws' covariance
         (``False``: their per-coordinate standard deviations).
     :param bool progress_bar: show the pilot run's and the training's progress.
@@ -430,34 +445,59 @@ def train_ai_sampler(
             "closer to the posterior (init_samples), or use another kernel.",
             stacklevel=2,
         )
+    proposal = proposal.replace(params=flow_params, starts=positions, history=history)
+    if swap_probability is not None:
+        return _with_swap_probability(proposal, swap_probability)
     if init_samples is None:
-        check_settings = settings._replace(burn_in=0, num_kept=MIXING_CHECK_STEPS)
-        _check_mixing(
-            jax.jit(_bootstrap(proposal, potential_fn, check_settings)),
-            flow_params,
+        proposal = _mixing_checked(
+            proposal,
+            potential_fn,
             pilot.draws[:, -1, :].astype(dtype),
             jax.random.fold_in(rng_key, 1),
+            settings,
         )
-    return proposal.replace(params=flow_params, starts=positions, history=history)
+    return proposal
 
 
-def _check_mixing(run, flow_params, starts, rng_key):
-    """Warn when chains of the trained kernel started from the NUTS seed chains' last states
-    (each in the region, or mode, its seed chain found) still disagree after the check's run:
-    the kernel does not move between those regions, and the mode weights of a run will be off
-    even where every chain agrees with the others."""
-    _, kept, _ = run(flow_params, starts, rng_key)
+def _mixing_rhat(proposal, potential_fn, starts, rng_key, settings):
+    """The largest split R-hat over coordinates of chains of ``proposal``'s kernel started at
+    ``starts`` after ``MIXING_CHECK_STEPS`` steps."""
+    check_settings = settings._replace(burn_in=0, num_kept=MIXING_CHECK_STEPS)
+    run = jax.jit(_bootstrap(proposal, potential_fn, check_settings))
+    _, kept, _ = run(proposal.params, starts, rng_key)
     draws = np.swapaxes(np.asarray(kept, dtype=np.float64), 0, 1)
-    rhat = float(np.max(split_gelman_rubin(draws)))
+    return float(np.max(split_gelman_rubin(draws)))
+
+
+def _mixing_checked(proposal, potential_fn, starts, rng_key, settings):
+    """``proposal``, or it with the swap mixed in, after the mixing check: chains started at the
+    NUTS seed chains' last states (each in the region, or mode, its seed chain found) must
+    agree after the check's run. When the learned map's chains disagree, half the steps propose
+    with the plain swap, and that is kept if its chains agree better; when they still disagree,
+    warn: the mode weights of a run would be off even where every chain agrees with the others.
+    """
+    rhat = _mixing_rhat(proposal, potential_fn, starts, rng_key, settings)
+    if not rhat <= MAX_MIXING_RHAT:
+        mixed = _with_swap_probability(proposal, FALLBACK_SWAP_PROBABILITY)
+        mixed_rhat = _mixing_rhat(mixed, potential_fn, starts, rng_key, settings)
+        if mixed_rhat < rhat or not math.isfinite(rhat):
+            proposal, rhat = mixed, mixed_rhat
     if not rhat <= MAX_MIXING_RHAT:
         warnings.warn(
-            f"The trained Ai-sampler does not move between the regions its {draws.shape[0]} "
+            f"The trained Ai-sampler does not move between the regions its {starts.shape[0]} "
             f"NUTS seed chains found: chains started at their last states still disagree after "
-            f"{draws.shape[1]} steps (R-hat {rhat:.2f} > {MAX_MIXING_RHAT}), so the mode weights "
-            "of its runs will be off, even where their chains agree. Train longer (epochs), or "
-            "use a kernel that crosses between modes (nx.ReplicaExchange).",
+            f"{MIXING_CHECK_STEPS} steps (R-hat {rhat:.2f} > {MAX_MIXING_RHAT}), with half its "
+            "steps proposed from the seed draws' Gaussian fit too, so the mode weights of its "
+            "runs will be off, even where their chains agree. Train longer (epochs), or use a "
+            "kernel that crosses between modes (nx.ReplicaExchange).",
             stacklevel=3,
         )
+    return proposal
+
+
+def _with_swap_probability(proposal, swap_probability):
+    config = dataclasses.replace(proposal.config, swap_probability=swap_probability)
+    return proposal.replace(config=config)
 
 
 def _flat_samples(init_samples, flat_model, dimension, dtype):

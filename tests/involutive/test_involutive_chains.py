@@ -1,6 +1,8 @@
 """The Ai-sampler's transition: pairwise detailed balance, and exactness of an untrained kernel
 (for any parameters M is an involution with unit Jacobian, so eq. 3 is exact)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,8 +76,16 @@ def _z_scores(draws):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the always-accepting chain overflows
-def test_untrained_kernel_is_exact_and_always_accepting_is_not():
+@pytest.mark.parametrize("swap_probability", [0.0, 0.5], ids=["learned map", "swap mixed in"])
+def test_untrained_kernel_is_exact_and_always_accepting_is_not(swap_probability):
+    """Exact for the untrained map alone and for a state-independent choice between it and the
+    plain swap (from a standardisation that does not fit the target, so neither is trivial)."""
     proposal = _untrained()
+    if swap_probability:
+        config = dataclasses.replace(proposal.config, swap_probability=swap_probability)
+        proposal = proposal.replace(
+            config=config, loc=jnp.array([0.5, -0.5]), scale=jnp.array([1.5, 1.0])
+        )
     draws, states = _run(lambda state: ai_step(state, proposal, _potential))
     mean_z, second_z, square_ess = _z_scores(draws)
     assert np.all(square_ess > 1_500), square_ess

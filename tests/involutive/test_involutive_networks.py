@@ -15,6 +15,7 @@ from numpyro_extras.involutive.networks import (
     flow_module,
     init_proposal,
     involution,
+    swap_involution,
 )
 
 
@@ -128,6 +129,8 @@ def test_configuration_rejects_bad_sizes():
         InvolutionConfig(dimension=2, num_layers=0)
     with pytest.raises(TypeError, match="hidden"):
         InvolutionConfig(dimension=2, hidden=3.5)
+    with pytest.raises(ValueError, match="swap_probability"):
+        InvolutionConfig(dimension=2, swap_probability=1.5)
 
 
 @pytest.mark.parametrize("num_layers,sign", [(5, 1.0), (4, -1.0)])
@@ -149,3 +152,11 @@ def test_untrained_swap_is_an_independence_proposal_from_the_gaussian_fit(num_la
     images = involution(proposal, states)
     np.testing.assert_allclose(images[:, :4], expected_position, atol=1e-12)
     np.testing.assert_allclose(images[:, 4:], expected_momentum, atol=1e-12)
+    # The plain swap the sampler can mix in is that map with the sign +1, and an involution
+    # with unit Jacobian on its own.
+    swapped = swap_involution(proposal, states)
+    np.testing.assert_allclose(swapped[:, :4], sign * (expected_position - loc) + loc, atol=1e-12)
+    np.testing.assert_allclose(swapped[:, 4:], sign * expected_momentum, atol=1e-12)
+    np.testing.assert_allclose(swap_involution(proposal, swapped), states, atol=1e-12)
+    jacobian = jax.jacfwd(lambda state: swap_involution(proposal, state))(states[0])
+    assert abs(float(jnp.linalg.slogdet(jacobian)[1])) < 1e-12

@@ -15,11 +15,12 @@ from numpyro.infer.hmc import hmc
 import numpyro_extras as nx
 from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal, involution
 from numpyro_extras.involutive.training import (
-    MIXING_CHECK_STEPS,
+    FALLBACK_SWAP_PROBABILITY,
+    MAX_MIXING_RHAT,
     SWAP_ACCEPTANCE,
     TrainingSettings,
-    _bootstrap,
-    _check_mixing,
+    _mixing_checked,
+    _mixing_rhat,
     _standardization,
     _swap_acceptance,
 )
@@ -45,16 +46,43 @@ def trained():
         )
 
 
+def _check_starts():
+    return jnp.tile(MEANS, (4, 1))
+
+
 def test_mixing_check_warns_for_a_kernel_that_never_crosses_between_modes():
-    """An untrained map on unit scale moves by about one unit, so chains started in mog2's two
-    modes, ten units apart, stay in them: the check after training warns. (The trained fixture
-    above passes it without a warning.)"""
+    """An untrained map on unit scale moves by about one unit, and the swap from N(0, I) never
+    reaches modes five units out: chains started in mog2's two modes stay in them, and the
+    check after training warns. (The trained fixture above passes it without a warning.)"""
     proposal = init_proposal(jax.random.PRNGKey(0), InvolutionConfig(dimension=2, swap=False))
-    settings = TrainingSettings()._replace(burn_in=0, num_kept=MIXING_CHECK_STEPS)
-    run = jax.jit(_bootstrap(proposal, mog2_potential, settings))
-    starts = jnp.tile(MEANS, (4, 1))
     with pytest.warns(UserWarning, match="does not move between the regions its 8 NUTS seed"):
-        _check_mixing(run, proposal.params, starts, jax.random.PRNGKey(1))
+        _mixing_checked(
+            proposal, mog2_potential, _check_starts(), jax.random.PRNGKey(1), TrainingSettings()
+        )
+
+
+def test_mixing_check_mixes_in_the_swap_when_the_map_does_not_cross():
+    """A map that never crosses between the modes, with a standardisation that spans both (as
+    the seed draws' fit does when the seed chains found both): its chains disagree, the swap
+    from that fit crosses, so the check keeps half the steps for it and does not warn. With
+    every ``V = 0`` the map is ``u -> -u`` in standardised coordinates, here
+    ``(x1, x2) -> (-x1, 6 - x2)``, which sends a mode to empty space: always rejected."""
+    proposal = init_proposal(
+        jax.random.PRNGKey(0),
+        InvolutionConfig(dimension=2, swap=False),
+        loc=jnp.array([0.0, 3.0]),
+        scale=jnp.array([5.0, 3.0]),
+    )
+    proposal = proposal.replace(params=jax.tree.map(jnp.zeros_like, proposal.params))
+    settings = TrainingSettings()
+    starts, key = _check_starts(), jax.random.PRNGKey(1)
+    # NaN: chains that never move have no within-chain variance
+    assert not _mixing_rhat(proposal, mog2_potential, starts, key, settings) <= MAX_MIXING_RHAT
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        checked = _mixing_checked(proposal, mog2_potential, starts, key, settings)
+    assert checked.config.swap_probability == FALLBACK_SWAP_PROBABILITY
+    assert _mixing_rhat(checked, mog2_potential, starts, key, settings) <= MAX_MIXING_RHAT
 
 
 def _chains(kernel, num_chains=4, num_warmup=500, num_samples=3000, method="vectorized"):
@@ -75,6 +103,8 @@ def test_trained_kernel_switches_modes_where_hmc_does_not(trained):
     assert 5 < len(history.accept_rates) <= 50 and history.seed_gradient_evaluations > 0
     # The swap from a Gaussian fit of the two modes accepts little: the paper's start is used.
     assert trained.config.swap is False
+    # Its map crosses between the modes on its own: no swap is mixed in.
+    assert trained.config.swap_probability == 0.0
     check = nx.involution_check(trained, jax.random.PRNGKey(2))
     assert check.max_involution_error < 1e-4 and check.max_log_det < 1e-4
 
