@@ -5,6 +5,11 @@ learned involution of :mod:`numpyro_extras.involutive.networks`, and accepts wit
 ``min(1, exp(H(s) - H(s')))``, ``H(x, v) = U(x) + |v|^2 / 2`` (the paper's eq. 3 with
 ``|det dM/ds| = 1``). ``M`` is an involution for any parameters, so the kernel is reversible with
 respect to ``p(x) N(v; 0, I)`` before, during and after training; no gradient of ``U`` is needed.
+
+With ``config.swap_probability > 0`` that share of the steps, chosen independently of the state,
+proposes instead from the proposal's ``mixture`` (independence Metropolis-Hastings) or, without
+one, with the plain swap of the standardised position and the momentum: each move is exact, so
+the mixture of moves is.
 """
 
 from __future__ import annotations
@@ -15,12 +20,21 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from numpyro_extras.bases import MixtureBase
 from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.involutive.networks import InvolutiveProposal, involution, swap_involution
 from numpyro_extras.kernel import field_lookup
 from numpyro_extras.metropolis import metropolis_accept, running_accept_mean, select
 
-__all__ = ["AiState", "ai_init", "ai_step", "extended_energy", "involutive_proposal"]
+__all__ = [
+    "AiState",
+    "ai_init",
+    "ai_step",
+    "extended_energy",
+    "involutive_proposal",
+    "mixture_component_log_densities",
+    "mixture_log_density",
+]
 
 
 class AiState(NamedTuple):
@@ -66,21 +80,48 @@ def extended_energy(potential_energy, momentum):
     return potential_energy + 0.5 * jnp.sum(momentum**2, axis=-1)
 
 
+def mixture_component_log_densities(mixture: MixtureBase, position):
+    """``log pi_k N(x; mu_k, L_k L_k^T)`` of every component ``k`` at one flat point
+    (jittable), ``(K,)``."""
+
+    def component(loc, tril, log_weight):
+        whitened = jax.scipy.linalg.solve_triangular(tril, position - loc, lower=True)
+        return (
+            log_weight
+            - jnp.sum(jnp.log(jnp.diagonal(tril)))
+            - 0.5 * jnp.sum(whitened**2)
+            - 0.5 * position.shape[-1] * jnp.log(2 * jnp.pi)
+        )
+
+    return jax.vmap(component)(
+        mixture.component_locs, mixture.component_scale_trils, mixture.component_log_weights
+    )
+
+
+def mixture_log_density(mixture: MixtureBase, position):
+    """``log q(x)`` of a Gaussian mixture at one flat point (jittable)."""
+    return jax.nn.logsumexp(mixture_component_log_densities(mixture, position))
+
+
+def _independence_choice(rng_key, proposal: InvolutiveProposal):
+    """Whether this step proposes independently of the state (``config.swap_probability``);
+    from a key of its own, so that the momentum, and every run without it, is what it was."""
+    return jax.random.uniform(jax.random.fold_in(rng_key, 1)) < proposal.config.swap_probability
+
+
 def involutive_proposal(rng_key, proposal: InvolutiveProposal, position):
     """Draw ``v ~ N(0, I)`` and map ``(x, v)`` with ``M``, or, with probability
-    ``config.swap_probability``, with the plain swap ``S`` (a state-independent choice between
-    two involutions, so each step is still an exact involutive Metropolis-Hastings move).
+    ``config.swap_probability`` and no ``mixture``, with the plain swap ``S`` (a
+    state-independent choice between two involutions, so each step is still an exact
+    involutive Metropolis-Hastings move).
 
     :return: ``(momentum, new_position, new_momentum)``.
     """
     momentum = jax.random.normal(rng_key, jnp.shape(position), position.dtype)
     state = jnp.concatenate([position, momentum], -1)
     image = involution(proposal, state)
-    swap_probability = proposal.config.swap_probability
-    if swap_probability > 0:
-        # A key of its own, so that the momentum (and so every run without the mixture) is
-        # what it was.
-        use_swap = jax.random.uniform(jax.random.fold_in(rng_key, 1)) < swap_probability
+    if proposal.config.swap_probability > 0 and proposal.mixture is None:
+        use_swap = _independence_choice(rng_key, proposal)
         image = jnp.where(use_swap, swap_involution(proposal, state).astype(image.dtype), image)
     new_position, new_momentum = jnp.split(image, 2, axis=-1)
     return momentum, new_position.astype(position.dtype), new_momentum.astype(position.dtype)
@@ -125,7 +166,9 @@ def ai_step(
     num_warmup=0,
     unravel_fn=_identity,
 ) -> AiState:
-    """One involutive Metropolis-Hastings transition (the paper's eq. 3 with a fresh momentum).
+    """One involutive Metropolis-Hastings transition (the paper's eq. 3 with a fresh momentum),
+    or, in ``config.swap_probability`` of the steps with a ``mixture``, one independence
+    Metropolis-Hastings transition from it.
 
     A proposal where ``U`` is not finite is rejected.
 
@@ -144,10 +187,26 @@ def ai_step(
     """
     rng_key, proposal_key, accept_key = jax.random.split(state.rng_key, 3)
     momentum, position, new_momentum = involutive_proposal(proposal_key, proposal, state.position)
+    mixes = proposal.config.swap_probability > 0 and proposal.mixture is not None
+    if mixes:
+        # Independence Metropolis-Hastings from the mixture of the seed chains' modes, chosen
+        # independently of the state; the momentum then plays no part.
+        draw = proposal.mixture.sample(jax.random.fold_in(proposal_key, 2))
+        from_mixture = _independence_choice(proposal_key, proposal)
+        position = jnp.where(from_mixture, draw.astype(position.dtype), position)
     potential_energy = potential_fn(position)
     log_ratio = extended_energy(state.potential_energy, momentum) - extended_energy(
         potential_energy, new_momentum
     )
+    if mixes:
+        # log [p(x') q(x)] - log [p(x) q(x')]
+        mixture_log_ratio = (
+            state.potential_energy
+            - potential_energy
+            + mixture_log_density(proposal.mixture, state.position)
+            - mixture_log_density(proposal.mixture, position)
+        )
+        log_ratio = jnp.where(from_mixture, mixture_log_ratio, log_ratio)
     log_ratio = jnp.where(jnp.isfinite(potential_energy), log_ratio, -jnp.inf)
     accept, accept_prob = metropolis_accept(accept_key, log_ratio)
     position, potential_energy = select(

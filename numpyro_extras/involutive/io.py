@@ -7,6 +7,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from numpyro_extras.bases import MixtureBase
 from numpyro_extras.involutive.networks import InvolutionConfig, InvolutiveProposal, init_proposal
 from numpyro_extras.involutive.training import TrainingHistory
 from numpyro_extras.serialization import read_header, restore_arrays, save_arrays
@@ -41,6 +42,9 @@ def save_involution(path, params: InvolutiveProposal):
         "num_starts": int(params.starts.shape[0]),
         "full_scale": jnp.ndim(params.scale) == 2,
         "history": None if history is None else history._asdict(),
+        "mixture_components": (
+            None if params.mixture is None else int(params.mixture.component_locs.shape[0])
+        ),
     }
     arrays = {
         "params": params.params,
@@ -48,7 +52,17 @@ def save_involution(path, params: InvolutiveProposal):
         "scale": params.scale,
         "starts": params.starts,
     }
+    if params.mixture is not None:
+        arrays["mixture"] = _mixture_arrays(params.mixture)
     save_arrays(path, header, arrays)
+
+
+def _mixture_arrays(mixture: MixtureBase) -> dict:
+    return {
+        "locs": mixture.component_locs,
+        "scale_trils": mixture.component_scale_trils,
+        "log_weights": mixture.component_log_weights,
+    }
 
 
 def load_involution(path) -> InvolutiveProposal:
@@ -79,16 +93,27 @@ def load_involution(path) -> InvolutiveProposal:
         starts=jnp.zeros((header["num_starts"], n)),
         sites=sites,
     )
-    arrays = restore_arrays(
-        path,
-        {
-            "params": template.params,
-            "loc": template.loc,
-            "scale": template.scale,
-            "starts": template.starts,
-        },
-        payload,
-    )
+    templates = {
+        "params": template.params,
+        "loc": template.loc,
+        "scale": template.scale,
+        "starts": template.starts,
+    }
+    # Files written before the mixture was added have none.
+    components = header.get("mixture_components")
+    if components is not None:
+        templates["mixture"] = {
+            "locs": jnp.zeros((components, n)),
+            "scale_trils": jnp.zeros((components, n, n)),
+            "log_weights": jnp.zeros((components,)),
+        }
+    arrays = restore_arrays(path, templates, payload)
+    mixture = None
+    if components is not None:
+        restored = arrays["mixture"]
+        mixture = MixtureBase(
+            restored["locs"], restored["scale_trils"], restored["log_weights"], jnp.zeros(())
+        )
     history = header.get("history")
     if history is not None:
         history = TrainingHistory(
@@ -105,4 +130,5 @@ def load_involution(path) -> InvolutiveProposal:
         config,
         sites,
         history=history,
+        mixture=mixture,
     )

@@ -167,10 +167,14 @@ class AiSampler(ExtrasKernel):
             check_params_match(self._user_params, self._flat_model, self._model is not None)
             self._params = self._user_params
         dtype = self._flat_model.initial_position.dtype
+        mixture = self._params.mixture
         self._params = self._params.replace(
             loc=jnp.asarray(self._params.loc, dtype),
             scale=jnp.asarray(self._params.scale, dtype),
             starts=jnp.asarray(self._params.starts, dtype),
+            mixture=None
+            if mixture is None
+            else jax.tree.map(lambda leaf: jnp.asarray(leaf, dtype), mixture),
         )
 
     def _potential_for(self):

@@ -53,13 +53,14 @@ class InvolutionConfig:
         proposal from the seed draws' Gaussian fit, which training then bends. ``False`` is the
         paper's plain ``g`` with Glorot-normal ``V`` (involutions saved before the option was
         added load that way).
-    :param float swap_probability: the share of steps that propose with the plain swap ``S``
-        of the standardised position and the momentum, ``(u, v) -> (v, u)``, instead of the
-        learned ``M``: an independence proposal from the seed draws' Gaussian fit. ``S`` is
-        an involution with unit Jacobian too, and a choice between two exact kernels made
-        independently of the state is exact. An involution pairs regions, so a learned ``M``
-        can tie a heavy mode to one light mode and leave a third unreached; ``S`` reaches
-        every mode the fit spans.
+    :param float swap_probability: the share of steps that propose independently of the state
+        instead of with the learned ``M``: from the proposal's ``mixture`` (a Gaussian per mode
+        the seed chains found) when it has one, else with the plain swap ``S`` of the
+        standardised position and the momentum, ``(u, v) -> (v, u)``, an independence proposal
+        from the seed draws' Gaussian fit (``S`` is an involution with unit Jacobian too). A
+        choice between exact kernels made independently of the state is exact. An involution
+        pairs regions, so a learned ``M`` can tie a heavy mode to one light mode and leave a
+        third unreached; an independence proposal reaches every mode it spans.
     """
 
     dimension: int
@@ -198,6 +199,9 @@ class InvolutiveProposal:
     :param tuple sites: ``((name, unconstrained shape), ...)`` of the model it was trained on
         (empty for a ``potential_fn``).
     :param history: the :class:`~numpyro_extras.involutive.training.TrainingHistory`, or ``None``.
+    :param mixture: a :class:`~numpyro_extras.MixtureBase` with a component per mode the seed
+        chains found, the independence proposal of ``config.swap_probability`` of the steps;
+        ``None``: the plain swap.
 
     **Example:**
 
@@ -214,6 +218,7 @@ class InvolutiveProposal:
     config: InvolutionConfig = struct.field(pytree_node=False)
     sites: tuple = struct.field(pytree_node=False, default=())
     history: Any = struct.field(pytree_node=False, default=None)
+    mixture: Any = None
 
     @property
     def dimension(self) -> int:

@@ -21,9 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from numpyro.diagnostics import split_gelman_rubin
+from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
-from numpyro_extras.involutive.chains import ai_init, ai_step
+from numpyro_extras.bases import MixtureBase
+from numpyro_extras.involutive.chains import ai_init, ai_step, mixture_component_log_densities
 from numpyro_extras.involutive.networks import (
     InvolutionConfig,
     InvolutiveProposal,
@@ -37,7 +38,13 @@ from numpyro_extras.potential import flat_target, site_shapes
 from numpyro_extras.progress import run_chunks
 from numpyro_extras.validation import check_count, check_real
 
-__all__ = ["TrainingSettings", "TrainingHistory", "train_ai_sampler", "LOW_ACCEPTANCE"]
+__all__ = [
+    "TrainingSettings",
+    "TrainingHistory",
+    "train_ai_sampler",
+    "seed_mixture",
+    "LOW_ACCEPTANCE",
+]
 
 # Below this bootstrap acceptance the learned kernel barely moves: training has failed.
 LOW_ACCEPTANCE = 0.05
@@ -48,10 +55,17 @@ SWAP_ACCEPTANCE = 0.5
 # The check after training: chains of the trained kernel from the seed chains' last states.
 MIXING_CHECK_STEPS = 1000
 MAX_MIXING_RHAT = 1.1
-# When the learned map fails that check, this share of the steps proposes with the plain swap
-# (an independence proposal from the seed draws' Gaussian fit), which reaches every mode the
-# fit spans; the learned map keeps the rest.
-FALLBACK_SWAP_PROBABILITY = 0.5
+# When the learned map fails that check, this share of the steps proposes independently of
+# the state, from a Gaussian mixture over the modes the seed chains found (or with the plain
+# swap, from the seed draws' Gaussian fit, when they found one), which reaches every mode it
+# spans; the learned map keeps the rest.
+FALLBACK_SWAP_PROBABILITY = 0.75
+# Two seed chains sit in one mode when a chain's mean lies within this many standard deviations
+# (Mahalanobis, under the group's draws) of the group's mean.
+SAME_MODE_DISTANCE = 3.0
+# The mixture's components are this many times as wide as their modes' draws: an independence
+# proposal narrower than the target in its tails is stuck there.
+MIXTURE_WIDENING = 1.2
 
 
 class TrainingSettings(NamedTuple):
@@ -277,12 +291,13 @@ def train_ai_sampler(
        shuffles its data into minibatches; per minibatch ``kernel_steps`` Adam updates of the
        flow, then ``discriminator_steps`` of the discriminator (eq. 23).
     3. The flow whose bootstrap accepted most is returned, frozen; the discriminator is dropped.
-    4. Chains of the trained kernel started at the NUTS seed chains' last states run 1000 steps;
-       when they still disagree (split R-hat above 1.1), the learned map does not move between
-       the modes the seed chains found (an involution pairs regions, and can tie a heavy mode
-       to one light mode and leave a third unreached). Half the steps then propose with the
-       plain swap, an independence proposal from the seed draws' Gaussian fit
-       (``swap_probability``), and the check runs again.
+    4. Chains of the trained kernel started at the NUTS seed chains' last states run 1000
+       steps. An involution pairs regions, and can tie a heavy mode to one light mode and
+       leave a third unreached; where the seed chains found several modes, the kernel with
+       three quarters of its steps proposed from a Gaussian mixture over them
+       (:func:`seed_mixture`) runs too, and the one whose chains agree and know the modes'
+       weights best is kept. Where they found one, the plain swap is mixed in only when the
+       map's chains disagree.
 
     The losses never evaluate the target, so a mode that no seed draw visits cannot be learned:
     seed widely (more ``seed_chains``, a larger ``seed_radius``, or ``init_samples`` from a
@@ -309,8 +324,9 @@ def train_ai_sampler(
         proposals from the seed draws, which it does on near-Gaussian posteriors.
     :param float swap_probability: the share of the sampler's steps that propose with the plain
         swap instead of the learned map (see
-        :class:`~numpyro_extras.involutive.networks.InvolutionConfig`). By default 0, or 0.5
-        when the learned map fails the mixing check of step 4.
+        :class:`~numpyro_extras.involutive.networks.InvolutionConfig`), skipping the choice of
+        step 4 (its check still warns). By default chosen by step 4: 0, or 0.75 with the seed
+        modes' mixture or the plain swap.
     :param bool whiten: standardise with the Cholesky factor of the seed draws' covariance
         (``False``: their per-coordinate standard deviations).
     :param bool progress_bar: show the pilot run's and the training's progress.
@@ -447,49 +463,142 @@ def train_ai_sampler(
         )
     proposal = proposal.replace(params=flow_params, starts=positions, history=history)
     if swap_probability is not None:
-        return _with_swap_probability(proposal, swap_probability)
+        proposal = _with_swap_probability(proposal, swap_probability)
     if init_samples is None:
         proposal = _mixing_checked(
             proposal,
             potential_fn,
-            pilot.draws[:, -1, :].astype(dtype),
+            pilot.draws.astype(dtype),
             jax.random.fold_in(rng_key, 1),
             settings,
+            choose=swap_probability is None,
         )
     return proposal
 
 
-def _mixing_rhat(proposal, potential_fn, starts, rng_key, settings):
-    """The largest split R-hat over coordinates of chains of ``proposal``'s kernel started at
-    ``starts`` after ``MIXING_CHECK_STEPS`` steps."""
+def seed_mixture(draws) -> MixtureBase | None:
+    """A Gaussian mixture with one component per mode the seed chains found.
+
+    The chains are grouped greedily: a chain joins the first group whose draws put its mean
+    within ``SAME_MODE_DISTANCE`` standard deviations (Mahalanobis) of theirs, else starts a
+    group. Each group gives a component with its draws' mean and their covariance widened
+    ``MIXTURE_WIDENING`` times; the weights are equal, since how many chains found a mode says
+    where they started, not how much mass it holds.
+
+    :param draws: the seed chains' draws, ``(chains, draws, D)``.
+    :return: :class:`~numpyro_extras.MixtureBase`, or ``None`` when every chain found the same
+        mode.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mixture = seed_mixture(pilot.draws)  # pilot = dispersed_nuts_draws(...)
+    """
+    draws = np.asarray(draws, dtype=np.float64)
+    dimension = draws.shape[-1]
+    groups = []
+    for chain, chain_draws in enumerate(draws):
+        chain_mean = chain_draws.mean(0)
+        for group in groups:
+            mean, covariance = _mean_and_covariance(draws[group].reshape(-1, dimension))
+            offset = chain_mean - mean
+            if offset @ np.linalg.solve(covariance, offset) < SAME_MODE_DISTANCE**2:
+                group.append(chain)
+                break
+        else:
+            groups.append([chain])
+    if len(groups) < 2:
+        return None
+    moments = [_mean_and_covariance(draws[group].reshape(-1, dimension)) for group in groups]
+    locs = np.stack([mean for mean, _ in moments])
+    trils = np.stack([MIXTURE_WIDENING * np.linalg.cholesky(cov) for _, cov in moments])
+    log_weights = np.full(len(groups), -math.log(len(groups)))
+    return MixtureBase(
+        jnp.asarray(locs), jnp.asarray(trils), jnp.asarray(log_weights), jnp.zeros(())
+    )
+
+
+def _mean_and_covariance(points):
+    """The mean and covariance of ``points`` ``(N, D)``, with a small ridge so that a chain
+    that barely moved still gives an invertible covariance."""
+    mean = points.mean(0)
+    covariance = np.atleast_2d(np.cov(points, rowvar=False))
+    ridge = 1e-6 * max(float(np.trace(covariance)) / covariance.shape[0], 1e-12)
+    return mean, covariance + ridge * np.eye(covariance.shape[0])
+
+
+def _check_draws(proposal, potential_fn, starts, rng_key, settings):
+    """Draws ``(chains, MIXING_CHECK_STEPS, D)`` of ``proposal``'s kernel from ``starts``."""
     check_settings = settings._replace(burn_in=0, num_kept=MIXING_CHECK_STEPS)
     run = jax.jit(_bootstrap(proposal, potential_fn, check_settings))
     _, kept, _ = run(proposal.params, starts, rng_key)
-    draws = np.swapaxes(np.asarray(kept, dtype=np.float64), 0, 1)
+    return np.swapaxes(np.asarray(kept, dtype=np.float64), 0, 1)
+
+
+def _mixing_rhat(draws):
+    """The largest split R-hat over coordinates (NaN when a chain never moved)."""
     return float(np.max(split_gelman_rubin(draws)))
 
 
-def _mixing_checked(proposal, potential_fn, starts, rng_key, settings):
-    """``proposal``, or it with the swap mixed in, after the mixing check: chains started at the
-    NUTS seed chains' last states (each in the region, or mode, its seed chain found) must
-    agree after the check's run. When the learned map's chains disagree, half the steps propose
-    with the plain swap, and that is kept if its chains agree better; when they still disagree,
-    warn: the mode weights of a run would be off even where every chain agrees with the others.
+def _mode_weight_ess(draws, mixture):
+    """The smallest ESS (NumPyro's, over the chains) of the indicators of the modes: the
+    mixture's components, a draw belonging to the one nearest in density. It bounds how well a
+    run's mode weights are known: chains that switch often but visit some modes in the wrong
+    proportions (an involution pairing some modes only) have a small one."""
+    log_densities = jax.vmap(jax.vmap(lambda x: mixture_component_log_densities(mixture, x)))(
+        jnp.asarray(draws, mixture.component_locs.dtype)
+    )
+    labels = np.argmax(np.asarray(log_densities), axis=-1)
+    num_modes = log_densities.shape[-1]
+    indicators = (labels[..., None] == np.arange(num_modes)).astype(np.float64)
+    ess = np.asarray(effective_sample_size(indicators))
+    # A mode that no draw of any chain leaves or enters has no variance and no ESS.
+    return float(np.min(np.nan_to_num(ess, nan=0.0)))
+
+
+def _mixing_checked(proposal, potential_fn, seed_draws, rng_key, settings, choose=True):
+    """``proposal``, or it with independence proposals mixed in, after the mixing check: chains
+    of the kernel started at the NUTS seed chains' last states (each in the region, or mode, its
+    seed chain found) run ``MIXING_CHECK_STEPS`` steps.
+
+    Where the seed chains found several modes, ``FALLBACK_SWAP_PROBABILITY`` of the steps may
+    propose from the mixture of those modes (:func:`seed_mixture`); the kernel kept is the one
+    whose check chains agree (split R-hat at most ``MAX_MIXING_RHAT``) and know the modes'
+    weights best (the larger ESS of the mode indicators). Where they found one, the plain swap
+    is mixed in only when the learned map's chains disagree. When the chains of the kernel kept
+    still disagree, warn: the mode weights of a run would be off even where every chain agrees
+    with the others.
+
+    :param seed_draws: the seed chains' draws ``(chains, draws, D)``.
+    :param bool choose: consider mixing in independence proposals (else only check and warn).
     """
-    rhat = _mixing_rhat(proposal, potential_fn, starts, rng_key, settings)
-    if not rhat <= MAX_MIXING_RHAT:
-        mixed = _with_swap_probability(proposal, FALLBACK_SWAP_PROBABILITY)
-        mixed_rhat = _mixing_rhat(mixed, potential_fn, starts, rng_key, settings)
-        if mixed_rhat < rhat or not math.isfinite(rhat):
+    starts = jnp.asarray(seed_draws[:, -1, :])
+    mixture = seed_mixture(seed_draws)
+    if mixture is not None:
+        mixture = jax.tree.map(lambda leaf: leaf.astype(starts.dtype), mixture)
+    draws = _check_draws(proposal, potential_fn, starts, rng_key, settings)
+    rhat = _mixing_rhat(draws)
+    if choose and (mixture is not None or not rhat <= MAX_MIXING_RHAT):
+        mixed = _with_swap_probability(proposal.replace(mixture=mixture), FALLBACK_SWAP_PROBABILITY)
+        mixed_draws = _check_draws(mixed, potential_fn, starts, rng_key, settings)
+        mixed_rhat = _mixing_rhat(mixed_draws)
+        if rhat <= MAX_MIXING_RHAT and mixed_rhat <= MAX_MIXING_RHAT:
+            better = mixture is not None and _mode_weight_ess(
+                mixed_draws, mixture
+            ) > _mode_weight_ess(draws, mixture)
+        else:
+            better = mixed_rhat < rhat or not math.isfinite(rhat)
+        if better:
             proposal, rhat = mixed, mixed_rhat
     if not rhat <= MAX_MIXING_RHAT:
         warnings.warn(
             f"The trained Ai-sampler does not move between the regions its {starts.shape[0]} "
             f"NUTS seed chains found: chains started at their last states still disagree after "
-            f"{MIXING_CHECK_STEPS} steps (R-hat {rhat:.2f} > {MAX_MIXING_RHAT}), with half its "
-            "steps proposed from the seed draws' Gaussian fit too, so the mode weights of its "
-            "runs will be off, even where their chains agree. Train longer (epochs), or use a "
-            "kernel that crosses between modes (nx.ReplicaExchange).",
+            f"{MIXING_CHECK_STEPS} steps (R-hat {rhat:.2f} > {MAX_MIXING_RHAT}), with "
+            "independence proposals from a fit of the seed draws mixed in, so the mode weights "
+            "of its runs will be off, even where their chains agree. Train longer (epochs), or "
+            "use a kernel that crosses between modes (nx.ReplicaExchange).",
             stacklevel=3,
         )
     return proposal

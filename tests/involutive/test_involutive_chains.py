@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from numpyro.diagnostics import effective_sample_size
 
+from numpyro_extras.bases import MixtureBase
 from numpyro_extras.involutive.chains import (
     ai_init,
     ai_step,
@@ -76,16 +77,27 @@ def _z_scores(draws):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the always-accepting chain overflows
-@pytest.mark.parametrize("swap_probability", [0.0, 0.5], ids=["learned map", "swap mixed in"])
-def test_untrained_kernel_is_exact_and_always_accepting_is_not(swap_probability):
+@pytest.mark.parametrize(
+    "mixed_in", [None, "swap", "mixture"], ids=["learned map", "swap mixed in", "mixture mixed in"]
+)
+def test_untrained_kernel_is_exact_and_always_accepting_is_not(mixed_in):
     """Exact for the untrained map alone and for a state-independent choice between it and the
-    plain swap (from a standardisation that does not fit the target, so neither is trivial)."""
+    plain swap, or independence proposals from a Gaussian mixture (a standardisation and a
+    mixture that do not fit the target, so that no move is trivial)."""
     proposal = _untrained()
-    if swap_probability:
-        config = dataclasses.replace(proposal.config, swap_probability=swap_probability)
+    if mixed_in:
+        config = dataclasses.replace(proposal.config, swap_probability=0.5)
         proposal = proposal.replace(
             config=config, loc=jnp.array([0.5, -0.5]), scale=jnp.array([1.5, 1.0])
         )
+    if mixed_in == "mixture":
+        mixture = MixtureBase(
+            jnp.array([[-1.0, 0.0], [1.5, 0.5]]),
+            jnp.stack([jnp.diag(jnp.array([1.0, 1.5])), jnp.diag(jnp.array([0.8, 2.5]))]),
+            jnp.log(jnp.array([0.3, 0.7])),
+            jnp.zeros(()),
+        )
+        proposal = proposal.replace(mixture=mixture)
     draws, states = _run(lambda state: ai_step(state, proposal, _potential))
     mean_z, second_z, square_ess = _z_scores(draws)
     assert np.all(square_ess > 1_500), square_ess

@@ -1,6 +1,7 @@
 """Training the Ai-sampler on mog2 (the paper's 2-D benchmark, the reference code's recipe):
 the trained kernel switches modes where HMC never does, stays exact, and saves and loads."""
 
+import dataclasses
 import warnings
 
 import jax
@@ -16,13 +17,12 @@ import numpyro_extras as nx
 from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal, involution
 from numpyro_extras.involutive.training import (
     FALLBACK_SWAP_PROBABILITY,
-    MAX_MIXING_RHAT,
     SWAP_ACCEPTANCE,
     TrainingSettings,
     _mixing_checked,
-    _mixing_rhat,
     _standardization,
     _swap_acceptance,
+    seed_mixture,
 )
 
 MEANS = jnp.array([[5.0, 0.0], [-5.0, 0.0]])
@@ -46,26 +46,15 @@ def trained():
         )
 
 
-def _check_starts():
-    return jnp.tile(MEANS, (4, 1))
+def _seed_draws(spread, seed=0):
+    """Seed chains as the pilot leaves them, ``(8, 300, 2)``: four in each mog2 mode, each
+    with draws of that mode's spread times ``spread``."""
+    noise = jax.random.normal(jax.random.PRNGKey(seed), (8, 300, 2))
+    return jnp.tile(MEANS, (4, 1))[:, None, :] + spread * np.sqrt(VARIANCE) * noise
 
 
-def test_mixing_check_warns_for_a_kernel_that_never_crosses_between_modes():
-    """An untrained map on unit scale moves by about one unit, and the swap from N(0, I) never
-    reaches modes five units out: chains started in mog2's two modes stay in them, and the
-    check after training warns. (The trained fixture above passes it without a warning.)"""
-    proposal = init_proposal(jax.random.PRNGKey(0), InvolutionConfig(dimension=2, swap=False))
-    with pytest.warns(UserWarning, match="does not move between the regions its 8 NUTS seed"):
-        _mixing_checked(
-            proposal, mog2_potential, _check_starts(), jax.random.PRNGKey(1), TrainingSettings()
-        )
-
-
-def test_mixing_check_mixes_in_the_swap_when_the_map_does_not_cross():
-    """A map that never crosses between the modes, with a standardisation that spans both (as
-    the seed draws' fit does when the seed chains found both): its chains disagree, the swap
-    from that fit crosses, so the check keeps half the steps for it and does not warn. With
-    every ``V = 0`` the map is ``u -> -u`` in standardised coordinates, here
+def _never_crossing_map():
+    """With every ``V = 0`` the map is ``u -> -u`` in standardised coordinates, here
     ``(x1, x2) -> (-x1, 6 - x2)``, which sends a mode to empty space: always rejected."""
     proposal = init_proposal(
         jax.random.PRNGKey(0),
@@ -73,16 +62,62 @@ def test_mixing_check_mixes_in_the_swap_when_the_map_does_not_cross():
         loc=jnp.array([0.0, 3.0]),
         scale=jnp.array([5.0, 3.0]),
     )
-    proposal = proposal.replace(params=jax.tree.map(jnp.zeros_like, proposal.params))
-    settings = TrainingSettings()
-    starts, key = _check_starts(), jax.random.PRNGKey(1)
-    # NaN: chains that never move have no within-chain variance
-    assert not _mixing_rhat(proposal, mog2_potential, starts, key, settings) <= MAX_MIXING_RHAT
+    return proposal.replace(params=jax.tree.map(jnp.zeros_like, proposal.params))
+
+
+def test_seed_mixture_has_a_component_per_mode_found():
+    mixture = seed_mixture(_seed_draws(1.0))
+    assert mixture.component_locs.shape == (2, 2)
+    np.testing.assert_allclose(jnp.sort(mixture.component_locs[:, 0]), [-5.0, 5.0], atol=0.1)
+    np.testing.assert_allclose(jnp.exp(mixture.component_log_weights), [0.5, 0.5])
+    covariances = mixture.component_scale_trils @ jnp.swapaxes(mixture.component_scale_trils, 1, 2)
+    # the modes' covariance, widened 1.2 times
+    np.testing.assert_allclose(covariances[:, 0, 0], 1.44 * VARIANCE, rtol=0.1)
+    one_mode = jnp.where(_seed_draws(1.0)[..., :1] < 0, -1.0, 1.0) * _seed_draws(1.0)
+    assert seed_mixture(one_mode) is None
+
+
+def test_mixing_check_warns_for_a_kernel_that_never_crosses_between_modes():
+    """A map that never crosses, on mog2 narrowed to a variance of 1e-6 while the seed draws,
+    and so the mixture of their modes, are as wide as mog2's: chains started at the modes'
+    centres reject every proposal, and the check after training warns. (The trained fixture
+    above passes it without a warning.)"""
+
+    def narrow_potential(x):
+        return -logsumexp(-0.5 * jnp.sum((x - MEANS) ** 2, -1) / 1e-6)
+
+    seed_draws = _seed_draws(1.0).at[:, -1, :].set(jnp.tile(MEANS, (4, 1)))
+    with pytest.warns(UserWarning, match="does not move between the regions its 8 NUTS seed"):
+        _mixing_checked(
+            _never_crossing_map(),
+            narrow_potential,
+            seed_draws,
+            jax.random.PRNGKey(1),
+            TrainingSettings(),
+        )
+
+
+def test_mixing_check_mixes_in_the_seed_modes_when_the_map_does_not_cross():
+    """The map that never crosses, with seed chains spread over each mode: the check's chains
+    disagree (R-hat NaN: they never move), the mixture of the two modes found crosses, so the
+    check keeps three quarters of the steps for it, and does not warn."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        checked = _mixing_checked(proposal, mog2_potential, starts, key, settings)
+        checked = _mixing_checked(
+            _never_crossing_map(),
+            mog2_potential,
+            _seed_draws(1.0),
+            jax.random.PRNGKey(1),
+            TrainingSettings(),
+        )
     assert checked.config.swap_probability == FALLBACK_SWAP_PROBABILITY
-    assert _mixing_rhat(checked, mog2_potential, starts, key, settings) <= MAX_MIXING_RHAT
+    assert checked.mixture.component_locs.shape == (2, 2)
+    mcmc = _chains(nx.AiSampler(potential_fn=mog2_potential, params=checked))
+    labels = (np.asarray(mcmc.get_samples(group_by_chain=True))[..., 0] < 0).astype(int)
+    assert nx.mode_switch_rate(labels) > 0.2
+    ess = float(effective_sample_size(labels[..., None].astype(float))[0])
+    assert ess > 1000
+    assert abs(labels.mean() - 0.5) < 4 * 0.5 / np.sqrt(ess)
 
 
 def _chains(kernel, num_chains=4, num_warmup=500, num_samples=3000, method="vectorized"):
@@ -103,8 +138,9 @@ def test_trained_kernel_switches_modes_where_hmc_does_not(trained):
     assert 5 < len(history.accept_rates) <= 50 and history.seed_gradient_evaluations > 0
     # The swap from a Gaussian fit of the two modes accepts little: the paper's start is used.
     assert trained.config.swap is False
-    # Its map crosses between the modes on its own: no swap is mixed in.
-    assert trained.config.swap_probability == 0.0
+    # The check after training mixes independence proposals from the seed chains' modes into
+    # the steps when its chains then know the modes' weights better.
+    assert trained.config.swap_probability in (0.0, FALLBACK_SWAP_PROBABILITY)
     check = nx.involution_check(trained, jax.random.PRNGKey(2))
     assert check.max_involution_error < 1e-4 and check.max_log_det < 1e-4
 
@@ -123,6 +159,14 @@ def test_trained_kernel_switches_modes_where_hmc_does_not(trained):
     second_stderr = np.std(second) / np.sqrt(float(effective_sample_size(second[..., None])[0]))
     assert abs(second.mean() - (25.0 + VARIANCE)) < 4 * second_stderr
 
+    # The learned map alone crosses between the modes too.
+    config = dataclasses.replace(trained.config, swap_probability=0.0)
+    alone = _chains(
+        nx.AiSampler(potential_fn=mog2_potential, params=trained.replace(config=config))
+    )
+    alone_labels = (np.asarray(alone.get_samples(group_by_chain=True))[..., 0] < 0).astype(int)
+    assert nx.mode_switch_rate(alone_labels) > 0.05
+
     # HMC with the paper's fixed trajectory never leaves the mode it starts in.
     init_fn, sample_fn = hmc(potential_fn=mog2_potential, algo="HMC")
     state = init_fn(MEANS[0], num_warmup=0, step_size=0.05, num_steps=40, adapt_step_size=False)
@@ -134,12 +178,23 @@ def test_trained_kernel_switches_modes_where_hmc_does_not(trained):
     assert nx.mode_switch_rate(np.array(signs, int)) < 0.01
 
 
-def test_save_and_load_round_trip(trained, tmp_path):
+@pytest.mark.parametrize("mixture", [False, True], ids=["as trained", "with a seed mixture"])
+def test_save_and_load_round_trip(trained, tmp_path, mixture):
+    if mixture:
+        config = dataclasses.replace(trained.config, swap_probability=FALLBACK_SWAP_PROBABILITY)
+        trained = trained.replace(config=config, mixture=seed_mixture(_seed_draws(1.0)))
+    else:
+        trained = trained.replace(mixture=None)
     path = tmp_path / "mog2.msgpack"
     nx.save_involution(path, trained)
     loaded = nx.load_involution(path)
     assert loaded.config == trained.config and loaded.sites == trained.sites
     assert loaded.history.accept_rates == pytest.approx(trained.history.accept_rates, nan_ok=True)
+    if mixture:
+        for saved, restored in zip(trained.mixture, loaded.mixture, strict=True):
+            np.testing.assert_array_equal(np.asarray(saved), np.asarray(restored))
+    else:
+        assert loaded.mixture is None
     kernel = nx.AiSampler(potential_fn=mog2_potential, params=trained)
     reloaded = nx.AiSampler(potential_fn=mog2_potential, params=loaded)
     first = _chains(kernel, num_chains=2, num_warmup=10, num_samples=50).get_samples()
