@@ -75,8 +75,7 @@ def independence_acceptance_rate(log_weights):
     log_weights = jnp.asarray(log_weights)
     finite = jnp.isfinite(log_weights)
     log_weights = jnp.where(finite, log_weights, -jnp.inf)
-    if not bool(jnp.any(finite)):
-        return jnp.zeros((), log_weights.dtype)
+    # With no finite weight the softmax is NaN everywhere, and the where below makes it 0.
     state_weights = jax.nn.softmax(log_weights)
     pair_log_ratios = log_weights[None, :] - jnp.where(finite, log_weights, 0.0)[:, None]
     rates = jnp.mean(acceptance_probability(pair_log_ratios), axis=1)

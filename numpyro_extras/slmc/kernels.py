@@ -287,12 +287,19 @@ class VAESLMC(ExtrasKernel):
     def _check_expected_acceptance(self, key):
         potential_fn = self._flat_model.potential_fn
         num_latents = self._num_latents if self._num_latents > 1 else None
-        proposed = jax.vmap(
-            lambda k: draw_proposal(
-                k, self._proposal, self._acceptance, lambda x: -potential_fn(x), num_latents
-            )
-        )(jax.random.split(key, ACCEPTANCE_CHECK_DRAWS))
-        rate = float(independence_acceptance_rate(proposed.log_weight(1.0)))
+        proposal, acceptance = self._proposal, self._acceptance
+
+        @jax.jit
+        def log_weights(keys):
+            proposed = jax.vmap(
+                lambda k: draw_proposal(
+                    k, proposal, acceptance, lambda x: -potential_fn(x), num_latents
+                )
+            )(keys)
+            return proposed.log_weight(1.0)
+
+        log_weights = log_weights(jax.random.split(key, ACCEPTANCE_CHECK_DRAWS))
+        rate = float(jax.jit(independence_acceptance_rate)(log_weights))
         self._expected_accept_rate = rate
         if rate < LOW_ACCEPTANCE_RATE:
             warnings.warn(
