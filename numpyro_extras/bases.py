@@ -230,6 +230,35 @@ class MixtureBase(NamedTuple):
         """``psi(x) = -log sum_k pi_k N(x; mu_k, L_k L_k^T)`` for one flat point."""
         return self.potential_and_gradient()(position)[0]
 
+    def component_log_densities(self, position):
+        """``log pi_k N(x; mu_k, L_k L_k^T)`` of every component ``k`` at one flat point,
+        ``(K,)``. Jittable in the mixture's arrays too (where :meth:`potential_and_gradient`
+        factors them once, with NumPy), for a mixture that travels inside a traced pytree.
+
+        **Example:**
+
+        .. code-block:: python
+
+            labels = jnp.argmax(jax.vmap(base.component_log_densities)(draws), axis=-1)
+        """
+
+        def component(loc, tril, log_weight):
+            whitened = jax.scipy.linalg.solve_triangular(tril, position - loc, lower=True)
+            return (
+                log_weight
+                - jnp.sum(jnp.log(jnp.diagonal(tril)))
+                - 0.5 * jnp.sum(whitened**2)
+                - 0.5 * position.shape[-1] * math.log(2 * math.pi)
+            )
+
+        return jax.vmap(component)(
+            self.component_locs, self.component_scale_trils, self.component_log_weights
+        )
+
+    def log_prob(self, position):
+        """``log q(x) = -psi(x)`` at one flat point, jittable in the mixture's arrays too."""
+        return jax.nn.logsumexp(self.component_log_densities(position))
+
     def potential_function(self):
         """``psi`` as a function of one flat point; see :meth:`potential_and_gradient`."""
         potential_and_gradient = self.potential_and_gradient()

@@ -28,6 +28,14 @@ def test_mixture_base_density_and_gradient():
         np.testing.assert_allclose(value, -mixture.log_prob(point), rtol=1e-10)
         expected = jax.grad(lambda x: -mixture.log_prob(x))(point)
         np.testing.assert_allclose(gradient, expected, rtol=1e-8, atol=1e-12)
+        # the jittable log density, also with the mixture's arrays traced
+        np.testing.assert_allclose(base.log_prob(point), mixture.log_prob(point), rtol=1e-10)
+        traced = jax.jit(lambda b, x: b.log_prob(x))(base, point)
+        np.testing.assert_allclose(traced, mixture.log_prob(point), rtol=1e-10)
+        components = dist.MultivariateNormal(
+            base.component_locs, scale_tril=base.component_scale_trils
+        ).log_prob(point) + jnp.log(jnp.array([0.3, 0.7]))
+        np.testing.assert_allclose(base.component_log_densities(point), components, rtol=1e-10)
     draws = base.sample(jax.random.PRNGKey(2), (20000,))
     np.testing.assert_allclose(draws.mean(0), base.loc, atol=0.05)
     assert validate_base(base, 2) is not None

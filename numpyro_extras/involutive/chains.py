@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_extras.bases import MixtureBase
 from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.involutive.networks import InvolutiveProposal, involution, swap_involution
 from numpyro_extras.kernel import field_lookup
@@ -32,8 +31,6 @@ __all__ = [
     "ai_step",
     "extended_energy",
     "involutive_proposal",
-    "mixture_component_log_densities",
-    "mixture_log_density",
 ]
 
 
@@ -78,29 +75,6 @@ def _identity(position):
 def extended_energy(potential_energy, momentum):
     """``H(x, v) = U(x) + |v|^2 / 2``: the extended target ``p(x) N(v; 0, I)``."""
     return potential_energy + 0.5 * jnp.sum(momentum**2, axis=-1)
-
-
-def mixture_component_log_densities(mixture: MixtureBase, position):
-    """``log pi_k N(x; mu_k, L_k L_k^T)`` of every component ``k`` at one flat point
-    (jittable), ``(K,)``."""
-
-    def component(loc, tril, log_weight):
-        whitened = jax.scipy.linalg.solve_triangular(tril, position - loc, lower=True)
-        return (
-            log_weight
-            - jnp.sum(jnp.log(jnp.diagonal(tril)))
-            - 0.5 * jnp.sum(whitened**2)
-            - 0.5 * position.shape[-1] * jnp.log(2 * jnp.pi)
-        )
-
-    return jax.vmap(component)(
-        mixture.component_locs, mixture.component_scale_trils, mixture.component_log_weights
-    )
-
-
-def mixture_log_density(mixture: MixtureBase, position):
-    """``log q(x)`` of a Gaussian mixture at one flat point (jittable)."""
-    return jax.nn.logsumexp(mixture_component_log_densities(mixture, position))
 
 
 def _independence_choice(rng_key, proposal: InvolutiveProposal):
@@ -203,8 +177,8 @@ def ai_step(
         mixture_log_ratio = (
             state.potential_energy
             - potential_energy
-            + mixture_log_density(proposal.mixture, state.position)
-            - mixture_log_density(proposal.mixture, position)
+            + proposal.mixture.log_prob(state.position)
+            - proposal.mixture.log_prob(position)
         )
         log_ratio = jnp.where(from_mixture, mixture_log_ratio, log_ratio)
     log_ratio = jnp.where(jnp.isfinite(potential_energy), log_ratio, -jnp.inf)

@@ -24,7 +24,7 @@ import optax
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
 from numpyro_extras.bases import MixtureBase
-from numpyro_extras.involutive.chains import ai_init, ai_step, mixture_component_log_densities
+from numpyro_extras.involutive.chains import ai_init, ai_step
 from numpyro_extras.involutive.networks import (
     InvolutionConfig,
     InvolutiveProposal,
@@ -546,7 +546,7 @@ def _mode_weight_ess(draws, mixture):
     mixture's components, a draw belonging to the one nearest in density. It bounds how well a
     run's mode weights are known: chains that switch often but visit some modes in the wrong
     proportions (an involution pairing some modes only) have a small one."""
-    log_densities = jax.vmap(jax.vmap(lambda x: mixture_component_log_densities(mixture, x)))(
+    log_densities = jax.vmap(jax.vmap(mixture.component_log_densities))(
         jnp.asarray(draws, mixture.component_locs.dtype)
     )
     labels = np.argmax(np.asarray(log_densities), axis=-1)
@@ -574,7 +574,7 @@ def _mixing_checked(proposal, potential_fn, seed_draws, rng_key, settings, choos
     :param bool choose: consider mixing in independence proposals (else only check and warn).
     """
     starts = jnp.asarray(seed_draws[:, -1, :])
-    mixture = seed_mixture(seed_draws)
+    mixture = seed_mixture(seed_draws) if choose else None
     if mixture is not None:
         mixture = jax.tree.map(lambda leaf: leaf.astype(starts.dtype), mixture)
     draws = _check_draws(proposal, potential_fn, starts, rng_key, settings)
