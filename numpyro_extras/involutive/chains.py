@@ -25,13 +25,7 @@ from numpyro_extras.involutive.networks import InvolutiveProposal, involution, s
 from numpyro_extras.kernel import field_lookup
 from numpyro_extras.metropolis import metropolis_accept, running_accept_mean, select
 
-__all__ = [
-    "AiState",
-    "ai_init",
-    "ai_step",
-    "extended_energy",
-    "involutive_proposal",
-]
+__all__ = ["AiState", "ai_init", "ai_step", "extended_energy", "involutive_proposal"]
 
 
 class AiState(NamedTuple):
