@@ -290,16 +290,15 @@ class VAESLMC(ExtrasKernel):
         proposal, acceptance = self._proposal, self._acceptance
 
         @jax.jit
-        def log_weights(keys):
+        def expected_rate(keys):
             proposed = jax.vmap(
                 lambda k: draw_proposal(
                     k, proposal, acceptance, lambda x: -potential_fn(x), num_latents
                 )
             )(keys)
-            return proposed.log_weight(1.0)
+            return independence_acceptance_rate(proposed.log_weight(1.0))
 
-        log_weights = log_weights(jax.random.split(key, ACCEPTANCE_CHECK_DRAWS))
-        rate = float(jax.jit(independence_acceptance_rate)(log_weights))
+        rate = float(expected_rate(jax.random.split(key, ACCEPTANCE_CHECK_DRAWS)))
         self._expected_accept_rate = rate
         if rate < LOW_ACCEPTANCE_RATE:
             warnings.warn(
