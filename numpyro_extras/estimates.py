@@ -76,7 +76,8 @@ def to_inference_data(mcmc, rng_key=None):
 
     :param mcmc: a run with a continuous tempering, replica-exchange or VAE-SLMC kernel.
     :param rng_key: unused; kept so that existing calls keep working.
-    :return: :class:`arviz.InferenceData`.
+    :return: what the installed ArviZ's :func:`arviz.from_numpyro` returns: ``InferenceData``
+        (ArviZ 0.2x) or ``xarray.DataTree`` (ArviZ 1.x).
 
     **Example:**
 

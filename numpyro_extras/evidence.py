@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import arviz as az
 import numpy as np
 from scipy.special import logsumexp
 from scipy.stats import chi2
+
+from numpyro_extras import arviz_adapter
 
 __all__ = [
     "Evidence",
@@ -44,6 +45,8 @@ class Evidence(NamedTuple):
     :param float ess: effective sample size behind the estimate.
     :param float pareto_k: for importance-sampling estimates, the Pareto tail index of the
         weights (:func:`pareto_tail_index`; above 0.7 the estimate is unreliable).
+    :param tuple problems: what the estimator's checks found that makes the estimate or its
+        error bar unreliable, one sentence each (empty when none was found).
 
     **Example:**
 
@@ -58,11 +61,15 @@ class Evidence(NamedTuple):
     log_weights: Any = None
     ess: float | None = None
     pareto_k: float | None = None
+    problems: tuple = ()
 
     def __repr__(self):
         ess = "" if self.ess is None else f", ess={self.ess:.0f}"
         pareto_k = "" if self.pareto_k is None else f", pareto_k={self.pareto_k:.2f}"
-        return f"Evidence(log_z={self.log_z:.4f}, stderr={self.stderr:.4f}{ess}{pareto_k})"
+        problems = f", problems={len(self.problems)}" if self.problems else ""
+        return (
+            f"Evidence(log_z={self.log_z:.4f}, stderr={self.stderr:.4f}{ess}{pareto_k}{problems})"
+        )
 
 
 def pareto_tail_index(log_weights) -> float:
@@ -86,8 +93,7 @@ def pareto_tail_index(log_weights) -> float:
     finite = log_weights[np.isfinite(log_weights)]
     if finite.size <= 10:
         return float("inf")
-    _, pareto_k = az.psislw(finite.copy(), normalize=False)
-    return float(pareto_k)
+    return arviz_adapter.psis_log_weights(finite)[1]
 
 
 def log_mean_and_influence(log_values):
@@ -124,9 +130,8 @@ def log_mean_exp(log_values):
         return float(log_mean), float("nan"), float("nan")
     if not np.std(influence) > 0:
         return float(log_mean), 0.0, float(influence.size)
-    stderr = float(az.mcse(influence, method="mean"))
-    ess = float(az.ess(influence, method="mean"))
-    return float(log_mean), stderr, ess
+    stderr = arviz_adapter.mcse(influence)
+    return float(log_mean), stderr, arviz_adapter.ess(influence, method="mean")
 
 
 class ChainAgreement(NamedTuple):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import warnings
 
-import arviz as az
 import jax
 import numpy as np
+
+from numpyro_extras import arviz_adapter
 
 __all__ = [
     "finished_kernel",
@@ -70,7 +71,7 @@ def posterior_convergence(mcmc):
     draws = draws[..., np.std(draws, axis=(0, 1)) > 0]
     if draws.shape[1] < 4 or draws.shape[-1] == 0:
         return float("nan"), float("nan")
-    ess = min(float(az.ess(draws[..., i], method="bulk")) for i in range(draws.shape[-1]))
+    ess = min(arviz_adapter.ess(draws[..., i]) for i in range(draws.shape[-1]))
     if draws.shape[0] < 2:
         return ess, float("nan")
     rhat = np.nanmax([_rhat(draws[..., i]) for i in range(draws.shape[-1])])
@@ -82,9 +83,9 @@ def _rhat(draws):
     is undefined: a binary site with its median on a value folds to a constant tail."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        rhat = float(az.rhat(draws))
+        rhat = arviz_adapter.rhat(draws)
         if np.isnan(rhat):
-            rhat = float(az.rhat(draws, method="split"))
+            rhat = arviz_adapter.rhat(draws, method="split")
     return rhat
 
 
@@ -99,14 +100,15 @@ def inference_data(mcmc, has_model, exclude_fields=()):
     :param mcmc: a finished :class:`~numpyro.infer.MCMC` run.
     :param bool has_model: whether the kernel was built on a model.
     :param exclude_fields: extra fields left out of ``sample_stats`` (potential_fn kernels).
-    :return: :class:`arviz.InferenceData`.
+    :return: what the installed ArviZ's :func:`arviz.from_numpyro` returns: ``InferenceData``
+        (ArviZ 0.2x) or ``xarray.DataTree`` (ArviZ 1.x).
     """
     if has_model:
-        idata = az.from_numpyro(mcmc)
+        idata = arviz_adapter.from_numpyro(mcmc)
     else:
-        idata = az.from_dict(
-            posterior={"x": np.asarray(mcmc.get_samples(group_by_chain=True))},
-            sample_stats={
+        idata = arviz_adapter.from_draws(
+            {"x": np.asarray(mcmc.get_samples(group_by_chain=True))},
+            {
                 name: np.asarray(value)
                 for name, value in mcmc.get_extra_fields(group_by_chain=True).items()
                 if name not in exclude_fields

@@ -1,19 +1,19 @@
 """Test setup: two host devices, float64, a headless plot backend, quick XLA compiles."""
 
 import os
+from importlib.metadata import version
+
+from packaging.version import Version
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 # The tests run small targets for a few thousand steps, so XLA's compile time outweighs the
 # run time of the code it optimises; unoptimised CPU code compiles faster and gives the same draws
 # up to rounding. XLA's older loop emitters for fused operations compile faster than its MLIR
-# fusion emitters.
-os.environ["XLA_FLAGS"] = " ".join(
-    [
-        os.environ.get("XLA_FLAGS", ""),
-        "--xla_backend_optimization_level=0",
-        "--xla_cpu_use_fusion_emitters=false",
-    ]
-).strip()
+# fusion emitters; jaxlib 0.12 dropped the older ones with their flag, which XLA would refuse.
+_xla_flags = [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]
+if Version(version("jaxlib")) < Version("0.12"):
+    _xla_flags.append("--xla_cpu_use_fusion_emitters=false")
+os.environ["XLA_FLAGS"] = " ".join(_xla_flags).strip()
 
 import numpyro  # noqa: E402
 

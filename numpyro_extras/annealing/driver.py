@@ -341,7 +341,8 @@ MIN_ESS_FRACTION = 0.05
 
 
 def warn_on_small_ess(estimator, evidence, num_particles, bias, advice, stacklevel=3):
-    """Warn when an annealed importance sampling estimate rests on too few effective particles.
+    """Warn when an annealed importance sampling estimate rests on too few effective particles,
+    and record the problem in the estimate.
 
     :param str estimator: how the message starts, naming the estimator (e.g. ``"AIS"``).
     :param Evidence evidence: the estimate, with its final ``ess``.
@@ -350,20 +351,21 @@ def warn_on_small_ess(estimator, evidence, num_particles, bias, advice, stacklev
     :param str advice: what to change.
     :param int stacklevel: as for :func:`warnings.warn`, counted from the caller of this
         function.
+    :return: ``evidence``, with the problem added to its ``problems`` when it warned.
 
     **Example:**
 
     .. code-block:: python
 
-        warn_on_small_ess("AIS", evidence, 500, "biased low", "use more temperatures")
+        evidence = warn_on_small_ess("AIS", evidence, 500, "biased low", "use more temperatures")
     """
     if evidence.ess >= MIN_ESS_FRACTION * num_particles:
-        return
-    warnings.warn(
-        f"{estimator} final ESS {evidence.ess:.1f} of {num_particles} particles "
+        return evidence
+    problem = (
+        f"final ESS {evidence.ess:.1f} of {num_particles} particles "
         f"({100 * evidence.ess / num_particles:.1f}%, below {100 * MIN_ESS_FRACTION:.0f}%): a "
         f"few particles carry almost all the weight, so the log Z estimate ({evidence.log_z:.3f}) "
-        f"and its stderr ({evidence.stderr:.3f}) are unreliable ({bias}); {advice}.",
-        UserWarning,
-        stacklevel=stacklevel + 1,
+        f"and its stderr ({evidence.stderr:.3f}) are unreliable ({bias}); {advice}"
     )
+    warnings.warn(f"{estimator} {problem}.", UserWarning, stacklevel=stacklevel + 1)
+    return evidence._replace(problems=(*evidence.problems, problem))

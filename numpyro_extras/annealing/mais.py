@@ -300,7 +300,7 @@ def paired_log_weights(rng_key, machine, inverse_temperatures, num_particles, *,
 
 
 def _warn_on_small_ess(estimator, evidence, num_particles, advice):
-    warn_on_small_ess(
+    return warn_on_small_ess(
         f"{estimator}:",
         evidence,
         num_particles,
@@ -361,8 +361,9 @@ def marginalized_ais_boltzmann(
     betas = _schedule(schedule, num_temperatures)
     log_weights = mais_log_weights(rng_key, machine, betas, num_particles, side=side)
     evidence = evidence_from_log_weights(log_weights, float(machine.base_log_partition()))
-    _warn_on_small_ess("nx.marginalized_ais_boltzmann", evidence, num_particles, _MORE_TEMPERATURES)
-    return evidence
+    return _warn_on_small_ess(
+        "nx.marginalized_ais_boltzmann", evidence, num_particles, _MORE_TEMPERATURES
+    )
 
 
 def ais_boltzmann(
@@ -407,8 +408,9 @@ def ais_boltzmann(
     log_weights = ais_log_weights(rng_key, machine, betas, num_particles, kernel=kernel)
     # The joint density at beta = 0 is 1 on each of the 2^n states.
     evidence = evidence_from_log_weights(log_weights, machine.num_units * math.log(2.0))
-    _warn_on_small_ess("nx.ais_boltzmann", evidence, num_particles, _MORE_TEMPERATURES_OR_MAIS)
-    return evidence
+    return _warn_on_small_ess(
+        "nx.ais_boltzmann", evidence, num_particles, _MORE_TEMPERATURES_OR_MAIS
+    )
 
 
 class BoltzmannComparison(NamedTuple):
@@ -483,13 +485,18 @@ def mais_vs_ais(
     betas = _schedule(schedule, num_temperatures)
     weights = paired_log_weights(rng_key, machine, betas, num_particles, side=resolved_side)
     log_z0 = float(machine.base_log_partition())
-    comparison = BoltzmannComparison(
-        ais=evidence_from_log_weights(weights.ais, log_z0),
-        mais=evidence_from_log_weights(weights.mais, log_z0),
+    return BoltzmannComparison(
+        ais=_warn_on_small_ess(
+            "nx.mais_vs_ais (AIS)",
+            evidence_from_log_weights(weights.ais, log_z0),
+            num_particles,
+            _MORE_TEMPERATURES_OR_MAIS,
+        ),
+        mais=_warn_on_small_ess(
+            "nx.mais_vs_ais (mAIS)",
+            evidence_from_log_weights(weights.mais, log_z0),
+            num_particles,
+            _MORE_TEMPERATURES,
+        ),
         side=resolved_side,
     )
-    _warn_on_small_ess(
-        "nx.mais_vs_ais (AIS)", comparison.ais, num_particles, _MORE_TEMPERATURES_OR_MAIS
-    )
-    _warn_on_small_ess("nx.mais_vs_ais (mAIS)", comparison.mais, num_particles, _MORE_TEMPERATURES)
-    return comparison

@@ -787,7 +787,7 @@ def _resolve_base(base, fit_key, model, model_args, model_kwargs, split, model_k
 
 def _warn_on_small_ess(evidence, num_particles, path_base, reverse):
     start = "the prior" if path_base is None else "a Gaussian base"
-    warn_on_small_ess(
+    return warn_on_small_ess(
         "AIS",
         evidence,
         num_particles,
@@ -1001,5 +1001,4 @@ def ais(
         parameters=parameters,
     )
     evidence = evidence_from_log_weights(result.log_weights, 0.0, reverse=reverse)
-    _warn_on_small_ess(evidence, num_particles, path_base, reverse)
-    return evidence
+    return _warn_on_small_ess(evidence, num_particles, path_base, reverse)

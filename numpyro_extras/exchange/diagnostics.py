@@ -306,7 +306,7 @@ def exchange_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
             "unreliable: " + "; ".join(diagnostics.problems) + ".",
             stacklevel=3,
         )
-    return diagnostics.evidence
+    return diagnostics.evidence._replace(problems=tuple(diagnostics.problems))
 
 
 def exchange_inference_data(mcmc):
@@ -316,7 +316,8 @@ def exchange_inference_data(mcmc):
     replicas and (for ``num_replicas="auto"``) the pilot's barrier in ``attrs``.
 
     :param mcmc: a run with :class:`~numpyro_extras.ReplicaExchange`.
-    :return: :class:`arviz.InferenceData`.
+    :return: what the installed ArviZ's :func:`arviz.from_numpyro` returns: ``InferenceData``
+        (ArviZ 0.2x) or ``xarray.DataTree`` (ArviZ 1.x).
     """
     kernel = exchange_kernel(mcmc)
     idata = inference_data(mcmc, kernel.model is not None)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import arviz as az
 import numpy as np
 
+from numpyro_extras import arviz_adapter
 from numpyro_extras.evidence import (
     Evidence,
     agreement_of,
@@ -121,7 +121,7 @@ def _sum_stderr(log_weights):
         influence += log_mean_and_influence(gap_log_weights)[1]
     if not np.std(influence) > 0:
         return 0.0
-    return float(az.mcse(influence[None], method="mean"))
+    return arviz_adapter.mcse(influence)
 
 
 def stepping_stone(log_likelihood, betas) -> SteppingStone:

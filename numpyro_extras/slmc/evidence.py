@@ -110,7 +110,14 @@ def slmc_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
         warnings.warn(
             "The VAE-SLMC log Z may be unreliable: " + "; ".join(problems) + ".", stacklevel=3
         )
-    return Evidence(log_z=log_z, stderr=stderr, log_weights=log_weights, ess=ess, pareto_k=pareto_k)
+    return Evidence(
+        log_z=log_z,
+        stderr=stderr,
+        log_weights=log_weights,
+        ess=ess,
+        pareto_k=pareto_k,
+        problems=tuple(problems),
+    )
 
 
 def slmc_inference_data(mcmc):
@@ -119,7 +126,8 @@ def slmc_inference_data(mcmc):
     standard error and the weights' Pareto ``k``) and the mean acceptance rate in ``attrs``.
 
     :param mcmc: a run with :class:`~numpyro_extras.VAESLMC`.
-    :return: :class:`arviz.InferenceData`.
+    :return: what the installed ArviZ's :func:`arviz.from_numpyro` returns: ``InferenceData``
+        (ArviZ 0.2x) or ``xarray.DataTree`` (ArviZ 1.x).
     """
     kernel = slmc_kernel(mcmc)
     idata = inference_data(mcmc, kernel.model is not None)

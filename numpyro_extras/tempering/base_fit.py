@@ -12,7 +12,6 @@ import math
 import warnings
 from typing import NamedTuple
 
-import arviz
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,6 +26,7 @@ from numpyro.infer.svi import SVIState
 from numpyro.optim import Adam
 from scipy.special import logsumexp
 
+from numpyro_extras import arviz_adapter
 from numpyro_extras.bases import (
     BaseCoverageWarning,
     GaussianBase,
@@ -398,7 +398,7 @@ def importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, n
     finite = np.isfinite(log_weights)
     pareto_k = np.inf
     if np.sum(finite) > 10:
-        smoothed, pareto_k = arviz.psislw(log_weights[finite].copy(), normalize=False)
+        smoothed, pareto_k = arviz_adapter.psis_log_weights(log_weights[finite])
         log_weights[finite] = smoothed
     log_total = logsumexp(log_weights)
     weights = np.exp(log_weights - log_total)

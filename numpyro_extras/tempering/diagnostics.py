@@ -240,7 +240,8 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
     :param mcmc: a :class:`~numpyro.infer.MCMC` run with a continuous tempering kernel.
     :param bool check_base: include the base-moment check (eq. 22) among the checks.
     :param bool warn: emit the warnings.
-    :return: :class:`~numpyro_extras.Evidence` (``log_z``, ``stderr``, ``log_weights``, ``ess``).
+    :return: :class:`~numpyro_extras.Evidence` (``log_z``, ``stderr``, ``log_weights``, ``ess``,
+        and the ``problems`` found).
 
     **Example:**
 
@@ -250,19 +251,18 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
         mcmc.run(jax.random.PRNGKey(0), x, y)
         nx.log_marginal_likelihood(mcmc)  # Evidence(log_z=..., stderr=...)
     """
-    tempering_kernel(mcmc)
-    if warn:
-        diagnostics = tempering_diagnostics(mcmc, check_base=check_base)
-        if diagnostics.problems:
-            advice = ""
-            if tempering_kernel(mcmc).base_fit_problems:
-                advice = (
-                    " A posterior with more modes than a fitted base lists is better served by "
-                    "nx.ReplicaExchange(model): its prior leg reaches the modes a fit misses."
-                )
-            warnings.warn(
-                "The continuous tempering run shows trouble, so log Z and its standard error "
-                "may be unreliable: " + "; ".join(diagnostics.problems) + "." + advice,
-                stacklevel=2,
+    kernel = tempering_kernel(mcmc)
+    problems = tuple(tempering_diagnostics(mcmc, check_base=check_base).problems)
+    if warn and problems:
+        advice = ""
+        if kernel.base_fit_problems:
+            advice = (
+                " A posterior with more modes than a fitted base lists is better served by "
+                "nx.ReplicaExchange(model): its prior leg reaches the modes a fit misses."
             )
-    return run_log_normalizer(mcmc)
+        warnings.warn(
+            "The continuous tempering run shows trouble, so log Z and its standard error "
+            "may be unreliable: " + "; ".join(problems) + "." + advice,
+            stacklevel=2,
+        )
+    return run_log_normalizer(mcmc)._replace(problems=problems)

@@ -8,10 +8,10 @@ pooled over chains give ``Z`` even when each chain adapted its own ``zeta_c`` du
 
 from __future__ import annotations
 
-import arviz as az
 import numpy as np
 from scipy.special import logsumexp
 
+from numpyro_extras import arviz_adapter
 from numpyro_extras.evidence import (
     ChainAgreement,
     Evidence,
@@ -58,8 +58,8 @@ def ratio_estimate(log_w1, log_w0):
     log_mean_w0, influence_w0 = log_mean_and_influence(log_w0)
     influence = influence_w1 - influence_w0
     if log_w1.shape[-1] >= 4 and np.std(influence) > 0:
-        stderr = float(az.mcse(influence, method="mean"))
-        ess = float(az.ess(influence, method="mean"))
+        stderr = arviz_adapter.mcse(influence)
+        ess = arviz_adapter.ess(influence, method="mean")
     else:
         stderr, ess = float("nan"), float("nan")
     return float(log_mean_w1 - log_mean_w0), stderr, ess

@@ -13,6 +13,7 @@ import numpy as np
 from blackjax.smc.resampling import systematic
 from scipy.special import logsumexp
 
+from numpyro_extras.arviz_adapter import add_sample_stats
 from numpyro_extras.runs import inference_data
 from numpyro_extras.tempering.base_fit import numpy_rng
 from numpyro_extras.tempering.evidence import run_log_normalizer, target_log_weights
@@ -93,7 +94,8 @@ def to_inference_data(mcmc, rng_key=None):
 
     :param mcmc: a run with a continuous tempering kernel.
     :param rng_key: unused; kept so that existing calls keep working.
-    :return: :class:`arviz.InferenceData`.
+    :return: what the installed ArviZ's :func:`arviz.from_numpyro` returns: ``InferenceData``
+        (ArviZ 0.2x) or ``xarray.DataTree`` (ArviZ 1.x).
     """
     kernel = tempering_kernel(mcmc)
     idata = inference_data(mcmc, kernel.model is not None, exclude_fields=("tempered_z",))
@@ -102,9 +104,7 @@ def to_inference_data(mcmc, rng_key=None):
         "log_weight": log_weights - logsumexp(log_weights, axis=1, keepdims=True),
         "log_base_weight": base_log_weights(mcmc),
     }
-    stats = idata.sample_stats
-    for name, values in extra.items():
-        stats[name] = (("chain", "draw"), values)
+    add_sample_stats(idata, extra)
     evidence = run_log_normalizer(mcmc)
     idata.attrs.update(
         {

@@ -455,6 +455,9 @@ def test_small_ess_warns_with_the_numbers():
     assert evidence.ess < 10
     message = str(caught[0].message)
     assert "unreliable" in message and "more temperatures or a better base" in message
+    # The estimate carries the problem, for nx.compare's warning column.
+    (problem,) = evidence.problems
+    assert problem.startswith("final ESS") and problem in message
 
 
 def test_good_run_is_quiet():
@@ -469,6 +472,7 @@ def test_good_run_is_quiet():
             progress_bar=False,
         )
     assert evidence.ess > 0.5 * 200
+    assert evidence.problems == ()
 
 
 def test_progress_bar_false_prints_nothing(capfd):

@@ -45,6 +45,8 @@ def test_short_schedule_on_cold_machine_warns(cold_machine, estimator, advice):
     message = str(warning.message)
     assert _ess_in(message) == pytest.approx(evidence.ess, abs=0.05)
     assert advice in message
+    (problem,) = evidence.problems
+    assert problem in message
     # Points at the caller's line, not at the library.
     assert warning.filename == __file__
 
