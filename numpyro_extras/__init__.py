@@ -21,6 +21,7 @@ from numpyro_extras.annealing.mais import (
     marginalized_ais_boltzmann,
 )
 from numpyro_extras.annealing.model_annealing import ais
+from numpyro_extras.compare import compare, plot_compare
 from numpyro_extras.discrete import (
     ACS,
     DMALA,
@@ -134,6 +135,8 @@ __all__ = [
     "fit_base",
     "flatten_model",
     "log_marginal_likelihood",
+    "compare",
+    "plot_compare",
     "plot_exchange",
     "plot_tempering",
     "posterior_samples",

@@ -60,6 +60,8 @@ SLOW = {
     "Evidence": _FINISHED_RUN,
     "TemperingState": _FINISHED_RUN,
     "log_marginal_likelihood": _FINISHED_RUN,
+    "compare": _FINISHED_RUN,
+    "plot_compare": _FINISHED_RUN,
     "exchange_diagnostics": _FINISHED_RUN,
     "ExchangeDiagnostics": _FINISHED_RUN,
     "plot_exchange": _FINISHED_RUN,
