@@ -10,12 +10,16 @@ numbers and the same groups under both lines; every other module goes through th
 
 from __future__ import annotations
 
+import sys
+
 import arviz as az
 import numpy as np
+import numpyro.infer  # noqa: F401  (loads the submodules restore_numpyro_submodules sets back)
 import xarray as xr
 
 __all__ = [
     "ARVIZ_MAJOR",
+    "restore_numpyro_submodules",
     "ess",
     "mcse",
     "rhat",
@@ -26,6 +30,25 @@ __all__ = [
 ]
 
 ARVIZ_MAJOR = int(az.__version__.split(".")[0])
+
+
+def restore_numpyro_submodules():
+    """Set every imported ``numpyro`` submodule back as an attribute of its parent package.
+
+    ArviZ 1.x imports NumPyro lazily (``lazy_loader``); when ``arviz`` is imported before
+    ``numpyro``, the submodules of ``numpyro.infer`` end up in ``sys.modules`` but not as
+    attributes of ``numpyro.infer``, and ``az.from_numpyro``, which reads
+    ``numpyro.infer.initialization``, fails. Called when this module is imported (so a user's
+    own ``az.from_numpyro`` works after ``import numpyro_extras``) and before every export.
+    """
+    for name, module in list(sys.modules.items()):
+        parent, _, child = name.rpartition(".")
+        if name.startswith("numpyro.") and parent in sys.modules:
+            if not hasattr(sys.modules[parent], child):
+                setattr(sys.modules[parent], child, module)
+
+
+restore_numpyro_submodules()
 
 
 def _as_chains(values):
@@ -124,6 +147,7 @@ def from_numpyro(mcmc):
     :param mcmc: a finished :class:`~numpyro.infer.MCMC` run of a kernel built on a model.
     :return: the installed ArviZ's ``InferenceData`` (0.2x) or ``DataTree`` (1.x).
     """
+    restore_numpyro_submodules()
     return az.from_numpyro(mcmc, log_likelihood=True)
 
 

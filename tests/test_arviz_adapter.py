@@ -2,6 +2,9 @@
 closed forms (the MCSE of independent draws, the Pareto shape of Pareto-tailed weights)."""
 
 import math
+import subprocess
+import sys
+import textwrap
 
 import jax
 import numpy as np
@@ -69,3 +72,37 @@ def test_from_numpyro_keeps_the_log_likelihood():
     idata = arviz_adapter.from_numpyro(mcmc)
     assert idata.log_likelihood["y"].shape == (2, 50, 5)
     assert idata.posterior["mean"].shape == (2, 50)
+
+
+def test_from_numpyro_after_arviz_is_imported_first():
+    """ArviZ 1.x imports NumPyro lazily; imported before numpyro it leaves numpyro.infer's
+    submodules off its attributes, which az.from_numpyro reads. A fresh interpreter with that
+    import order (alphabetical, so common) exports a NUTS run, ours and the user's own call."""
+    script = textwrap.dedent(
+        """
+        import sys
+
+        import arviz as az
+        import jax
+        from numpyro.infer import MCMC, NUTS
+
+        lost = not hasattr(sys.modules["numpyro.infer"], "initialization")
+        import numpyro_extras as nx
+        import numpyro.distributions as dist
+        from numpyro import sample
+
+        def model():
+            sample("x", dist.Normal(0.0, 1.0))
+
+        mcmc = MCMC(NUTS(model), num_warmup=20, num_samples=20, progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0))
+        assert az.from_numpyro(mcmc).posterior["x"].shape == (1, 20)
+        assert nx.arviz_adapter.from_numpyro(mcmc).posterior["x"].shape == (1, 20)
+        print("lost" if lost else "kept", "exported")
+        """
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip().endswith("exported")
