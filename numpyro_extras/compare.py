@@ -93,9 +93,9 @@ def compare(models, prior_probs=None, ci_prob=0.95, num_draws=20_000, seed=0) ->
         columns ``rank`` (0 for the best), ``log_z``, ``stderr``, ``log_bf`` (``log_z`` minus
         the best's; 0 for the best), ``log_bf_stderr`` (the standard error of that difference),
         ``prior_prob``, ``posterior_prob``, ``posterior_prob_lower``, ``posterior_prob_upper``
-        and ``warning`` (the problems each estimator's checks found, ``""`` when none). A model
-        whose standard error is not finite gets no interval (NaN). ``table.attrs["ci_prob"]``
-        records ``ci_prob``.
+        and ``warning`` (the problems each estimator's checks found, ``""`` when none). When a
+        model's standard error is not finite no model gets an interval (NaN): every probability
+        depends on every estimate. ``table.attrs["ci_prob"]`` records ``ci_prob``.
     :raises TypeError: for a model that is neither a run with ``log Z`` nor an ``Evidence``.
 
     **Example:**
@@ -131,17 +131,19 @@ def compare(models, prior_probs=None, ci_prob=0.95, num_draws=20_000, seed=0) ->
     simulated_posterior = softmax(simulated + prior_log_probs, axis=1)
     tail = (1 - ci_prob) / 2
     lower, upper = np.quantile(simulated_posterior, [tail, 1 - tail], axis=0)
-    lower, upper = np.where(usable, lower, np.nan), np.where(usable, upper, np.nan)
+    if not usable.all():
+        # Every probability depends on every estimate: with one error unknown, no interval holds.
+        lower, upper = np.full_like(lower, np.nan), np.full_like(upper, np.nan)
 
     best = int(np.argmax(log_z))
     log_bf_stderr = np.hypot(stderr, stderr[best])
     log_bf_stderr[best] = 0.0
-    warnings = []
+    warning_texts = []
     for evidence, ok in zip(evidences, usable, strict=True):
         problems = list(evidence.problems)
         if not ok:
-            problems.append("no finite standard error, so no interval")
-        warnings.append("; ".join(problems))
+            problems.append("no finite standard error, so no model gets a probability interval")
+        warning_texts.append("; ".join(problems))
     table = pd.DataFrame(
         {
             "log_z": log_z,
@@ -152,7 +154,7 @@ def compare(models, prior_probs=None, ci_prob=0.95, num_draws=20_000, seed=0) ->
             "posterior_prob": posterior,
             "posterior_prob_lower": lower,
             "posterior_prob_upper": upper,
-            "warning": warnings,
+            "warning": warning_texts,
         },
         index=pd.Index(names, name="model"),
     )

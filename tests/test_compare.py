@@ -47,6 +47,14 @@ def test_prior_probabilities_weigh_the_evidence():
     assert table["posterior_prob"].sum() == pytest.approx(1.0, abs=1e-12)
 
 
+def test_an_unknown_error_leaves_every_interval_out():
+    table = nx.compare({"x": nx.Evidence(0.0, float("nan")), "y": nx.Evidence(-1.0, 0.1)})
+    assert table[["posterior_prob_lower", "posterior_prob_upper"]].isna().all(axis=None)
+    assert "no finite standard error" in table.loc["x", "warning"]
+    assert table.loc["y", "warning"] == ""
+    np.testing.assert_allclose(table["posterior_prob"], softmax([0.0, -1.0]))
+
+
 def test_exact_estimates_give_a_point_interval():
     table = nx.compare({"x": nx.Evidence(0.0, 0.0), "y": nx.Evidence(-1.0, 0.0)})
     np.testing.assert_allclose(table["posterior_prob_lower"], table["posterior_prob"])
