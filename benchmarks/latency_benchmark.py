@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -168,6 +169,36 @@ def _two_mode_probability_right():
         (y[:, None] - grid[None] ** 2) ** 2, axis=0
     )
     return float(np.exp(logsumexp(log_density[grid > 0]) - logsumexp(log_density)))
+
+
+def _two_mode_log_z():
+    """``log Z`` of the two-mode regression by quadrature."""
+    from scipy.special import logsumexp
+
+    y = 9.0 + np.random.default_rng(0).standard_normal(3)
+    grid = np.linspace(-8, 10, 1_800_001)
+    log_prior = -0.5 * ((grid - 1.0) / 3.0) ** 2 - math.log(3.0 * math.sqrt(2 * math.pi))
+    log_likelihood = np.sum(
+        -0.5 * (y[:, None] - grid[None] ** 2) ** 2 - 0.5 * math.log(2 * math.pi), axis=0
+    )
+    return float(logsumexp(log_prior + log_likelihood) + math.log(grid[1] - grid[0]))
+
+
+def _ising_log_z():
+    """``log Z`` of the Ising chain (uniform Bernoulli prior times the factor) by enumeration."""
+    from scipy.special import logsumexp
+
+    signs = 2 * np.array(list(itertools.product([0, 1], repeat=10)), dtype=float) - 1
+    energy = 0.6 * np.sum(signs[:, 1:] * signs[:, :-1], axis=1) + 0.1 * signs.sum(1)
+    return float(logsumexp(energy) - 10 * math.log(2.0))
+
+
+# Exact log Z where the model has one: the funnel is its own normalised prior.
+EXACT_LOG_Z = {
+    "two_mode_regression": _two_mode_log_z,
+    "funnel": lambda: 0.0,
+    "ising_chain": _ising_log_z,
+}
 
 
 def _ising_marginals():
@@ -308,14 +339,18 @@ def reference_moments(model_name):
 # --- the driver --------------------------------------------------------------------------------
 
 
-def _in_fresh_process(arguments):
+def _in_fresh_process(arguments, timeout=None):
     """Run this script with ``arguments`` in a new interpreter; its last stdout line is JSON."""
-    completed = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), *arguments],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        completed = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), *arguments],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"failed": f"stopped after {timeout:.0f} s"}
     if completed.returncode != 0:
         return {"failed": completed.stderr.strip().splitlines()[-1][:300]}
     return json.loads(completed.stdout.strip().splitlines()[-1])
@@ -349,9 +384,12 @@ def _table(records):
             )
             continue
         anchor = anchors.get(record["model"], float("nan"))
-        log_z = (
-            f"{record['log_z']:.3f} ± {record['log_z_stderr']:.3f}" if "log_z" in record else "-"
-        )
+        log_z = "-"
+        if "log_z" in record:
+            log_z = f"{record['log_z']:.3f} ± {record['log_z_stderr']:.3f}"
+            if record["model"] in EXACT_LOG_Z:
+                error = record["log_z"] - EXACT_LOG_Z[record["model"]]()
+                log_z += f" (exact {EXACT_LOG_Z[record['model']]():.3f}: error {error:+.3f})"
         lines.append(
             f"| {record['model']} | {record['kernel']} | {record['first']:.1f} "
             f"| {record['second']:.1f} | {record['first'] / anchor:.1f} "
@@ -367,6 +405,12 @@ def main():
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--quick", action="store_true", help="250 + 500 draws per chain")
     parser.add_argument("--output", help="also write the Markdown report here")
+    parser.add_argument(
+        "--timeout", type=float, help="stop a pair after this many seconds (reported as failed)"
+    )
+    parser.add_argument(
+        "--append", action="store_true", help="add to the records of the results file"
+    )
     parser.add_argument("--worker", nargs=2, metavar=("KERNEL", "MODEL"), help=argparse.SUPPRESS)
     parser.add_argument("--reference", metavar="MODEL", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
@@ -402,10 +446,19 @@ def main():
         worker = ["--worker", kernel_name, model_name, "--sizes", json.dumps(sizes)]
         if model_name in references:
             worker += ["--reference-moments", json.dumps(references[model_name])]
-        record = _in_fresh_process(worker)
+        record = _in_fresh_process(worker, arguments.timeout)
         record.update(kernel=kernel_name, model=model_name, kind=kind)
         records.append(record)
         log(f"  {json.dumps({k: v for k, v in record.items() if k != 'warnings'})}")
+    if arguments.append and os.path.exists(RESULTS):
+        with open(RESULTS) as file:
+            earlier = json.load(file)["records"]
+        new_pairs = {(record["kernel"], record["model"]) for record in records}
+        kept = [r for r in earlier if (r["kernel"], r["model"]) not in new_pairs]
+        records = sorted(
+            kept + records,
+            key=lambda r: (MODELS.index(r["model"]), KERNELS.index(r["kernel"])),
+        )
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as file:
         json.dump({"sizes": sizes, "records": records}, file, indent=1)
