@@ -15,6 +15,7 @@ loop again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import Callable, Hashable
@@ -22,7 +23,7 @@ from typing import NamedTuple
 
 import jax
 
-__all__ = ["BuildTag", "CompiledChain", "compiled_chain"]
+__all__ = ["BuildTag", "CompiledChain", "compiled_chain", "evaluated_now"]
 
 _unique_builds = itertools.count()
 
@@ -69,6 +70,29 @@ class CompiledChain(NamedTuple):
         return self.init_one, self.step_one, self.refresh_one
 
 
+def evaluated_now(rng_key):
+    """A context in which work on concrete values is computed, not traced, when ``rng_key`` is a
+    tracer (NumPyro calls ``init`` inside ``pmap``'s trace under ``chain_method="parallel"``).
+
+    Outside a trace it does nothing: :func:`jax.ensure_compile_time_eval` would also evaluate
+    every constant operation met while tracing a ``jax.jit`` inside it, each as an eager
+    program compiled of its own, which multiplies the compilations of a base fit or a pilot run.
+
+    :param rng_key: the key (or batch of keys) ``init`` was called with.
+    :return: a context manager.
+
+    **Example:**
+
+    .. code-block:: python
+
+        with evaluated_now(rng_key):
+            self._prepare(model_args, model_kwargs)
+    """
+    if isinstance(rng_key, jax.core.Tracer):
+        return jax.ensure_compile_time_eval()
+    return contextlib.nullcontext()
+
+
 def _over_chains(function):
     """``function(state, model_args, model_kwargs)`` vmapped over the state only: the model
     arguments are the same for every chain and may hold values JAX cannot batch."""
@@ -102,10 +126,7 @@ def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> Compi
         return previous
     reusable = build_key[0] is not None
     tag = BuildTag(build_key if reusable else ("unique build", next(_unique_builds)))
-    # Under chain_method="parallel" init runs inside pmap's trace; whatever the build computes
-    # from concrete values is computed now, not traced.
-    with jax.ensure_compile_time_eval():
-        init_one, step_one, *refresh = build_fn(tag)
+    init_one, step_one, *refresh = build_fn(tag)
     refresh_one = refresh[0] if refresh else None
     return CompiledChain(
         build_key,

@@ -37,7 +37,7 @@ from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 from numpyro.infer.mcmc import MCMC, MCMCKernel
 from numpyro.util import is_prng_key
 
-from numpyro_extras.compiled_chain import compiled_chain
+from numpyro_extras.compiled_chain import compiled_chain, evaluated_now
 from numpyro_extras.potential import arguments_fingerprint
 from numpyro_extras.validation import check_count, check_real
 
@@ -195,17 +195,18 @@ class ExtrasKernel(MCMCKernel):
         # Under chain_method="parallel" init runs inside pmap's trace, but the model arguments are
         # concrete: build the plumbing eagerly, once per set of model arguments, so that it is
         # cached for later runs and never holds tracers.
-        with jax.ensure_compile_time_eval():
+        with evaluated_now(rng_key):
             self._prepare(model_args, model_kwargs or {})
         batched = not is_prng_key(rng_key)
         inputs = self._init_inputs(rng_key, init_params, batched, model_kwargs or {})
         # Rebuilding the chain functions would make a re-run compile again: reuse them while the
         # model arguments and the warm-up length stay the same.
-        self._built = compiled_chain(
-            self._built,
-            (self._prepared_for, num_warmup),
-            lambda tag: self._build(num_warmup, tag),
-        )
+        with evaluated_now(rng_key):
+            self._built = compiled_chain(
+                self._built,
+                (self._prepared_for, num_warmup),
+                lambda tag: self._build(num_warmup, tag),
+            )
         init_fn, self._step_fn, self._refresh_fn = self._built.functions(batched)
         state = init_fn(*inputs)
         self._check_initial_state(state)

@@ -2,7 +2,7 @@
 
 A long ``lax.scan`` shows no progress until it returns; split into equal compiled chunks (one
 compilation, reused), it can move a tqdm bar between chunks. The annealing driver and the base
-fit's SVI loop both run this way.
+fit's variational fits both run this way.
 """
 
 from __future__ import annotations

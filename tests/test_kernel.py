@@ -1,5 +1,6 @@
 """The kernel shell: what is rebuilt for which model arguments, and the inner HMC/NUTS settings."""
 
+import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
@@ -7,6 +8,7 @@ import pytest
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 
+from numpyro_extras.compiled_chain import evaluated_now
 from numpyro_extras.kernel import build_fingerprint, conditioning_values, hmc_settings
 
 
@@ -45,3 +47,24 @@ def test_hmc_settings_from_a_class_or_an_instance():
         hmc_settings(dist.Normal)
     with pytest.raises(ValueError, match="target_accept_prob"):
         hmc_settings(NUTS, target_accept_prob=1.5)
+
+
+def test_evaluated_now_computes_under_a_trace_and_stages_jit_traces_outside_one():
+    """Inside a trace (init under pmap) concrete work is computed; outside one, a jit traced
+    within the context keeps its constant operations in the program instead of compiling each
+    one eagerly."""
+
+    def staged_primitives():
+        jaxpr = jax.make_jaxpr(lambda x: x + jnp.sin(jnp.arange(3.0)))(1.0)
+        return {equation.primitive.name for equation in jaxpr.jaxpr.eqns}
+
+    with evaluated_now(jax.random.PRNGKey(0)):
+        assert "sin" in staged_primitives()
+
+    def init(rng_key):
+        with evaluated_now(rng_key):
+            value = jnp.sin(1.0)
+        assert not isinstance(value, jax.core.Tracer)
+        return rng_key
+
+    jax.jit(init)(jax.random.PRNGKey(0))

@@ -606,8 +606,9 @@ def _annealing_functions(split, model_key, kind, transition, settings):
 def _flat_marginal_model(split):
     """A model on the flat unconstrained space whose density is the marginal of ``split``.
 
-    :func:`~numpyro_extras.fit_base` cannot see through summed-out sites (its SVI would sample
-    them); on this model it fits the Gaussian to the marginal ``log sum_h p(x, h, y)`` directly.
+    :func:`~numpyro_extras.fit_base` cannot see through summed-out sites (it needs every latent
+    site continuous); on this model it fits the Gaussian to the marginal ``log sum_h p(x, h, y)``
+    directly.
     """
     import numpyro
     import numpyro.distributions as dist
@@ -617,7 +618,7 @@ def _flat_marginal_model(split):
 
     def flat_model():
         x = numpyro.sample("x", placeholder)
-        # The inner evaluation has its own handlers; block keeps its sites out of SVI's trace.
+        # The inner evaluation has its own handlers; block keeps its sites out of the trace.
         with numpyro.handlers.block():
             log_density = split.scaled_log_density_fn(x, {}, 1.0, 1.0)
         numpyro.factor("log_marginal", log_density - placeholder.log_prob(x))

@@ -370,8 +370,7 @@ class ACS(ExtrasKernel):
             target = nx.ACS(model).discrete_target((data,))
             target.variables, target.split.log_likelihood_fn
         """
-        with jax.ensure_compile_time_eval():
-            self._prepare(model_args, model_kwargs or {})
+        self._prepare(model_args, model_kwargs or {})
         return self._target
 
     @property

@@ -3,7 +3,8 @@
 Continuous tempering bridges a normalised base density ``exp(-psi)`` (inverse temperature 0) and
 the target (inverse temperature 1). The closer the base is to the target and ``log zeta`` to
 ``log Z``, the flatter the marginal of the temperature and the better the chain mixes (paper
-section 6, eqs. 23-25). :func:`fit_base` fits the base with NumPyro's SVI and autoguides.
+section 6, eqs. 23-25). :func:`fit_base` fits the base with Gaussian variational fits on the
+model's flat potential (the objective of NumPyro's autoguides under ``Trace_ELBO``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,7 @@ import numpy as np
 import optax
 import scipy.linalg
 from blackjax.smc.ess import ess as effective_sample_size
-from jax.flatten_util import ravel_pytree
-from numpyro.infer import HMC, SVI, Predictive, Trace_ELBO
-from numpyro.infer.autoguide import AutoDiagonalNormal, AutoMultivariateNormal
-from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.svi import SVIState
-from numpyro.optim import Adam
+from numpyro.infer import HMC, Predictive
 from scipy.special import logsumexp
 
 from numpyro_extras import arviz_adapter
@@ -90,51 +86,66 @@ def _dispersed_starts(rng, num_fits, dimension, radius, prior_positions):
     return starts
 
 
-def _guide_moments(guide, params):
-    """Means and covariances, float64 NumPy arrays in the guide's flat order, of the Gaussian
-    guides with the stacked parameters ``params`` (one compiled program for all of them)."""
-
-    def moments(fit_params):
-        posterior = guide.get_posterior(fit_params)
-        if hasattr(posterior, "covariance_matrix"):
-            return posterior.mean, posterior.covariance_matrix
-        # a mean-field guide's posterior is an independent Normal
-        return posterior.mean, jnp.diag(posterior.variance)
-
-    means, covariances = jax.jit(jax.vmap(moments))(params)
-    return np.asarray(means, dtype=np.float64), np.asarray(covariances, dtype=np.float64)
+def _scale_tril(raw_scale, unit_lower):
+    """A Cholesky factor ``diag(softplus(raw_scale)) @ (I + strictly lower part)`` (the
+    parametrisation of NumPyro's AutoMultivariateNormal); ``unit_lower`` holds the strictly
+    lower entries row by row, empty for a diagonal factor."""
+    dimension = raw_scale.shape[-1]
+    scale = jax.nn.softplus(raw_scale)
+    if unit_lower.shape[-1] == 0:
+        return jnp.diag(scale)
+    rows, columns = np.tril_indices(dimension, -1)
+    unit = jnp.eye(dimension, dtype=raw_scale.dtype).at[rows, columns].set(unit_lower)
+    return scale[:, None] * unit
 
 
-def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class, settings):
+def _variational_fitter(flat_model, full_rank, settings):
     """``fit(rng_key, starts, steps) -> list[_LocalFit]``: Gaussian VI fits side by side from the
-    flat points ``starts``, ``steps`` SVI steps (default ``num_steps``), all in one compiled,
-    vmapped SVI loop (compiled once for every call with the same number of starts)."""
-    guide = guide_class(model, init_loc_fn=init_to_uniform(radius=settings["init_radius"]))
-    svi = SVI(
-        model,
-        guide,
-        Adam(settings["learning_rate"]),
-        Trace_ELBO(num_particles=settings["num_particles"]),
-    )
-    first_state = svi.init(jax.random.PRNGKey(0), *model_args, **model_kwargs)
+    flat points ``starts``.
+
+    Each fit minimises, with Adam, the negative ELBO ``E_q[phi(z) + log q(z)]`` of a Gaussian ``q``
+    on the flat unconstrained space, estimated with ``num_particles`` reparametrised draws per
+    step: the objective of NumPyro's AutoMultivariateNormal (``full_rank``) or
+    AutoDiagonalNormal under Trace_ELBO, with their parametrisation and initial scale 0.1, but
+    on the potential already built, so that the model is not traced again for a guide. All fits
+    run in one compiled, vmapped loop, compiled once per fitter (the refitting rounds call
+    ``fit`` again with as many starts), ``steps`` steps (default ``num_steps``).
+    """
+    potential_fn = flat_model.potential_fn
     dimension = flat_model.dimension
     dtype = flat_model.initial_position.dtype
-    # The guide's flat order need not be ours: find the permutation by unravelling indices.
-    index_sites = guide._unpack_latent(jnp.arange(dimension).astype(dtype))
-    order = np.asarray(
-        ravel_pytree({name: index_sites[name] for name in flat_model.latent_sites})[0]
-    ).astype(int)
-    # Every start shares the guide's parameter names, so one SVI object updates all of them.
-    unconstrained_params = svi.optim.get_params(first_state.optim_state)
-    loc_name = f"{guide.prefix}_loc"
+    num_lower = dimension * (dimension - 1) // 2 if full_rank else 0
+    log_normalizer = -0.5 * dimension * math.log(2.0 * math.pi)
+    optimizer = optax.adam(settings["learning_rate"])
+    # softplus(raw) = 0.1, the autoguides' init_scale.
+    initial_raw_scale = math.log(math.expm1(0.1))
 
-    def state_from(loc, key):
-        optim_state = svi.optim.init({**unconstrained_params, loc_name: loc})
-        return SVIState(optim_state, first_state.mutable_state, key)
+    def negative_elbo(params, rng_key, num_particles):
+        loc, raw_scale, unit_lower = params
+        scale_tril = _scale_tril(raw_scale, unit_lower)
+        noise = jax.random.normal(rng_key, (num_particles, dimension), dtype)
+        potentials = jax.vmap(potential_fn)(loc + noise @ scale_tril.T)
+        # log q at each draw, as Trace_ELBO scores the guide's samples: when q is close to the
+        # target, phi + log q varies far less between draws than phi alone.
+        log_q = -0.5 * jnp.sum(noise**2, axis=-1) - jnp.sum(jnp.log(jnp.diagonal(scale_tril)))
+        return jnp.mean(potentials + log_q) + log_normalizer
 
-    # Compiled once per fitter: the bootstrap rounds call fit again with as many starts.
-    start_states = jax.jit(jax.vmap(state_from))
-    stacked_params = jax.jit(jax.vmap(svi.get_params))
+    def start_state(loc, rng_key):
+        params = (
+            loc,
+            jnp.full((dimension,), initial_raw_scale, dtype),
+            jnp.zeros((num_lower,), dtype),
+        )
+        return params, optimizer.init(params), rng_key
+
+    def one_step(state, _):
+        params, optimizer_state, rng_key = state
+        rng_key, step_key = jax.random.split(rng_key)
+        loss, gradients = jax.value_and_grad(negative_elbo)(
+            params, step_key, settings["num_particles"]
+        )
+        updates, optimizer_state = optimizer.update(gradients, optimizer_state)
+        return (optax.apply_updates(params, updates), optimizer_state, rng_key), loss
 
     num_steps = settings["num_steps"]
     # The steps run in compiled chunks so that a progress bar can report between them.
@@ -142,19 +153,29 @@ def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class
 
     @jax.jit
     def run_chunk(states):
-        def one_step(states, _):
-            return jax.vmap(lambda state: svi.update(state, *model_args, **model_kwargs))(states)
+        return jax.lax.scan(jax.vmap(one_step), states, None, length=chunk_length)
 
-        return jax.lax.scan(one_step, states, None, length=chunk_length)
+    @jax.jit
+    def moments_and_elbos(params, rng_keys):
+        def moments(fit_params, rng_key):
+            scale_tril = _scale_tril(*fit_params[1:])
+            # A precise ELBO only where it is used (log zeta = ELBO enters the estimator
+            # directly); otherwise the fits are ranked by their last losses.
+            elbo = (
+                -negative_elbo(fit_params, rng_key, settings["elbo_particles"])
+                if settings["elbo_particles"]
+                else jnp.zeros((), dtype)
+            )
+            return fit_params[0], scale_tril @ scale_tril.T, elbo
+
+        return jax.vmap(moments)(params, rng_keys)
+
+    start_states = jax.jit(jax.vmap(start_state))
 
     def fit(rng_key, starts, steps=num_steps) -> list[_LocalFit]:
         init_key, elbo_key = jax.random.split(rng_key)
         num_fits = len(starts)
-        guide_starts = np.zeros_like(starts)
-        guide_starts[:, order] = starts
-        states = start_states(
-            jnp.asarray(guide_starts, dtype), jax.random.split(init_key, num_fits)
-        )
+        states = start_states(jnp.asarray(starts, dtype), jax.random.split(init_key, num_fits))
         num_chunks = max(1, steps // chunk_length)
         states, all_losses = run_chunks(
             lambda states, _: run_chunk(states),
@@ -165,34 +186,17 @@ def _variational_fitter(model, model_args, model_kwargs, flat_model, guide_class
             progress_bar=settings["progress_bar"],
             postfix=lambda losses: {"loss": f"{float(jnp.min(losses[-1])):.3g}"},
         )
-        losses = jnp.concatenate(all_losses)
-        params = stacked_params(states)
-        final_losses = np.asarray(losses[-10:], dtype=np.float64)
-        if settings["elbo_particles"]:
-            # A precise ELBO: log zeta = ELBO enters the estimator directly, so average many
-            # particles.
-            precise_elbo = Trace_ELBO(num_particles=settings["elbo_particles"])
-            elbos = -np.asarray(
-                jax.jit(
-                    jax.vmap(
-                        lambda key, fit_params: precise_elbo.loss(
-                            key, fit_params, model, guide, *model_args, **model_kwargs
-                        )
-                    )
-                )(jax.random.split(elbo_key, num_fits), params),
-                dtype=np.float64,
-            )
-        else:
-            # Only ranks the fits: log zeta and the masses come from importance sampling.
-            elbos = -final_losses.mean(0)
-        means, covariances = _guide_moments(guide, params)
+        final_losses = np.asarray(jnp.concatenate(all_losses)[-10:], dtype=np.float64)
+        means, covariances, precise_elbos = (
+            np.asarray(value, dtype=np.float64)
+            for value in moments_and_elbos(states[0], jax.random.split(elbo_key, num_fits))
+        )
+        elbos = precise_elbos if settings["elbo_particles"] else -final_losses.mean(0)
         fits = []
         for index in range(num_fits):
-            loc = means[index][order]
-            covariance = covariances[index][np.ix_(order, order)]
-            values = (elbos[index], loc, covariance, final_losses[:, index])
+            values = (elbos[index], means[index], covariances[index], final_losses[:, index])
             if all(np.all(np.isfinite(value)) for value in values):
-                fits.append(_LocalFit(loc, covariance, float(elbos[index])))
+                fits.append(_LocalFit(means[index], covariances[index], float(elbos[index])))
         return fits
 
     return fit
@@ -598,12 +602,13 @@ def fit_base(
     bootstrap_num_chains=4,
     progress_bar=True,
 ) -> GaussianBase | MixtureBase:
-    """Fit a base density and ``log zeta`` for continuous tempering with NumPyro SVI.
+    """Fit a base density and ``log zeta`` for continuous tempering by variational inference.
 
     ``method="mixture"`` (the default; paper eq. 25 with importance-sampled weights) returns a
     :class:`MixtureBase`:
 
-    1. ``num_starts`` Gaussian VI fits (NumPyro's autoguides, all in one compiled, vmapped loop)
+    1. ``num_starts`` Gaussian VI fits (the objective of NumPyro's autoguides on the model's flat
+       potential, all in one compiled, vmapped loop)
        from dispersed starts: half prior draws, half uniform in ``[-init_radius, init_radius]``
        on the unconstrained space; near-duplicates (means closer than ``duplicate_tolerance``
        standard deviations, or with no barrier of the target between them) dropped.
@@ -637,12 +642,13 @@ def fit_base(
     :param dict model_kwargs: the model's keyword arguments.
     :param str method: ``"mixture"`` or ``"gaussian"``.
     :param int num_starts: VI fits per stage of ``"mixture"``.
-    :param int num_steps: SVI steps per fit.
+    :param int num_steps: Adam steps per fit.
     :param float learning_rate: Adam learning rate.
-    :param int num_particles: ELBO particles per SVI step.
+    :param int num_particles: ELBO particles per step.
     :param int elbo_particles: particles for the ELBO of ``"gaussian"``.
-    :param str guide: ``"multivariate"`` (:class:`~numpyro.infer.autoguide.AutoMultivariateNormal`)
-        or ``"diagonal"`` (:class:`~numpyro.infer.autoguide.AutoDiagonalNormal`).
+    :param str guide: ``"multivariate"`` (a full-rank Gaussian, as
+        :class:`~numpyro.infer.autoguide.AutoMultivariateNormal`) or ``"diagonal"`` (as
+        :class:`~numpyro.infer.autoguide.AutoDiagonalNormal`).
     :param float init_radius: radius of the uniform starts.
     :param float duplicate_tolerance: duplicate distance, in standard deviations of a kept fit
         (fits with no barrier of the target between their means are duplicates too).
@@ -658,7 +664,7 @@ def fit_base(
         rounds.
     :param int bootstrap_num_samples: kept draws per chain of those runs.
     :param int bootstrap_num_chains: vectorized chains of those runs.
-    :param bool progress_bar: show the SVI progress (a tqdm bar).
+    :param bool progress_bar: show the fits' progress (a tqdm bar).
     :return: a :class:`MixtureBase` (``"mixture"``) or a :class:`GaussianBase` (``"gaussian"``).
 
     **Example:**
@@ -671,8 +677,7 @@ def fit_base(
     model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
     if method not in ("mixture", "gaussian"):
         raise ValueError(f"method must be 'mixture' or 'gaussian', got {method!r}.")
-    guide_classes = {"multivariate": AutoMultivariateNormal, "diagonal": AutoDiagonalNormal}
-    if guide not in guide_classes:
+    if guide not in ("multivariate", "diagonal"):
         raise ValueError(f"guide must be 'multivariate' or 'diagonal', got {guide!r}.")
     if not 0.0 < defensive_weight < 1.0:
         raise ValueError(f"defensive_weight must be in (0, 1), got {defensive_weight!r}.")
@@ -693,9 +698,7 @@ def fit_base(
         progress_bar=progress_bar,
     )
     num_fits = GAUSSIAN_STARTS if method == "gaussian" else num_starts
-    fit_gaussians = _variational_fitter(
-        model, model_args, model_kwargs, flat_model, guide_classes[guide], settings
-    )
+    fit_gaussians = _variational_fitter(flat_model, guide == "multivariate", settings)
     starts_key, prior_key, fits_key = jax.random.split(fits_key, 3)
     prior_positions = (
         _prior_positions(prior_key, model, model_args, model_kwargs, flat_model, num_draws=1000)
@@ -708,9 +711,10 @@ def fit_base(
     fits = fit_gaussians(fits_key, starts)
     if not fits:
         warnings.warn(
-            "Every variational fit of the base diverged (NumPyro's autoguides cannot follow a "
-            "support that depends on another latent site, for example); the base is the "
-            "Gaussian with the moments of prior draws on the unconstrained space, and log zeta "
+            "Every variational fit of the base diverged (a Gaussian on the unconstrained space "
+            "cannot follow a support that depends on another latent site, for example); the "
+            "base is the Gaussian with the moments of prior draws on the unconstrained space, "
+            "and log zeta "
             "comes from importance sampling with it.",
             stacklevel=2,
         )
