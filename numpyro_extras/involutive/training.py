@@ -79,7 +79,8 @@ class TrainingSettings(NamedTuple):
     :param float learning_rate: Adam's learning rate, for both networks.
     :param int kernel_steps: flow updates per minibatch.
     :param int discriminator_steps: discriminator updates per minibatch.
-    :param int batch_size: extended states per minibatch.
+    :param int batch_size: the most extended states per minibatch (an epoch's data are split
+        into as few minibatches of one size as hold them).
     :param int num_chains: bootstrap chains.
     :param int burn_in: bootstrap transitions per epoch before the kept ones.
     :param int num_kept: kept bootstrap transitions per chain and epoch.
@@ -87,10 +88,16 @@ class TrainingSettings(NamedTuple):
     :param int seed_warmup: their warm-up transitions.
     :param int seed_samples: their kept draws per chain.
     :param float seed_radius: half-width of the box their starts are drawn in (unconstrained).
-    :param int patience: training stops once this many bootstrap epochs in a row have not beaten
-        the best bootstrap acceptance so far (0: never stops early). Default (``None``): 5 from
-        the swap start; 0 from the paper's, whose flow learns to jump between modes while its
-        acceptance has stopped rising.
+    :param int patience: training stops once this many bootstrap epochs in a row after the seed
+        epochs have not beaten the best bootstrap acceptance of those epochs (0: never stops
+        early). The untrained flow's acceptance is not the mark to beat: from the paper's
+        random start the first trained epochs often accept less than it, and then rise. Default
+        (``None``): 5 from the swap start; 0 from the paper's, whose flow learns to jump between
+        modes while its acceptance has stopped rising.
+    :param float start_acceptance: training ends before any update when the untrained flow
+        accepts at least this often, on the seed draws (the test that chooses the swap start)
+        or in its first bootstrap epoch: the swap start on a near-Gaussian posterior, which
+        adversarial updates only lower (1: always train).
     """
 
     epochs: int = 50
@@ -107,16 +114,19 @@ class TrainingSettings(NamedTuple):
     seed_samples: int = 300
     seed_radius: float = 2.0
     patience: int | None = None
+    start_acceptance: float = SWAP_ACCEPTANCE
 
     def validated(self) -> TrainingSettings:
         counts = {
             name: check_count(name, getattr(self, name))
             for name in self._fields
-            if name not in ("seed_epochs", "learning_rate", "seed_radius", "patience")
+            if name
+            not in ("seed_epochs", "learning_rate", "seed_radius", "patience", "start_acceptance")
         }
-        seed_epochs, patience = (
-            None if value is None else check_count(name, value, minimum=0)
-            for name, value in (("seed_epochs", self.seed_epochs), ("patience", self.patience))
+        seed_epochs = (
+            None
+            if self.seed_epochs is None
+            else check_count("seed_epochs", self.seed_epochs, minimum=0)
         )
         if seed_epochs is not None and seed_epochs > counts["epochs"]:
             raise ValueError(
@@ -125,7 +135,18 @@ class TrainingSettings(NamedTuple):
         return self._replace(
             **counts,
             seed_epochs=seed_epochs,
-            patience=patience,
+            patience=None
+            if self.patience is None
+            else check_count("patience", self.patience, minimum=0),
+            start_acceptance=check_real(
+                "start_acceptance",
+                self.start_acceptance,
+                "a number in [0, 1]",
+                low=0.0,
+                high=1.0,
+                open_low=False,
+                open_high=False,
+            ),
             learning_rate=check_real(
                 "learning_rate", self.learning_rate, "a positive number", low=0.0
             ),
@@ -148,12 +169,16 @@ class TrainingHistory(NamedTuple):
     """What training did, per epoch (JSON-friendly tuples).
 
     :param accept_rates: mean acceptance of the bootstrap chains at the start of each epoch (NaN
-        for the seed epochs after the first).
+        for the seed epochs after the first); when the swap start was accepted on the seed
+        draws and no epoch ran, its acceptance there.
     :param kernel_losses: mean ``-E[r(D)]`` of the flow's updates.
     :param discriminator_losses: mean ``E[r(D) log r(D)]`` of the discriminator's updates.
     :param seed_gradient_evaluations: gradient evaluations of the pilot NUTS run (0 when
         ``init_samples`` were given).
     :param seconds: wall time of the training, the pilot run included.
+    :param str stopped: why training ended: ``"epochs"`` (every epoch ran), ``"plateau"``
+        (``patience`` bootstrap epochs without a better acceptance) or ``"start accepted"``
+        (the untrained flow accepted at least ``start_acceptance``; no update was made).
     """
 
     accept_rates: tuple
@@ -161,16 +186,23 @@ class TrainingHistory(NamedTuple):
     discriminator_losses: tuple
     seed_gradient_evaluations: int
     seconds: float
+    stopped: str = "epochs"
 
 
-def _extended_batches(rng_key, positions, batch_size):
-    """Shuffled minibatches of extended states ``(u, v)``, ``v ~ N(0, I)``: at stationarity
-    ``(x, v) ~ p(x) N(0, I)``, the distribution the losses average over."""
+def _batch_shape(num_points, batch_size):
+    """``(batches, size)``: as few minibatches of at most ``batch_size`` as hold ``num_points``,
+    all of one size."""
+    num_batches = -(-num_points // batch_size)
+    return num_batches, -(-num_points // num_batches)
+
+
+def _extended_batches(rng_key, positions, num_batches, batch_size):
+    """Shuffled minibatches ``(num_batches, batch_size, 2n)`` of extended states ``(u, v)``,
+    ``v ~ N(0, I)``: at stationarity ``(x, v) ~ p(x) N(0, I)``, the distribution the losses
+    average over."""
     order_key, fill_key, momentum_key = jax.random.split(rng_key, 3)
     num_points = positions.shape[0]
-    batch_size = min(batch_size, num_points)
-    num_batches = -(-num_points // batch_size)
-    # Every point is used once per epoch; the last batch is filled up with random other points.
+    # Every point is used once per epoch; the batches are filled up with random other points.
     order = jnp.concatenate(
         [
             jax.random.permutation(order_key, num_points),
@@ -184,7 +216,8 @@ def _extended_batches(rng_key, positions, batch_size):
 
 
 def _trainer(config: InvolutionConfig, settings: TrainingSettings):
-    """``(init, train)``: the optimiser states and one pass of minibatch updates over data."""
+    """``(init, train)``: the optimiser states, and one pass of minibatch updates over the
+    batches of :func:`_extended_batches`."""
     optimizer = optax.adam(settings.learning_rate)
 
     def kernel_loss(flow_params, discriminator_params, batch):
@@ -218,7 +251,7 @@ def _trainer(config: InvolutionConfig, settings: TrainingSettings):
     def init(flow_params, discriminator_params):
         return optimizer.init(flow_params), optimizer.init(discriminator_params)
 
-    def train(networks, positions, rng_key):
+    def train(networks, batches):
         def batch_step(networks, batch):
             flow, discriminator, flow_opt, discriminator_opt = networks
             flow, flow_opt, flow_loss = update_kernel(flow, flow_opt, discriminator, batch)
@@ -230,7 +263,6 @@ def _trainer(config: InvolutionConfig, settings: TrainingSettings):
                 discriminator_loss_value,
             )
 
-        batches = _extended_batches(rng_key, positions, settings.batch_size)
         networks, (flow_losses, discriminator_losses) = jax.lax.scan(batch_step, networks, batches)
         return networks, (jnp.mean(flow_losses), jnp.mean(discriminator_losses))
 
@@ -284,9 +316,12 @@ def train_ai_sampler(
        with the seed data's mean and the Cholesky factor of their covariance (``whiten``), and
        the untrained flow is the swap of position and momentum (``swap``): an independence
        proposal from the seed data's Gaussian fit, when it accepts often enough on them.
-    2. ``seed_epochs`` epochs on the seed data, then up to ``epochs - seed_epochs`` bootstrap
-       epochs (fewer when ``patience`` of them in a row bring no better acceptance),
-       each on ``num_chains x num_kept`` fresh draws of the current kernel (exact
+    2. When the untrained flow accepts at least ``start_acceptance``, on the seed draws or in
+       its first bootstrap epoch (the swap start on a near-Gaussian posterior), no more: the
+       start is kept, and its chains start at seed draws. Else
+       ``seed_epochs`` epochs on the seed data, then up to ``epochs - seed_epochs`` bootstrap
+       epochs (fewer when ``patience`` of them in a row bring no better acceptance than the best
+       of them so far), each on ``num_chains x num_kept`` fresh draws of the current kernel (exact
        Metropolis-Hastings, chains continuing from epoch to epoch from seed draws). An epoch
        shuffles its data into minibatches; per minibatch ``kernel_steps`` Adam updates of the
        flow, then ``discriminator_steps`` of the discriminator (eq. 23).
@@ -355,7 +390,9 @@ def train_ai_sampler(
     flat_model = flat_target(
         flat_key, model, model_args, model_kwargs, potential_fn, initial_position, "AiSampler"
     )
-    potential_fn = flat_model.potential_fn
+    # Compiled once here, the potential is not traced op by op wherever it runs outside a jit
+    # (the pilot's checks of its starts and NUTS's set-up).
+    potential_fn = jax.jit(flat_model.potential_fn)
     dimension = flat_model.dimension
     dtype = flat_model.initial_position.dtype
     seed_evaluations = 0
@@ -375,34 +412,61 @@ def train_ai_sampler(
     else:
         seed = _flat_samples(init_samples, flat_model, dimension, dtype)
     loc, scale = _standardization(seed, whiten)
+    start_rate = math.nan
     if swap is None:
         # fold_in leaves the other keys, and so the training, as they are without the test.
-        rate = _swap_acceptance(jax.random.fold_in(init_key, 1), seed, loc, scale, potential_fn)
-        swap = rate >= SWAP_ACCEPTANCE
+        start_rate = _swap_acceptance(
+            jax.random.fold_in(init_key, 1), seed, loc, scale, potential_fn
+        )
+        swap = start_rate >= SWAP_ACCEPTANCE
     settings = settings.for_start(swap)
 
     config = InvolutionConfig(dimension, num_layers, hidden, discriminator_hidden, swap)
-    flow_key, discriminator_key, chains_key = jax.random.split(init_key, 3)
-    proposal = init_proposal(flow_key, config, loc, scale, sites=site_shapes(flat_model))
-    zeros = jnp.zeros((2 * dimension,), jnp.float32)
-    discriminator_params = discriminator_module(config).init(discriminator_key, zeros, zeros)[
-        "params"
-    ]
     init_optimizers, train = _trainer(config, settings)
-    networks = (
-        proposal.params,
-        discriminator_params,
-        *init_optimizers(proposal.params, discriminator_params),
-    )
+    sites = site_shapes(flat_model)
+
+    @jax.jit
+    def initial_networks(init_key, loc, scale, seed):
+        flow_key, discriminator_key, chains_key = jax.random.split(init_key, 3)
+        proposal = init_proposal(flow_key, config, loc, scale, sites=sites)
+        zeros = jnp.zeros((2 * dimension,), jnp.float32)
+        discriminator_params = discriminator_module(config).init(discriminator_key, zeros, zeros)[
+            "params"
+        ]
+        networks = (
+            proposal.params,
+            discriminator_params,
+            *init_optimizers(proposal.params, discriminator_params),
+        )
+        positions = seed[jax.random.choice(chains_key, seed.shape[0], (settings.num_chains,))]
+        return proposal, networks, proposal.standardize(seed), positions
+
+    proposal, networks, seed_standardized, positions = initial_networks(init_key, loc, scale, seed)
+    # The batches are made apart from the updates, and of one shape for the seed draws and the
+    # bootstrap draws when they need as many, so that one compiled update serves every epoch.
+    seed_shape = _batch_shape(seed.shape[0], settings.batch_size)
+    kept_shape = _batch_shape(settings.num_chains * settings.num_kept, settings.batch_size)
+    if seed_shape[0] == kept_shape[0]:
+        seed_shape = kept_shape = (kept_shape[0], max(seed_shape[1], kept_shape[1]))
     train = jax.jit(train)
-    bootstrap = jax.jit(_bootstrap(proposal, potential_fn, settings))
-    seed_standardized = proposal.standardize(seed)
-    positions = seed[jax.random.choice(chains_key, seed.shape[0], (settings.num_chains,))]
+    batches = jax.jit(_extended_batches, static_argnums=(2, 3))
+    run_bootstrap = _bootstrap(proposal, potential_fn, settings)
+
+    @jax.jit
+    def bootstrap(flow_params, positions, rng_key):
+        positions, kept, accept_rate = run_bootstrap(flow_params, positions, rng_key)
+        return positions, proposal.standardize(kept.reshape(-1, dimension)), accept_rate
 
     # The flow kept is the one whose bootstrap accepted most (the reference code's checkpoint
     # choice): adversarial updates do not raise the acceptance monotonically, and the flow of the
     # last update has never been run.
-    best = {"params": networks[0], "rate": -math.inf, "stalled": 0}
+    best = {"params": networks[0], "rate": -math.inf}
+    progress = {"trained_rate": -math.inf, "stalled": 0, "stopped": "epochs"}
+    # The swap test has measured the start's acceptance at the seed draws: the stationary
+    # acceptance that a first bootstrap epoch would estimate.
+    if start_rate >= settings.start_acceptance:
+        best["rate"] = start_rate
+        progress["stopped"] = "start accepted"
 
     def run_epoch(carry, epoch):
         networks, positions, key = carry
@@ -412,23 +476,33 @@ def train_ai_sampler(
         # The first epoch also runs the untrained flow, so that a good start (the swap) is a
         # candidate even when the seed epochs spoil it.
         if seed_epoch and epoch > 0:
-            networks, losses = train(networks, seed_standardized, train_key)
+            data = batches(train_key, seed_standardized, *seed_shape)
+            networks, losses = train(networks, data)
             return (networks, positions, key), (np.nan, *losses)
         positions, kept, accept_rate = bootstrap(networks[0], positions, bootstrap_key)
         rate = float(accept_rate)
         if rate > best["rate"]:
-            best.update(params=networks[0], rate=rate, stalled=0)
-        elif not seed_epoch:
-            best["stalled"] += 1
-        data = (
-            seed_standardized if seed_epoch else proposal.standardize(kept.reshape(-1, dimension))
-        )
-        networks, losses = train(networks, data, train_key)
+            best.update(params=networks[0], rate=rate)
+        if epoch == 0 and rate >= settings.start_acceptance:
+            progress["stopped"] = "start accepted"
+            return (networks, positions, key), (accept_rate, np.nan, np.nan)
+        if not seed_epoch:
+            if rate > progress["trained_rate"]:
+                progress.update(trained_rate=rate, stalled=0)
+            else:
+                progress["stalled"] += 1
+        if seed_epoch:
+            data = batches(train_key, seed_standardized, *seed_shape)
+        else:
+            data = batches(train_key, kept, *kept_shape)
+        networks, losses = train(networks, data)
         return (networks, positions, key), (accept_rate, *losses)
 
     def epochs():
         for epoch in range(settings.epochs):
-            if settings.patience and best["stalled"] >= settings.patience:
+            if settings.patience and progress["stalled"] >= settings.patience:
+                progress["stopped"] = "plateau"
+            if progress["stopped"] != "epochs":
                 return
             yield epoch, 1
 
@@ -441,8 +515,9 @@ def train_ai_sampler(
         progress_bar=progress_bar,
         postfix=lambda output: {"acceptance": f"{float(output[0]):.2f}"},
     )
+    columns = tuple(zip(*outputs, strict=True)) or ((start_rate,), (np.nan,), (np.nan,))
     accept_rates, kernel_losses, discriminator_losses = (
-        tuple(float(value) for value in column) for column in zip(*outputs, strict=True)
+        tuple(float(value) for value in column) for column in columns
     )
     history = TrainingHistory(
         accept_rates,
@@ -450,6 +525,7 @@ def train_ai_sampler(
         discriminator_losses,
         seed_evaluations,
         time.perf_counter() - start,
+        progress["stopped"],
     )
     flow_params, best_rate = best["params"], best["rate"]
     if not math.isfinite(best_rate):
@@ -546,7 +622,7 @@ def _mode_weight_ess(draws, mixture):
     mixture's components, a draw belonging to the one nearest in density. It bounds how well a
     run's mode weights are known: chains that switch often but visit some modes in the wrong
     proportions (an involution pairing some modes only) have a small one."""
-    log_densities = jax.vmap(jax.vmap(mixture.component_log_densities))(
+    log_densities = jax.jit(jax.vmap(jax.vmap(mixture.component_log_densities)))(
         jnp.asarray(draws, mixture.component_locs.dtype)
     )
     labels = np.argmax(np.asarray(log_densities), axis=-1)
@@ -641,37 +717,52 @@ def _standardization(seed, whiten):
     covariance falls back to its diagonal when it is not positive definite (fewer seed draws than
     dimensions, or perfectly correlated coordinates).
     """
-    loc = jnp.mean(seed, 0)
-    std = jnp.std(seed, 0)
-    std = jnp.where(std > 0, std, 1.0)
+    loc, std, cholesky = _seed_moments(seed)
     if not whiten or seed.shape[0] <= seed.shape[1]:
         return loc, std
-    centred = (seed - loc) / std
-    correlation = centred.T @ centred / seed.shape[0]
-    cholesky = jnp.linalg.cholesky(correlation)
     if not bool(jnp.all(jnp.isfinite(cholesky))) or float(jnp.min(jnp.diag(cholesky))) <= 1e-3:
         return loc, std
     return loc, std[:, None] * cholesky
+
+
+@jax.jit
+def _seed_moments(seed):
+    """The seed draws' mean, standard deviations (unit where a coordinate never moves) and the
+    Cholesky factor of their correlation matrix, in one compiled call."""
+    loc = jnp.mean(seed, 0)
+    std = jnp.std(seed, 0)
+    std = jnp.where(std > 0, std, 1.0)
+    centred = (seed - loc) / std
+    correlation = centred.T @ centred / seed.shape[0]
+    return loc, std, jnp.linalg.cholesky(correlation)
 
 
 def _swap_acceptance(rng_key, seed, loc, scale, potential_fn, max_points=1000):
     """The mean Metropolis-Hastings acceptance of the swap start ``x' = loc + scale v``,
     ``v' = scale^-1 (x - loc)`` from (up to ``max_points``) seed draws ``x`` with fresh
     ``v ~ N(0, I)``: the acceptance of an independence proposal from the Gaussian fit."""
-    subset_key, momentum_key = jax.random.split(rng_key)
-    if seed.shape[0] > max_points:
-        seed = seed[jax.random.choice(subset_key, seed.shape[0], (max_points,), replace=False)]
-    template = init_proposal(
-        jax.random.PRNGKey(0), InvolutionConfig(seed.shape[1], num_layers=1, hidden=1), loc, scale
-    )
-    momentum = jax.random.normal(momentum_key, seed.shape, seed.dtype)
-    proposed = template.unstandardize(momentum)
-    energy = jax.vmap(potential_fn)
-    log_ratio = (
-        energy(seed)
-        - energy(proposed)
-        + 0.5 * jnp.sum(momentum**2, -1)
-        - 0.5 * jnp.sum(template.standardize(seed) ** 2, -1)
-    )
-    log_ratio = jnp.where(jnp.isfinite(log_ratio), log_ratio, -jnp.inf)
-    return float(jnp.mean(jnp.exp(jnp.minimum(log_ratio, 0.0))))
+
+    @jax.jit
+    def acceptance(rng_key, seed, loc, scale):
+        subset_key, momentum_key = jax.random.split(rng_key)
+        if seed.shape[0] > max_points:
+            seed = seed[jax.random.choice(subset_key, seed.shape[0], (max_points,), replace=False)]
+        template = init_proposal(
+            jax.random.PRNGKey(0),
+            InvolutionConfig(seed.shape[1], num_layers=1, hidden=1),
+            loc,
+            scale,
+        )
+        momentum = jax.random.normal(momentum_key, seed.shape, seed.dtype)
+        proposed = template.unstandardize(momentum)
+        energy = jax.vmap(potential_fn)
+        log_ratio = (
+            energy(seed)
+            - energy(proposed)
+            + 0.5 * jnp.sum(momentum**2, -1)
+            - 0.5 * jnp.sum(template.standardize(seed) ** 2, -1)
+        )
+        log_ratio = jnp.where(jnp.isfinite(log_ratio), log_ratio, -jnp.inf)
+        return jnp.mean(jnp.exp(jnp.minimum(log_ratio, 0.0)))
+
+    return float(acceptance(rng_key, seed, loc, scale))

@@ -25,6 +25,7 @@ QUICK = dict(
     batch_size=1024,
     discriminator_hidden=32,
     patience=0,
+    start_acceptance=1.0,
 )
 
 

@@ -14,7 +14,12 @@ from numpyro.infer import MCMC
 from numpyro.infer.hmc import hmc
 
 import numpyro_extras as nx
-from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal, involution
+from numpyro_extras.involutive.networks import (
+    InvolutionConfig,
+    init_proposal,
+    involution,
+    swap_involution,
+)
 from numpyro_extras.involutive.training import (
     FALLBACK_SWAP_PROBABILITY,
     SWAP_ACCEPTANCE,
@@ -271,3 +276,67 @@ def test_the_schedule_defaults_follow_the_start():
     assert (explicit.seed_epochs, explicit.patience) == (2, 3)
     with pytest.raises(ValueError, match="seed_epochs"):
         TrainingSettings(epochs=3, seed_epochs=4).validated()
+
+
+# A training small enough for a test of its schedule.
+SMALL = dict(
+    seed_chains=4,
+    seed_warmup=100,
+    seed_samples=100,
+    num_chains=10,
+    burn_in=10,
+    num_kept=20,
+    batch_size=256,
+    hidden=8,
+    discriminator_hidden=16,
+    progress_bar=False,
+)
+
+
+def test_training_stops_when_the_bootstrap_acceptance_plateaus():
+    """With a learning rate too small to move the flow, the bootstrap acceptance only
+    fluctuates: training stops ``patience`` epochs after the best epoch that followed the seed
+    epochs, and the history says so."""
+    patience, seed_epochs, epochs = 3, 2, 40
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a flow that barely moves is warned about
+        params = nx.train_ai_sampler(
+            jax.random.PRNGKey(0),
+            potential_fn=mog2_potential,
+            initial_position=jnp.zeros(2),
+            swap=False,
+            learning_rate=1e-12,
+            epochs=epochs,
+            seed_epochs=seed_epochs,
+            patience=patience,
+            **SMALL,
+        )
+    history = params.history
+    assert history.stopped == "plateau"
+    trained_rates = np.asarray(history.accept_rates[seed_epochs:])
+    assert len(history.accept_rates) < epochs
+    # The first best epoch (a tie is no progress) is the last to have beaten the others.
+    assert len(trained_rates) - 1 - int(np.argmax(trained_rates)) == patience
+    np.testing.assert_array_equal(np.isnan(history.accept_rates[1:seed_epochs]), True)
+
+
+@pytest.mark.parametrize("swap", [None, True], ids=["tested on the seed draws", "forced"])
+def test_a_start_that_already_accepts_well_is_kept_untrained(swap):
+    """On a Gaussian target the swap start accepts most proposals: training ends before any
+    update, measured on the seed draws when the start is chosen there, else by the first
+    bootstrap epoch. The flow kept is the untrained swap, and the history says so."""
+    params = nx.train_ai_sampler(
+        jax.random.PRNGKey(0),
+        potential_fn=lambda x: 0.5 * jnp.sum(x**2),
+        initial_position=jnp.zeros(3),
+        swap=swap,
+        **SMALL,
+    )
+    history = params.history
+    assert history.stopped == "start accepted"
+    assert len(history.accept_rates) == 1 and history.accept_rates[0] >= SWAP_ACCEPTANCE
+    assert np.isnan(history.kernel_losses[0]) and np.isnan(history.discriminator_losses[0])
+    states = jax.random.normal(jax.random.PRNGKey(1), (100, 6))
+    np.testing.assert_allclose(
+        involution(params, states)[:, :3], swap_involution(params, states)[:, :3], atol=1e-5
+    )
