@@ -270,7 +270,7 @@ def test_a_reference_fit_that_may_miss_modes_is_repeated_by_the_estimate():
         bimodal_likelihood_model,
         num_replicas=4,
         reference="fit",
-        fit_base_kwargs=dict(num_starts=2, bootstrap_rounds=1, num_steps=300),
+        fit_base_kwargs=dict(num_starts=1, bootstrap_rounds=1, num_steps=300),
     )
     with pytest.warns(nx.BaseCoverageWarning):
         mcmc = run(kernel, num_warmup=100, num_samples=200, bump_scale=0.3)
