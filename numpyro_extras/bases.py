@@ -8,6 +8,7 @@ these; :func:`~numpyro_extras.fit_base` fits them to a model.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -170,8 +171,7 @@ class GaussianBase(NamedTuple):
 
     def sample(self, rng_key, sample_shape=()):
         """Draw ``sample_shape`` points from the base."""
-        noise = jax.random.normal(rng_key, tuple(sample_shape) + (self.dimension,))
-        return self.loc + noise @ self.scale_tril.T
+        return _gaussian_draws(self, rng_key, tuple(sample_shape))
 
 
 class MixtureBase(NamedTuple):
@@ -304,14 +304,26 @@ class MixtureBase(NamedTuple):
 
     def sample(self, rng_key, sample_shape=()):
         """Draw ``sample_shape`` points from the mixture."""
-        component_key, noise_key = jax.random.split(rng_key)
-        sample_shape = tuple(sample_shape)
-        components = jax.random.categorical(
-            component_key, self.component_log_weights, shape=sample_shape
-        )
-        noise = jax.random.normal(noise_key, sample_shape + (self.dimension,))
-        trils = self.component_scale_trils[components]
-        return self.component_locs[components] + jnp.einsum("...ij,...j->...i", trils, noise)
+        return _mixture_draws(self, rng_key, tuple(sample_shape))
+
+
+# The draws are compiled programs: called outside a trace (a kernel's starting points, an
+# importance-sampling estimate), each primitive of a draw would otherwise compile on its own.
+@functools.partial(jax.jit, static_argnums=2)
+def _gaussian_draws(base: GaussianBase, rng_key, sample_shape):
+    noise = jax.random.normal(rng_key, sample_shape + (base.dimension,))
+    return base.loc + noise @ base.scale_tril.T
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _mixture_draws(base: MixtureBase, rng_key, sample_shape):
+    component_key, noise_key = jax.random.split(rng_key)
+    components = jax.random.categorical(
+        component_key, base.component_log_weights, shape=sample_shape
+    )
+    noise = jax.random.normal(noise_key, sample_shape + (base.dimension,))
+    trils = base.component_scale_trils[components]
+    return base.component_locs[components] + jnp.einsum("...ij,...j->...i", trils, noise)
 
 
 def validate_base(base, dimension=None) -> GaussianBase | MixtureBase:

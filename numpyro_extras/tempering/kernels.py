@@ -10,7 +10,7 @@ replica's exact posterior draws; the tempered chain is in the extra fields, from
 
 from __future__ import annotations
 
-from functools import lru_cache, partial
+from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
@@ -56,12 +56,6 @@ MIN_MODES_FOR_MORE_MOVES = 8
 @lru_cache(maxsize=8)
 def _batched_value_and_grad(potential_fn):
     return jax.jit(jax.vmap(jax.value_and_grad(potential_fn)))
-
-
-@partial(jax.jit, static_argnums=2)
-def _base_draws(base, rng_key, batched):
-    # One compiled call: run eagerly, a mixture's draw compiles a program per primitive.
-    return jax.vmap(base.sample)(rng_key) if batched else base.sample(rng_key)
 
 
 class _ContinuousTemperingKernel(ExtrasKernel):
@@ -179,7 +173,9 @@ class _ContinuousTemperingKernel(ExtrasKernel):
                 return jax.vmap(lambda params: ravel_pytree(params)[0])(init_params)
             return ravel_pytree(init_params)[0]
         dtype = self._flat_model.initial_position.dtype
-        return _base_draws(self._base, rng_key, batched).astype(dtype)
+        if batched:
+            return jax.vmap(self._base.sample)(rng_key).astype(dtype)
+        return self._base.sample(rng_key).astype(dtype)
 
     def _check_initial_positions(self, positions):
         if not not_jax_tracer(positions):
