@@ -131,16 +131,16 @@ def _variational_fitter(flat_model, full_rank, settings):
         log_q = -0.5 * jnp.sum(noise**2, axis=-1) - jnp.sum(jnp.log(jnp.diagonal(scale_tril)))
         return jnp.mean(potentials + log_q) + log_normalizer
 
-    def start_state(loc, rng_key, steps):
+    def start_state(loc, rng_key):
         params = (
             loc,
             jnp.full((dimension,), initial_raw_scale, dtype),
             jnp.zeros((num_lower,), dtype),
         )
-        return params, optimizer.init(params), rng_key, jnp.zeros((), dtype), steps
+        return params, optimizer.init(params), rng_key
 
-    def one_step(state, _):
-        params, optimizer_state, rng_key, step, steps = state
+    def one_step(state, progress):
+        params, optimizer_state, rng_key = state
         rng_key, step_key = jax.random.split(rng_key)
         loss, gradients = jax.value_and_grad(negative_elbo)(
             params, step_key, settings["num_particles"]
@@ -149,19 +149,20 @@ def _variational_fitter(flat_model, full_rank, settings):
         # A step size cosine-decayed to a hundredth over the fit's steps: large first steps
         # cross a correlated posterior in a few hundred steps, small last ones settle the fit
         # where a constant step size leaves Adam's iterate wandering about the optimum.
-        decay = 0.01 + 0.495 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(step / steps, 1.0)))
+        decay = 0.01 + 0.495 * (1.0 + jnp.cos(jnp.pi * progress))
         params = jax.tree.map(
             lambda value, direction: value - learning_rate * decay * direction, params, directions
         )
-        return (params, optimizer_state, rng_key, step + 1, steps), loss
+        return (params, optimizer_state, rng_key), loss
 
     num_steps = settings["num_steps"]
     # The steps run in compiled chunks so that a progress bar can report between them.
     chunk_length = max(1, num_steps // 20)
 
     @jax.jit
-    def run_chunk(states):
-        return jax.lax.scan(jax.vmap(one_step), states, None, length=chunk_length)
+    def run_chunk(states, progress):
+        # progress: each step's share of the fit's steps done, the same for every fit.
+        return jax.lax.scan(jax.vmap(one_step, (0, None)), states, progress)
 
     @jax.jit
     def moments_and_elbos(params, seed):
@@ -181,24 +182,24 @@ def _variational_fitter(flat_model, full_rank, settings):
         return jax.vmap(moments)(params, rng_keys)
 
     @jax.jit
-    def start_states(starts, seed, steps):
+    def start_states(starts, seed):
         # The draws of the fits' ELBO estimates come from XLA's bit generator: a threefry draw
         # in the vmapped, scanned step compiles into a program three times as large, and the
         # fits need no more of their noise than independence between steps.
         fit_keys = jax.random.split(jax.random.key(seed, impl="unsafe_rbg"), len(starts))
-        return jax.vmap(start_state, (0, 0, None))(starts, fit_keys, steps)
+        return jax.vmap(start_state)(starts, fit_keys)
 
     def fit(rng_key, starts, steps=num_steps) -> list[_LocalFit]:
         rng = numpy_rng(rng_key)
         num_fits = len(starts)
         num_chunks = max(1, steps // chunk_length)
-        states = start_states(
-            jnp.asarray(starts, dtype), rng.integers(2**31 - 1), num_chunks * chunk_length
-        )
+        states = start_states(jnp.asarray(starts, dtype), rng.integers(2**31 - 1))
+        progress = np.arange(num_chunks * chunk_length).reshape(num_chunks, chunk_length)
+        progress = (progress / (num_chunks * chunk_length)).astype(dtype)
         states, all_losses = run_chunks(
-            lambda states, _: run_chunk(states),
+            run_chunk,
             states,
-            [(None, chunk_length)] * num_chunks,
+            [(chunk_progress, chunk_length) for chunk_progress in progress],
             total=num_chunks * chunk_length,
             description=f"fit_base: {num_fits} Gaussian VI fit{'s' if num_fits > 1 else ''}",
             progress_bar=settings["progress_bar"],
