@@ -25,6 +25,13 @@ Usage::
     python benchmarks/exchange_benchmark.py --quick       # linear regression only, 1 seed
     python benchmarks/exchange_benchmark.py --models radon --methods "exchange auto" --seeds 0
     python benchmarks/exchange_benchmark.py --methods --cost-models radon   # cost on radon only
+    python benchmarks/exchange_benchmark.py --methods --skip-cost \
+        --gradient-cost-models schools radon      # the defaults' seconds per gradient
+
+Part 3 (``--gradient-cost-models``): seconds per gradient evaluation of the defaults' compiled
+scan (4 chains, vectorized, after warm-up) against a NUTS transition's, the gradients counted
+from every moving rung's leapfrog steps plus the evaluations a scan adds (one per moved rung,
+the reference renewals, the junction of two legs).
 """
 
 from __future__ import annotations
@@ -258,6 +265,93 @@ def cost_table(problem, replica_counts):
     return markdown_table(header, rows)
 
 
+def gradients_per_scan(state):
+    """Gradient evaluations of one scan of a batch of replica-exchange chains (the leapfrog
+    steps of every moving rung, one gradient of ``l`` per moved rung, and, for two legs, the
+    reference renewals and the junction's evaluations), and of a NUTS state its leapfrog steps."""
+    legs = (state.fit_leg, state.prior_leg) if hasattr(state, "fit_leg") else (state,)
+    total = 0
+    for leg in legs:
+        steps = leg.inner_state.num_steps[..., 1:]
+        total += jnp.sum(steps) + steps.size + leg.betas.shape[0]
+    return total + (2 * legs[0].betas.shape[0] if len(legs) == 2 else 0)
+
+
+def seconds_per_gradient(kernel, problem, num_scans=500):
+    """Seconds per gradient evaluation of ``kernel``'s compiled step (4 chains, vectorized),
+    measured after warm-up: ``(seconds, gradients per scan, seconds per scan)``."""
+    mcmc = MCMC(
+        kernel,
+        num_warmup=NUM_WARMUP,
+        num_samples=10,
+        num_chains=NUM_CHAINS,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(0), *problem["args"], **problem["kwargs"])
+    args, kwargs = problem["args"], problem["kwargs"]
+    nuts = isinstance(kernel, NUTS)
+
+    def step(states):
+        # Both kernels' sample take the batch of chains of a vectorized run.
+        return kernel.sample(states, args, kwargs)
+
+    def count(states):
+        return jnp.sum(states.num_steps) if nuts else gradients_per_scan(states)
+
+    @jax.jit
+    def loop(states):
+        def body(_, carry):
+            states, gradients = carry
+            states = step(states)
+            return states, gradients + count(states)
+
+        return jax.lax.fori_loop(0, num_scans, body, (states, 0))
+
+    jax.block_until_ready(loop(mcmc.last_state))
+    start = time.perf_counter()
+    _, gradients = jax.block_until_ready(loop(mcmc.last_state))
+    seconds = time.perf_counter() - start
+    return seconds / float(gradients), float(gradients) / num_scans, seconds / num_scans
+
+
+def gradient_cost_table(problem):
+    """Seconds per gradient evaluation of the defaults' scan against a NUTS transition's."""
+    rows = []
+    nuts = None
+    for name, kernel in (
+        ("NUTS", NUTS(problem["model"])),
+        ("nx.ReplicaExchange (defaults)", nx.ReplicaExchange(problem["model"])),
+    ):
+        log(f"gradient cost: {name}")
+        per_gradient, gradients, per_scan = seconds_per_gradient(kernel, problem)
+        nuts = nuts or per_gradient
+        counts = (
+            f"{kernel.num_replicas} + {kernel.num_prior_replicas}"
+            if isinstance(kernel, nx.ReplicaExchange)
+            else "-"
+        )
+        rows.append(
+            [
+                name,
+                counts,
+                f"{per_scan * 1e3:.2f}",
+                f"{gradients:.0f}",
+                f"{per_gradient * 1e6:.2f}",
+                f"{per_gradient / nuts:.2f}",
+            ]
+        )
+    header = [
+        "Kernel",
+        "Replicas",
+        "ms per scan (4 chains)",
+        "gradients per scan",
+        "us per gradient",
+        "/ NUTS's",
+    ]
+    return markdown_table(header, rows)
+
+
 # "exchange auto" is nx.ReplicaExchange(model) as a user builds it: the defaults row.
 METHODS = ("exchange auto", "exchange prior", "exchange fit", "joint CT", "ais")
 MODELS = ("regression", "schools", "radon")
@@ -278,6 +372,13 @@ def main(argv=None):
         default=None,
         choices=MODELS,
         help="models of the cost tables (default: the first model run)",
+    )
+    parser.add_argument(
+        "--gradient-cost-models",
+        nargs="*",
+        default=[],
+        choices=MODELS,
+        help="models of the seconds-per-gradient table of the defaults against NUTS",
     )
     parser.add_argument("--output", default=None)
     parser.add_argument("--json", default=None, help="append one JSON line per run here")
@@ -310,6 +411,13 @@ def main(argv=None):
             f"## Cost per scan against one NUTS transition ({problem['name']}, compiled)",
             "",
             cost_table(problem, (4, 8, 16, 32)),
+        ]
+    for problem in problems(False, args.gradient_cost_models) if args.gradient_cost_models else []:
+        sections += [
+            "",
+            f"## Seconds per gradient evaluation against NUTS ({problem['name']}, compiled)",
+            "",
+            gradient_cost_table(problem),
         ]
     environment = environment_lines(
         "exchange_benchmark.py",

@@ -110,8 +110,10 @@ def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> Compi
 
     :param previous: the kernel's last :class:`CompiledChain`, or ``None``.
     :param tuple build_key: ``(arguments fingerprint, num_warmup, ...)``.
-    :param build_fn: ``tag -> (init_one, step_one)`` or ``(init_one, step_one, refresh_one)``,
-        the kernel's pure functions for one chain; ``init_one`` puts ``tag`` (a
+    :param build_fn: ``tag -> (init_one, step_one)``, ``(init_one, step_one, refresh_one)`` or
+        ``(init_one, step_one, refresh_one, step_batch)``: the kernel's pure functions for one
+        chain (``refresh_one`` may be ``None``), and optionally its own step of a batch of
+        chains (default ``step_one`` vmapped); ``init_one`` puts ``tag`` (a
         :class:`BuildTag`) in the state it returns.
     :return: a :class:`CompiledChain`.
 
@@ -126,15 +128,16 @@ def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> Compi
         return previous
     reusable = build_key[0] is not None
     tag = BuildTag(build_key if reusable else ("unique build", next(_unique_builds)))
-    init_one, step_one, *refresh = build_fn(tag)
-    refresh_one = refresh[0] if refresh else None
+    init_one, step_one, *rest = build_fn(tag)
+    refresh_one = rest[0] if rest else None
+    step_batch = rest[1] if len(rest) > 1 else _over_chains(step_one)
     return CompiledChain(
         build_key,
         jax.jit(init_one),
         step_one,
         refresh_one,
         jax.jit(jax.vmap(init_one)),
-        _over_chains(step_one),
+        step_batch,
         _over_chains(refresh_one),
         tag,
     )

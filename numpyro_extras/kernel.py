@@ -151,6 +151,8 @@ class ExtrasKernel(MCMCKernel):
         self._built = None
         self._step_fn: Callable | None = None
         self._refresh_fn: Callable | None = None
+        # (target it was built for, compiled draw of a batch of chains' starting positions).
+        self._batch_draws = None
 
     @property
     def model(self):
@@ -177,6 +179,16 @@ class ExtrasKernel(MCMCKernel):
         """Drop what :meth:`_prepare_target` built."""
 
     # --- the shell ------------------------------------------------------------------------------
+
+    def _starting_positions(self, rng_key, init_params, batched, draw_position, dimension=None):
+        """:func:`starting_positions`, the compiled draw of a batch of chains kept for the
+        later runs on the same target (a new ``jax.jit`` would compile it again)."""
+        built = self._batch_draws
+        if built is None or built[0] is None or built[0] != self._prepared_for:
+            built = self._batch_draws = (self._prepared_for, jax.jit(jax.vmap(draw_position)))
+        return starting_positions(
+            rng_key, init_params, batched, draw_position, dimension, batch_draw=built[1]
+        )
 
     def _prepare(self, model_args, model_kwargs):
         """Build the target for these model arguments, unless it was built for the same ones."""
@@ -258,6 +270,7 @@ class ExtrasKernel(MCMCKernel):
         kernel._model = wrapper(self._model)
         kernel._prepared_for = None
         kernel._built = None
+        kernel._batch_draws = None
         kernel._step_fn = kernel._refresh_fn = None
         kernel._forget_target()
         return kernel
@@ -363,7 +376,9 @@ def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
     return algo, merged
 
 
-def starting_positions(rng_key, init_params, batched, draw_position, dimension=None):
+def starting_positions(
+    rng_key, init_params, batched, draw_position, dimension=None, batch_draw=None
+):
     """Each chain's state key and starting position, as a kernel's ``init`` needs them.
 
     Every chain's key is split into the key its state keeps and a key for its starting draw;
@@ -376,6 +391,8 @@ def starting_positions(rng_key, init_params, batched, draw_position, dimension=N
     :param draw_position: ``(draw_key, init_params) -> flat position`` of one chain.
     :param int dimension: the model's number of unconstrained dimensions, to check the
         positions against; ``None`` skips the check.
+    :param batch_draw: ``draw_position`` vmapped and compiled, for a batch (default built
+        here).
     :return: ``(positions, chain_keys)``.
     :raises ValueError: for positions of another dimension.
 
@@ -387,7 +404,8 @@ def starting_positions(rng_key, init_params, batched, draw_position, dimension=N
     """
     if batched:
         keys = jax.vmap(jax.random.split)(rng_key)
-        positions = jax.jit(jax.vmap(draw_position))(keys[:, 1], init_params)
+        batch_draw = batch_draw or jax.jit(jax.vmap(draw_position))
+        positions = batch_draw(keys[:, 1], init_params)
         chain_keys = keys[:, 0]
     else:
         chain_keys, draw_key = jax.random.split(rng_key)

@@ -36,8 +36,11 @@ from numpyro_extras.exchange.ladder import equalized_ladder, initial_ladder, tun
 from numpyro_extras.exchange.path import MixedPosition, TemperedPath, value_and_gradient
 from numpyro_extras.kernel import field_lookup, rejected_move
 from numpyro_extras.metropolis import acceptance_probability, select
+from numpyro_extras.potential import SplitModel
 
 __all__ = [
+    "FIT_LEG",
+    "PRIOR_LEG",
     "RungMoves",
     "ReplicaEvaluation",
     "ExchangeStatistics",
@@ -49,9 +52,23 @@ __all__ = [
     "hmc_moves",
     "synced_hmc_state",
     "replica_exchange",
+    "exchange_scan",
+    "ExchangeScan",
+    "moving_rungs",
+    "RungLanes",
+    "ScanParts",
+    "lane_explore",
+    "scan_step",
+    "batched_scan_step",
+    "legged_hmc_moves",
     "swap_rates",
     "with_posterior_replica",
 ]
+
+
+# The legs of legged_hmc_moves: the path from the fitted reference, and the one from the prior.
+FIT_LEG = 0
+PRIOR_LEG = 1
 
 
 class RungMoves(NamedTuple):
@@ -383,18 +400,100 @@ def hmc_moves(path: TemperedPath, algo="NUTS") -> RungMoves:
     def at(position, given):
         return position if given is None else MixedPosition(position, given)
 
+    return _hmc_rung_moves(
+        lambda position, given: path.reference_potential_fn(at(position, given)),
+        lambda position, given: path.log_likelihood_fn(at(position, given)),
+        lambda rng_key, given: path.sample_reference_fn(rng_key),
+        algo,
+    )
+
+
+def legged_hmc_moves(split: SplitModel, base, algo="NUTS") -> RungMoves:
+    """HMC or NUTS moves of the replicas of both legs of stabilised replica exchange
+    (:func:`~numpyro_extras.exchange.stabilized.stabilized_exchange`) as one vectorised move:
+    a replica's leg, 0 on the path from the fitted ``base`` (``(1 - beta) log q + beta log p(x,
+    y)``) and 1 on the path from the prior (``log p0 + beta l``), is the ``given`` argument of
+    ``init``, ``explore``, ``renew`` and ``evaluate``, so that the rungs of both legs make their
+    moves in one program and a scan waits for the longest NUTS tree once, not once per leg.
+
+    Both legs' densities come from one evaluation of the model, its prior and likelihood terms
+    scaled per leg (``split.scaled_log_density_fn``), and one of ``q``.
+
+    :param SplitModel split: the model's prior/likelihood split
+        (:func:`~numpyro_extras.potential.split_model`), continuous sites only.
+    :param base: the fitted leg's reference, a :class:`~numpyro_extras.GaussianBase` or
+        :class:`~numpyro_extras.MixtureBase` on the same flat space.
+    :param str algo: ``"NUTS"`` or ``"HMC"``.
+    :return: :class:`RungMoves` with ``evaluate``, as :func:`hmc_moves`'s; ``renew`` takes the
+        leg as a Python int.
+
+    **Example:**
+
+    .. code-block:: python
+
+        moves = legged_hmc_moves(split_model(key, model, (x, y)), nx.fit_base(key, model, (x, y)))
+        replica = moves.evaluate(x0, 1)   # on the prior leg
+    """
+    base_potential = base.potential_function()
+
+    def log_density(position, prior_scale, likelihood_scale):
+        return split.scaled_log_density_fn(position, {}, prior_scale, likelihood_scale)
+
+    def fitted_leg_term(leg, value):
+        return jnp.where(leg == PRIOR_LEG, 0.0, value)
+
+    def reference_potential_fn(position, leg):
+        return jnp.where(
+            leg == PRIOR_LEG, -log_density(position, 1.0, 0.0), base_potential(position)
+        )
+
+    def log_likelihood_fn(position, leg):
+        # l = log p(y | x) on the prior leg, log p(x, y) - log q(x) on the fitted one.
+        prior_scale = fitted_leg_term(leg, 1.0)
+        return log_density(position, prior_scale, 1.0) + fitted_leg_term(
+            leg, base_potential(position)
+        )
+
+    def potential_fn(position, beta, leg):
+        prior_scale = jnp.where(leg == PRIOR_LEG, 1.0, beta)
+        return -log_density(position, prior_scale, beta) + fitted_leg_term(
+            leg, (1.0 - beta) * base_potential(position)
+        )
+
+    def sample_reference_fn(rng_key, leg):
+        if leg == PRIOR_LEG:
+            return split.sample_prior_fn(rng_key, 1)[0][0]
+        return base.sample(rng_key)
+
+    return _hmc_rung_moves(
+        reference_potential_fn, log_likelihood_fn, sample_reference_fn, algo, potential_fn
+    )
+
+
+def _hmc_rung_moves(
+    reference_potential_fn, log_likelihood_fn, sample_reference_fn, algo, potential_fn=None
+):
+    """:class:`HMCRungMoves` on a path given by ``-log r(x, given)``, ``l(x, given)`` and
+    ``sample_reference_fn(rng_key, given)``; the moves' potential ``U_beta(x, given)`` is
+    ``potential_fn(x, beta, given)`` if given, else ``-log r - beta l``."""
+    if potential_fn is None:
+
+        def potential_fn(position, beta, given):
+            return reference_potential_fn(position, given) - beta * log_likelihood_fn(
+                position, given
+            )
+
     def potential_fn_gen(beta, given=None):
-        potential = path.potential_fn(beta)
-        return lambda position: potential(at(position, given))
+        return lambda position: potential_fn(position, beta, given)
 
     hmc_init, hmc_sample = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
 
     def likelihood_value_and_grad(position, given):
-        return value_and_gradient(lambda x: path.log_likelihood_fn(at(x, given)))(position)
+        return value_and_gradient(lambda x: log_likelihood_fn(x, given))(position)
 
     def evaluate(position, given=None) -> ReplicaEvaluation:
         reference_potential, reference_gradient = value_and_gradient(
-            lambda x: path.reference_potential_fn(at(x, given))
+            lambda x: reference_potential_fn(x, given)
         )(position)
         log_likelihood, log_likelihood_gradient = likelihood_value_and_grad(position, given)
         return ReplicaEvaluation(
@@ -442,8 +541,9 @@ def hmc_moves(path: TemperedPath, algo="NUTS") -> RungMoves:
             finite, moved, rejected_move(inner, moved)
         )
 
-    def renew(rng_key, replica: ReplicaEvaluation):
-        return evaluate(path.sample_reference_fn(rng_key).astype(replica.position.dtype))
+    def renew(rng_key, replica: ReplicaEvaluation, given=None):
+        draw = sample_reference_fn(rng_key, given).astype(replica.position.dtype)
+        return evaluate(draw, given)
 
     def sync(inner, replicas, betas):
         # The adaptation state stays with its rung; the point and the cached potential follow
@@ -502,6 +602,97 @@ def with_posterior_replica(state: ExchangeState, replica, sync, unravel_fn) -> E
     )
 
 
+def moving_rungs(state: ExchangeState):
+    """The replicas, inner states and ``beta`` of rungs ``1, ..., N - 1``: those a scan moves.
+
+    The ``beta = 0`` rung is renewed by an exact draw from the reference instead (Syed et al.
+    section 3): new mass enters the ladder there and travels up by swaps. Its own move would be
+    discarded, and near the prior the tempered density is widest, so NUTS trees there are the
+    longest that the vectorised rungs wait for.
+    """
+    return jax.tree.map(lambda leaf: leaf[1:], (state.replicas, state.inner_state, state.betas))
+
+
+class RungLanes(NamedTuple):
+    """The moves a scan makes, one lane per moving rung (leading axis): the arguments of
+    ``RungMoves.explore`` but ``num_warmup``.
+
+    :param rng_key: each lane's key.
+    :param replica: its replica.
+    :param inner: its inner state.
+    :param beta: its inverse temperature.
+    :param iteration: the scans its chain has made.
+    :param given: its ``given`` argument (the leg of :func:`legged_hmc_moves`), or ``None``.
+    """
+
+    rng_key: jax.Array
+    replica: Any
+    inner: Any
+    beta: jax.Array
+    iteration: jax.Array
+    given: Any = None
+
+
+class ScanParts(NamedTuple):
+    """One scan split around its rungs' moves, so that the moves of every rung of every chain
+    of a batch are one vectorised call (:func:`batched_scan_step`) instead of a vectorised
+    call inside another, which compiles about twice as slowly.
+
+    :param lanes: ``state -> (RungLanes, carry)``: the moves to make, and what the rest of the
+        scan needs.
+    :param explore: ``RungLanes -> (replica, inner)`` of one lane.
+    :param complete: ``(state, moved, carry) -> state``, ``moved`` the lanes' results.
+    """
+
+    lanes: Callable
+    explore: Callable
+    complete: Callable
+
+
+def lane_explore(explore, num_warmup):
+    """``RungLanes -> (replica, inner)``: ``RungMoves.explore`` on one lane."""
+
+    def explore_lane(lane: RungLanes):
+        arguments = (lane.rng_key, lane.replica, lane.inner, lane.beta, lane.iteration, num_warmup)
+        return explore(*arguments) if lane.given is None else explore(*arguments, lane.given)
+
+    return explore_lane
+
+
+def scan_step(parts: ScanParts):
+    """``state -> state``: one scan of one chain from its :class:`ScanParts`."""
+
+    def step(state):
+        lanes, carry = parts.lanes(state)
+        return parts.complete(state, jax.vmap(parts.explore)(lanes), carry)
+
+    return step
+
+
+def batched_scan_step(parts: ScanParts):
+    """``states -> states``: one scan of a batch of chains (leading axis), the moves of all
+    their rungs one vectorised call over ``chains x rungs`` lanes.
+
+    **Example:**
+
+    .. code-block:: python
+
+        scan = exchange_scan(hmc_moves(path), lambda x: x, num_replicas=8)
+        states = jax.vmap(functools.partial(scan.init, num_warmup=500))(positions, keys)
+        states = batched_scan_step(scan.parts(500))(states)
+    """
+
+    def step(states):
+        lanes, carry = jax.vmap(parts.lanes)(states)
+        batch_shape = lanes.beta.shape[:2]
+        flat = jax.tree.map(lambda leaf: leaf.reshape((-1,) + leaf.shape[2:]), lanes)
+        moved = jax.vmap(parts.explore)(flat)
+        moved = jax.tree.map(lambda leaf: leaf.reshape(batch_shape + leaf.shape[1:]), moved)
+        return jax.vmap(parts.complete)(states, moved, carry)
+
+    return step
+
+
 def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, betas=None):
     """Pure ``init``/``step`` of non-reversible parallel tempering for one chain, the replicas
     moved by ``moves``.
@@ -524,6 +715,40 @@ def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, be
         init_fn, step_fn = replica_exchange(hmc_moves(path), lambda x: x, num_replicas=8)
         state = init_fn(jnp.zeros((8, 2)), key, 500)
         state = step_fn(state, 500)
+    """
+    scan = exchange_scan(moves, unravel_fn, num_replicas=num_replicas, tag=tag, betas=betas)
+
+    def step_fn(state, num_warmup):
+        return scan_step(scan.parts(num_warmup))(state)
+
+    return scan.init, step_fn
+
+
+class ExchangeScan(NamedTuple):
+    """The functions of :func:`exchange_scan`.
+
+    :param init: ``(positions, rng_key, num_warmup, **settings) -> ExchangeState``.
+    :param parts: ``num_warmup -> ScanParts`` of one scan (:func:`scan_step` makes it a step).
+    """
+
+    init: Callable
+    parts: Callable
+
+
+def exchange_scan(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, betas=None):
+    """:func:`replica_exchange`'s functions with its scan split around the rungs' moves
+    (:class:`ExchangeScan`), so that a batch of chains moves all its rungs in one vectorised
+    call (:func:`batched_scan_step`) and two ladders can move theirs together.
+
+    The arguments are :func:`replica_exchange`'s.
+
+    **Example:**
+
+    .. code-block:: python
+
+        scan = exchange_scan(hmc_moves(path), lambda x: x, num_replicas=8)
+        state = scan.init(jnp.zeros((8, 2)), key, 500)
+        state = scan_step(scan.parts(500))(state)
     """
 
     def state_of(replicas, inner, betas, accept_prob, statistics, iteration, rng_key):
@@ -558,21 +783,31 @@ def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, be
             rng_key,
         )
 
-    def step_fn(state: ExchangeState, num_warmup):
-        rng_key, move_key, reference_key, swap_key = jax.random.split(state.rng_key, 4)
+    def parts(num_warmup):
+        def lanes(state: ExchangeState):
+            rng_key, move_key, reference_key, swap_key = jax.random.split(state.rng_key, 4)
+            replicas, inner, betas = moving_rungs(state)
+            moving = RungLanes(
+                jax.random.split(move_key, num_replicas - 1),
+                replicas,
+                inner,
+                betas,
+                jnp.broadcast_to(state.iteration, betas.shape),
+            )
+            return moving, (rng_key, reference_key, swap_key)
+
+        def complete(state, moved, carry):
+            return finish(state, moved, num_warmup, carry)
+
+        return ScanParts(lanes, lane_explore(moves.explore, num_warmup), complete)
+
+    def finish(state: ExchangeState, moved, num_warmup, keys):
+        """The rest of a scan once rungs ``1, ..., N - 1`` have moved (``moved``: their
+        replicas and inner states): the reference renewed, the swaps, the statistics and the
+        ladder; ``keys`` are the state's next key and those of the renewal and the swaps."""
+        rng_key, reference_key, swap_key = keys
+        moved, moved_inner = moved
         betas = state.betas
-        # The beta = 0 rung is renewed by an exact draw from the reference (Syed et al. section
-        # 3): new mass enters the ladder there and travels up by swaps. Its own move would be
-        # discarded, and near the prior the tempered density is widest, so NUTS trees there are
-        # the longest that the vmapped rungs wait for: only rungs 1, ..., N - 1 move.
-        tail = jax.tree.map(lambda leaf: leaf[1:], (state.replicas, state.inner_state))
-        moved, moved_inner = jax.vmap(moves.explore, in_axes=(0, 0, 0, 0, None, None))(
-            jax.random.split(move_key, num_replicas - 1),
-            *tail,
-            betas[1:],
-            state.iteration,
-            num_warmup,
-        )
         reference = _rung(state.replicas, 0)
         fresh = moves.renew(reference_key, reference)
         fresh = select(fresh.finite, fresh, reference)
@@ -593,7 +828,7 @@ def replica_exchange(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, be
         inner = moves.sync(inner, replicas, betas)
         return state_of(replicas, inner, betas, accept_prob, statistics, iteration, rng_key)
 
-    return init_fn, step_fn
+    return ExchangeScan(init_fn, parts)
 
 
 def swap_rates(state: ExchangeState):

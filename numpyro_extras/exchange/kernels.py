@@ -23,7 +23,14 @@ from numpyro.util import find_stack_level, not_jax_tracer
 from numpyro_extras.bases import GaussianBase, MixtureBase, validate_base
 from numpyro_extras.discrete.kernels import ACS, DiscreteTarget
 from numpyro_extras.discrete.proposal import decode
-from numpyro_extras.exchange.chains import hmc_moves, replica_exchange, swap_rates
+from numpyro_extras.exchange.chains import (
+    batched_scan_step,
+    exchange_scan,
+    hmc_moves,
+    legged_hmc_moves,
+    scan_step,
+    swap_rates,
+)
 from numpyro_extras.exchange.discrete_moves import acs_moves, mixed_moves
 from numpyro_extras.exchange.ladder import (
     MAX_AUTO_REPLICAS,
@@ -46,7 +53,6 @@ from numpyro_extras.kernel import (
     calling_mcmc_progress_bar,
     fixed_target_functions,
     hmc_settings,
-    starting_positions,
 )
 from numpyro_extras.potential import (
     FlatModel,
@@ -227,9 +233,9 @@ class ReplicaExchange(ExtrasKernel):
         a pilot run of this kernel's own core (``PILOT_REPLICAS`` rungs, ``PILOT_TUNING_SCANS``
         scans tuning the ladder and ``PILOT_SCANS`` measuring its swap rates, one chain, seeded
         by ``fit_base_seed``), and uses ``ceil(2 Lambda)`` replicas, at least 16 (8 per leg of
-        ``reference="stabilized"``, each leg with its own pilot) and at most 64 or the memory
-        bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`),
-        starting from the pilot's ladder resized to that count; or an integer of at least 2,
+        ``reference="stabilized"``, both legs measured in one pilot run) and at most 64 or the
+        memory bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`), starting
+        from the pilot's ladder resized to that count; or an integer of at least 2,
         used as given, with :func:`~numpyro_extras.exchange_diagnostics` reporting the barrier.
     :param reference: ``"auto"`` (the default): ``"stabilized"`` for a model with continuous
         latent sites and a proper prior, ``"fit"`` if the prior is improper, ``"prior"`` if
@@ -352,6 +358,8 @@ class ReplicaExchange(ExtrasKernel):
         self._fit_base_kwargs = dict(fit_base_kwargs or {})
         self._fit_base_seed = fit_base_seed
         self._flat_model: FlatModel | None = None
+        # The model's prior/likelihood split, for the prior path (or the prior leg).
+        self._split = None
         self._discrete_target: DiscreteTarget | None = None
         self._path: TemperedPath | None = None
         # For reference="stabilized": the prior leg's path, pilot, count and starting ladder.
@@ -480,6 +488,7 @@ class ReplicaExchange(ExtrasKernel):
 
     def _forget_target(self):
         self._flat_model = self._path = self._fitted_reference = self._prior_leg_path = None
+        self._split = None
         self._path_reference = None
         self._discrete_target = None
         self._forget_count()
@@ -545,45 +554,27 @@ class ReplicaExchange(ExtrasKernel):
 
     def _run_pilot(self):
         """Measure the communication barrier of the path (of each leg, for a stabilised
-        reference) with a short run of the core on ``PILOT_REPLICAS`` rungs, and set the count
-        and starting ladder from it."""
-        leg = " (fitted leg)" if self.stabilized else ""
-        self._pilot = self._leg_pilot(self._path, stream=1, description=f"replica exchange{leg}")
-        self._num_replicas = self._pilot.num_replicas
-        self._starting_betas = self._pilot.starting_betas
-        if not self.stabilized:
-            return
-        self._prior_leg_pilot = self._leg_pilot(
-            self._prior_leg_path, stream=2, description="replica exchange (prior leg)"
-        )
-        count = self._prior_leg_pilot.num_replicas
-        if (count - self._num_replicas) % 2:
-            # The joined line alternates even and odd gaps only if both legs have counts of the
-            # same parity.
-            count = count + 1 if count < MAX_AUTO_REPLICAS else count - 1
-        self._num_prior_replicas = count
-        pilot = self._prior_leg_pilot
-        self._prior_starting_betas = np.asarray(
-            equalized_ladder(pilot.betas, pilot.swap_accept_rate, count)
-        )
-
-    def _leg_pilot(self, path, stream, description) -> ReplicaPilot:
-        """The pilot run of the core on ``path``, its progress bar labelled ``description``."""
-        values = self._values_per_replica * (2 if self.stabilized else 1)
+        reference, in one run of both) with a short run of the core on ``PILOT_REPLICAS`` rungs
+        per leg, and set the count and starting ladder from it."""
+        legs = 2 if self.stabilized else 1
+        values = self._values_per_replica * legs
         pilot_count = min(PILOT_REPLICAS, MAX_AUTO_REPLICAS, MAX_REPLICA_VALUES // values)
         # Its own stream, apart from the fit's: the same for every chain method and key.
         position_key, run_key = jax.random.split(
-            jax.random.fold_in(jax.random.PRNGKey(self._fit_base_seed), stream)
+            jax.random.fold_in(jax.random.PRNGKey(self._fit_base_seed), 1)
         )
-        positions = self._leg_positions(position_key, None, pilot_count, path)
-        init_fn, step_fn, settings = self._core(pilot_count, path=path)
-        state = jax.jit(functools.partial(init_fn, num_warmup=PILOT_TUNING_SCANS, **settings))(
+        scan, settings = self._scan(pilot_count, pilot_count)
+        description = "replica exchange" + (" (both legs)" if self.stabilized else "")
+        positions = jax.jit(
+            lambda key: self._initial_positions(key, None, pilot_count, pilot_count)
+        )(position_key)
+        state = jax.jit(functools.partial(scan.init, num_warmup=PILOT_TUNING_SCANS, **settings))(
             positions, run_key
         )
+        step = scan_step(scan.parts(PILOT_TUNING_SCANS))
 
         @jax.jit
         def run_chunk(state, _):
-            step = functools.partial(step_fn, num_warmup=PILOT_TUNING_SCANS)
             return jax.lax.fori_loop(0, PILOT_CHUNK, lambda _, state: step(state), state), None
 
         num_scans = PILOT_TUNING_SCANS + PILOT_SCANS
@@ -595,9 +586,31 @@ class ReplicaExchange(ExtrasKernel):
             description=f"{description}: pilot scans",
             progress_bar=calling_mcmc_progress_bar(),
         )
+        if not self.stabilized:
+            self._pilot = self._pilot_result(state, values, MIN_AUTO_REPLICAS)
+            self._num_replicas = self._pilot.num_replicas
+            self._starting_betas = self._pilot.starting_betas
+            return
+        self._pilot = self._pilot_result(state.fit_leg, values, MIN_AUTO_LEG_REPLICAS)
+        self._num_replicas = self._pilot.num_replicas
+        self._starting_betas = self._pilot.starting_betas
+        self._prior_leg_pilot = self._pilot_result(state.prior_leg, values, MIN_AUTO_LEG_REPLICAS)
+        count = self._prior_leg_pilot.num_replicas
+        if (count - self._num_replicas) % 2:
+            # The joined line alternates even and odd gaps only if both legs have counts of the
+            # same parity.
+            count = count + 1 if count < MAX_AUTO_REPLICAS else count - 1
+        self._num_prior_replicas = count
+        pilot = self._prior_leg_pilot
+        self._prior_starting_betas = np.asarray(
+            equalized_ladder(pilot.betas, pilot.swap_accept_rate, count)
+        )
+
+    @staticmethod
+    def _pilot_result(state, values, minimum) -> ReplicaPilot:
+        """What a pilot's final state of one ladder measured, and the count chosen from it."""
         betas, accept_rates = swap_rates(state)
         barrier = float(communication_barrier(accept_rates)[-1])
-        minimum = MIN_AUTO_LEG_REPLICAS if self.stabilized else MIN_AUTO_REPLICAS
         count = replicas_for_barrier(barrier, values, minimum=minimum)
         return ReplicaPilot(
             barrier,
@@ -638,10 +651,13 @@ class ReplicaExchange(ExtrasKernel):
         reference = self._reference
         prior = None
         if isinstance(reference, str) and reference in ("prior", "stabilized", "auto"):
+
+            def split_fn():
+                self._split = split_model(key, self._model, model_args, model_kwargs)
+                return self._split
+
             try:
-                prior = self._prior_path(
-                    key, lambda: split_model(key, self._model, model_args, model_kwargs)
-                )
+                prior = self._prior_path(key, split_fn)
             except ValueError:
                 if reference != "auto":
                     raise
@@ -729,25 +745,39 @@ class ReplicaExchange(ExtrasKernel):
         return target is not None and bool(target.continuous_sites)
 
     def _build(self, num_warmup, tag):
-        if self.stabilized:
-            init_fn, step_fn = stabilized_exchange(
-                hmc_moves(self._path, self._algo),
-                hmc_moves(self._prior_leg_path, self._algo),
-                self._flat_model.unravel_fn,
-                num_fit_replicas=self._num_replicas,
-                num_prior_replicas=self._num_prior_replicas,
-                tag=tag,
-                fit_betas=self._starting_betas,
-                prior_betas=self._prior_starting_betas,
-            )
-            return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
-        init_fn, step_fn, settings = self._core(self._num_replicas, tag, self._starting_betas)
-        return fixed_target_functions(init_fn, step_fn, num_warmup, settings)
+        scan, settings = self._scan(
+            self._num_replicas,
+            self._num_prior_replicas,
+            tag,
+            self._starting_betas,
+            self._prior_starting_betas,
+        )
+        init_one, step_one = fixed_target_functions(
+            scan.init,
+            lambda state, num_warmup: scan_step(scan.parts(num_warmup))(state),
+            num_warmup,
+            settings,
+        )
+        step_batch = batched_scan_step(scan.parts(num_warmup))
+        return init_one, step_one, None, lambda states, *model_inputs: step_batch(states)
 
-    def _core(self, num_replicas, tag=None, betas=None, path=None):
-        """``(init_fn, step_fn, settings)`` of the core with ``num_replicas`` rungs on ``path``
-        (default the prepared one), starting from ``betas`` (default the initial ladder)."""
+    def _scan(self, num_replicas, num_prior_replicas=None, tag=None, betas=None, prior_betas=None):
+        """``(scan, settings)``: the :class:`~numpyro_extras.exchange.chains.ExchangeScan` of
+        the core with ``num_replicas`` rungs on the prepared path (and ``num_prior_replicas``
+        on the prior leg of a stabilised reference), starting from ``betas`` and
+        ``prior_betas`` (default the initial ladder), and the settings of its ``init``."""
         settings = self._hmc_settings
+        if self.stabilized:
+            scan = stabilized_exchange(
+                legged_hmc_moves(self._split, self._fitted_reference, self._algo),
+                self._flat_model.unravel_fn,
+                num_fit_replicas=num_replicas,
+                num_prior_replicas=num_prior_replicas,
+                tag=tag,
+                fit_betas=betas,
+                prior_betas=prior_betas,
+            )
+            return scan, settings
         if self._acs is not None:
             target = self._discrete_target
             acs = self._acs
@@ -777,12 +807,10 @@ class ReplicaExchange(ExtrasKernel):
                 moves = acs_moves(self._path, target.variables, **acs_settings)
                 unravel_fn = target.site_values_fn
         else:
-            moves = hmc_moves(self._path if path is None else path, self._algo)
+            moves = hmc_moves(self._path, self._algo)
             unravel_fn = self._flat_model.unravel_fn
-        init_fn, step_fn = replica_exchange(
-            moves, unravel_fn, num_replicas=num_replicas, tag=tag, betas=betas
-        )
-        return init_fn, step_fn, settings
+        scan = exchange_scan(moves, unravel_fn, num_replicas=num_replicas, tag=tag, betas=betas)
+        return scan, settings
 
     def _discrete_positions(self, rng_key, init_params, num_replicas):
         """One chain's starting states, index arrays with leading axis ``N`` (with the flat
@@ -813,21 +841,24 @@ class ReplicaExchange(ExtrasKernel):
             lambda leaf: jnp.broadcast_to(leaf, (num_replicas,) + leaf.shape), position
         )
 
-    def _initial_positions(self, rng_key, init_params):
+    def _initial_positions(self, rng_key, init_params, num_replicas=None, num_prior_replicas=None):
         """One chain's starting points, ``(N, D)`` for the kernel's ``N`` rungs (the fitted
-        leg's then the prior leg's, for a stabilised reference): ``init_params`` for every rung
-        if given, else reference draws, each replaced by the model's initial point where the
-        rung's tempered density is not finite there."""
+        leg's then the prior leg's, for a stabilised reference; other counts if given):
+        ``init_params`` for every rung if given, else reference draws, each replaced by the
+        model's initial point where the rung's tempered density is not finite there."""
+        num_replicas = self._num_replicas if num_replicas is None else num_replicas
         if self._discrete_target is not None:
-            return self._discrete_positions(rng_key, init_params, self._num_replicas)
+            return self._discrete_positions(rng_key, init_params, num_replicas)
         if not self.stabilized:
-            return self._leg_positions(rng_key, init_params, self._num_replicas, self._path)
+            return self._leg_positions(rng_key, init_params, num_replicas, self._path)
+        if num_prior_replicas is None:
+            num_prior_replicas = self._num_prior_replicas
         fit_key, prior_key = jax.random.split(rng_key)
         return jnp.concatenate(
             [
-                self._leg_positions(fit_key, init_params, self._num_replicas, self._path),
+                self._leg_positions(fit_key, init_params, num_replicas, self._path),
                 self._leg_positions(
-                    prior_key, init_params, self._num_prior_replicas, self._prior_leg_path
+                    prior_key, init_params, num_prior_replicas, self._prior_leg_path
                 ),
             ]
         )
@@ -857,7 +888,7 @@ class ReplicaExchange(ExtrasKernel):
 
     def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
         discrete = self._discrete_target is not None
-        positions, chain_keys = starting_positions(
+        positions, chain_keys = self._starting_positions(
             rng_key,
             init_params,
             batched,

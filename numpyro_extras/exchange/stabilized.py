@@ -13,29 +13,44 @@ scans whose parity the deterministic even-odd scheme gives it in the joined line
 either side of it are offered on the other scans), so states keep their direction across it.
 
 Each leg is a :func:`~numpyro_extras.exchange.chains.replica_exchange` chain on its own path
-(its own ladder tuning, adaptation and stepping stone); crossing the junction re-evaluates the
-state on the other leg's path (one evaluation of the model and its gradient per crossing).
+(its own ladder tuning, adaptation and stepping stone) whose rungs move together with the other
+leg's; crossing the junction re-evaluates the state on the other leg's path (one evaluation of
+the model and its gradient per crossing).
 Each leg's stepping stone estimates the same ``log Z``: their agreement checks that the fitted
 reference did not miss mass.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.exchange.chains import (
     EXCHANGE_FIELDS,
+    FIT_LEG,
+    PRIOR_LEG,
+    ExchangeScan,
     ExchangeState,
-    replica_exchange,
+    ScanParts,
+    exchange_scan,
+    lane_explore,
     with_posterior_replica,
 )
 from numpyro_extras.kernel import field_lookup
 from numpyro_extras.metropolis import select
 
-__all__ = ["StabilizedState", "STABILIZED_FIELDS", "stabilized_exchange", "junction_parity"]
+__all__ = [
+    "StabilizedState",
+    "STABILIZED_FIELDS",
+    "stabilized_exchange",
+    "leg_moves",
+    "junction_parity",
+]
 
 
 _missing_field, _field_item = field_lookup(
@@ -104,8 +119,7 @@ def junction_parity(num_fit_replicas):
 
 
 def stabilized_exchange(
-    fit_moves,
-    prior_moves,
+    moves,
     unravel_fn,
     *,
     num_fit_replicas,
@@ -114,11 +128,15 @@ def stabilized_exchange(
     fit_betas=None,
     prior_betas=None,
 ):
-    """Pure ``init``/``step`` of stabilised replica exchange for one chain.
+    """Pure ``init`` and scan of stabilised replica exchange for one chain.
 
-    :param fit_moves: the HMC/NUTS moves on the fitted reference's path
-        (:func:`~numpyro_extras.exchange.chains.hmc_moves`, with ``evaluate``).
-    :param prior_moves: those on the prior path.
+    Each leg keeps its own ladder, tuning, statistics and stepping stone, but the rungs of both
+    legs move as one vectorised program (``moves`` takes the leg as data), so a scan waits for
+    the longest NUTS tree of any rung once, not once per leg.
+
+    :param moves: the HMC/NUTS moves of both legs
+        (:func:`~numpyro_extras.exchange.chains.legged_hmc_moves`: leg ``FIT_LEG`` the fitted
+        reference's path, ``PRIOR_LEG`` the prior's).
     :param unravel_fn: a flat position -> the ``z`` stored in the state.
     :param int num_fit_replicas: rungs of the fitted leg (at least 2).
     :param int num_prior_replicas: rungs of the prior leg (at least 2, of the same parity as
@@ -126,62 +144,118 @@ def stabilized_exchange(
     :param tag: the build tag stored in the state.
     :param fit_betas: the fitted leg's starting ladder (default the initial ladder).
     :param prior_betas: the prior leg's.
-    :return: ``(init_fn, step_fn)``: ``init_fn(positions, rng_key, num_warmup, **settings)``
-        with ``positions`` of leading axis ``num_fit_replicas + num_prior_replicas`` (the
-        fitted leg's starts first), and ``step_fn(state, num_warmup)``.
+    :return: :class:`~numpyro_extras.exchange.chains.ExchangeScan`: ``init(positions, rng_key,
+        num_warmup, **settings)`` with ``positions`` of leading axis ``num_fit_replicas +
+        num_prior_replicas`` (the fitted leg's starts first), and ``parts(num_warmup)``, the
+        scan (:func:`~numpyro_extras.exchange.chains.scan_step` for one chain,
+        :func:`~numpyro_extras.exchange.chains.batched_scan_step` for a batch).
     :raises ValueError: if the two counts differ in parity.
 
     **Example:**
 
     .. code-block:: python
 
-        init_fn, step_fn = stabilized_exchange(
-            hmc_moves(fit_path), hmc_moves(prior_path), lambda x: x,
+        scan = stabilized_exchange(
+            legged_hmc_moves(split, base), lambda x: x,
             num_fit_replicas=8, num_prior_replicas=16,
         )
-        state = init_fn(positions, key, 500)   # positions: (24, D)
-        state = step_fn(state, 500)
+        state = scan.init(positions, key, 500)   # positions: (24, D)
+        state = scan_step(scan.parts(500))(state)
     """
     if (num_fit_replicas - num_prior_replicas) % 2:
         raise ValueError(
             "The two legs must have counts of the same parity, got "
             f"{num_fit_replicas} and {num_prior_replicas}."
         )
-    fit_init, fit_step = replica_exchange(
-        fit_moves, unravel_fn, num_replicas=num_fit_replicas, tag=tag, betas=fit_betas
-    )
-    prior_init, prior_step = replica_exchange(
-        prior_moves, unravel_fn, num_replicas=num_prior_replicas, tag=tag, betas=prior_betas
+    fit_scan, prior_scan = (
+        exchange_scan(
+            leg_moves(moves, leg, count), unravel_fn, num_replicas=count, tag=tag, betas=betas
+        )
+        for leg, count, betas in (
+            (FIT_LEG, num_fit_replicas, fit_betas),
+            (PRIOR_LEG, num_prior_replicas, prior_betas),
+        )
     )
     parity = junction_parity(num_fit_replicas)
+    # The leg of every moving rung: the fitted leg's rungs 1, ..., N_fit - 1, then the prior's.
+    moving_legs = np.concatenate(
+        [np.full(num_fit_replicas - 1, FIT_LEG), np.full(num_prior_replicas - 1, PRIOR_LEG)]
+    )
 
     def init_fn(positions, rng_key, num_warmup, **settings):
         fit_key, prior_key, rng_key = jax.random.split(rng_key, 3)
-        fit_leg = fit_init(positions[:num_fit_replicas], fit_key, num_warmup, **settings)
-        prior_leg = prior_init(positions[num_fit_replicas:], prior_key, num_warmup, **settings)
+        fit_leg = fit_scan.init(positions[:num_fit_replicas], fit_key, num_warmup, **settings)
+        prior_leg = prior_scan.init(positions[num_fit_replicas:], prior_key, num_warmup, **settings)
         return StabilizedState(fit_leg, prior_leg, tag, rng_key)
 
-    def step_fn(state: StabilizedState, num_warmup):
-        fit_key, prior_key, rng_key = jax.random.split(state.rng_key, 3)
-        fit_leg = fit_step(state.fit_leg._replace(rng_key=fit_key), num_warmup)
-        prior_leg = prior_step(state.prior_leg._replace(rng_key=prior_key), num_warmup)
-        # Both legs have stepped once, so their iteration counts the scan being made.
-        offered = fit_leg.iteration % 2 == parity
-        fit_top = jax.tree.map(lambda leaf: leaf[-1], fit_leg.replicas)
-        prior_top = jax.tree.map(lambda leaf: leaf[-1], prior_leg.replicas)
-        into_fit = fit_moves.evaluate(prior_top.position)
-        into_prior = prior_moves.evaluate(fit_top.position)
-        crossed = offered & into_fit.finite & into_prior.finite
-        fit_leg = select(
-            crossed,
-            with_posterior_replica(fit_leg, into_fit, fit_moves.sync, unravel_fn),
-            fit_leg,
-        )
-        prior_leg = select(
-            crossed,
-            with_posterior_replica(prior_leg, into_prior, prior_moves.sync, unravel_fn),
-            prior_leg,
-        )
-        return StabilizedState(fit_leg, prior_leg, state.build, rng_key)
+    def parts(num_warmup):
+        fit_parts, prior_parts = fit_scan.parts(num_warmup), prior_scan.parts(num_warmup)
 
-    return init_fn, step_fn
+        def lanes(state: StabilizedState):
+            fit_key, prior_key, rng_key = jax.random.split(state.rng_key, 3)
+            fit_lanes, fit_carry = fit_parts.lanes(state.fit_leg._replace(rng_key=fit_key))
+            prior_lanes, prior_carry = prior_parts.lanes(
+                state.prior_leg._replace(rng_key=prior_key)
+            )
+            both = jax.tree.map(
+                lambda fit, prior: jnp.concatenate([fit, prior]), fit_lanes, prior_lanes
+            )
+            return both._replace(given=jnp.asarray(moving_legs)), (fit_carry, prior_carry, rng_key)
+
+        def complete(state: StabilizedState, moved, carry):
+            fit_carry, prior_carry, rng_key = carry
+            fit_moved = jax.tree.map(lambda leaf: leaf[: num_fit_replicas - 1], moved)
+            prior_moved = jax.tree.map(lambda leaf: leaf[num_fit_replicas - 1 :], moved)
+            fit_leg = fit_parts.complete(state.fit_leg, fit_moved, fit_carry)
+            prior_leg = prior_parts.complete(state.prior_leg, prior_moved, prior_carry)
+            # Both legs have stepped once, so their iteration counts the scan being made.
+            offered = fit_leg.iteration % 2 == parity
+            fit_top = jax.tree.map(lambda leaf: leaf[-1], fit_leg.replicas)
+            prior_top = jax.tree.map(lambda leaf: leaf[-1], prior_leg.replicas)
+            into_fit = moves.evaluate(prior_top.position, FIT_LEG)
+            into_prior = moves.evaluate(fit_top.position, PRIOR_LEG)
+            crossed = offered & into_fit.finite & into_prior.finite
+            fit_leg = select(
+                crossed,
+                with_posterior_replica(fit_leg, into_fit, moves.sync, unravel_fn),
+                fit_leg,
+            )
+            prior_leg = select(
+                crossed,
+                with_posterior_replica(prior_leg, into_prior, moves.sync, unravel_fn),
+                prior_leg,
+            )
+            return StabilizedState(fit_leg, prior_leg, state.build, rng_key)
+
+        return ScanParts(lanes, lane_explore(moves.explore, num_warmup), complete)
+
+    return ExchangeScan(init_fn, parts)
+
+
+def leg_moves(moves, leg, num_replicas):
+    """The :class:`~numpyro_extras.exchange.chains.RungMoves` of one leg of ``moves``
+    (:func:`~numpyro_extras.exchange.chains.legged_hmc_moves`): its leg fixed.
+
+    :param moves: the moves of both legs.
+    :param int leg: ``FIT_LEG`` or ``PRIOR_LEG``.
+    :param int num_replicas: the leg's rungs.
+    :return: :class:`~numpyro_extras.exchange.chains.RungMoves` (with ``evaluate``).
+
+    **Example:**
+
+    .. code-block:: python
+
+        prior_moves = leg_moves(legged_hmc_moves(split, base), PRIOR_LEG, 16)
+    """
+    legs = np.full(num_replicas, leg)
+
+    def init(positions, betas, rng_key, num_warmup, **settings):
+        return moves.init(positions, betas, rng_key, num_warmup, jnp.asarray(legs), **settings)
+
+    return type(moves)(
+        init,
+        functools.partial(moves.explore, given=leg),
+        functools.partial(moves.renew, given=leg),
+        moves.sync,
+        functools.partial(moves.evaluate, given=leg),
+    )

@@ -23,7 +23,6 @@ from numpyro_extras.kernel import (
     ExtrasKernel,
     calling_mcmc_progress_bar,
     conditioning_values,
-    starting_positions,
 )
 from numpyro_extras.potential import (
     FlatModel,
@@ -221,7 +220,7 @@ class AiSampler(ExtrasKernel):
         return jnp.asarray(position, fallback.dtype)
 
     def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
-        positions, chain_keys = starting_positions(
+        positions, chain_keys = self._starting_positions(
             rng_key, init_params, batched, self._initial_position, self._flat_model.dimension
         )
         conditioning = conditioning_values(model_kwargs)

@@ -21,7 +21,6 @@ from numpyro_extras.kernel import (
     ExtrasKernel,
     calling_mcmc_progress_bar,
     fixed_target_functions,
-    starting_positions,
 )
 from numpyro_extras.metropolis import independence_acceptance_rate
 from numpyro_extras.potential import (
@@ -349,7 +348,7 @@ class VAESLMC(ExtrasKernel):
         return jnp.where(finite, draw, fallback)
 
     def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
-        positions, chain_keys = starting_positions(
+        positions, chain_keys = self._starting_positions(
             rng_key, init_params, batched, self._initial_position, self._flat_model.dimension
         )
         if not_jax_tracer(positions):

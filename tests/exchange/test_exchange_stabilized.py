@@ -58,9 +58,7 @@ def test_different_parities_are_refused():
     from numpyro_extras.exchange.stabilized import stabilized_exchange
 
     with pytest.raises(ValueError, match="same parity"):
-        stabilized_exchange(
-            hmc_moves(None), hmc_moves(None), None, num_fit_replicas=4, num_prior_replicas=5
-        )
+        stabilized_exchange(hmc_moves(None), None, num_fit_replicas=4, num_prior_replicas=5)
 
 
 @pytest.fixture(scope="module")
