@@ -13,7 +13,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import MCMC, NUTS
+from numpyro.infer import NUTS
+from numpyro.infer.hmc import hmc
+
+from numpyro_extras.kernel import hmc_settings
+from numpyro_extras.progress import run_chunks
 
 __all__ = ["PilotDraws", "dispersed_nuts_draws"]
 
@@ -52,7 +56,7 @@ def dispersed_nuts_draws(
     :param int num_warmup: warm-up transitions per chain.
     :param int num_samples: kept draws per chain.
     :param float radius: half-width of the box of starts.
-    :param bool progress_bar: show NumPyro's progress bar.
+    :param bool progress_bar: show a progress bar.
     :return: :class:`PilotDraws`.
 
     **Example:**
@@ -63,7 +67,7 @@ def dispersed_nuts_draws(
                                      num_warmup=300, num_samples=200)
         data = pilot.draws.reshape(-1, 2)
     """
-    start_key, warmup_key, run_key = jax.random.split(rng_key, 3)
+    start_key, run_key = jax.random.split(rng_key)
     initial_position = jnp.asarray(initial_position)
     dimension = initial_position.shape[-1]
     starts = jax.random.uniform(
@@ -71,21 +75,42 @@ def dispersed_nuts_draws(
     )
     finite = jax.vmap(lambda x: jnp.isfinite(potential_fn(x)))(starts)
     starts = jnp.where(finite[:, None], starts, initial_position)
-    mcmc = MCMC(
-        NUTS(potential_fn=potential_fn),
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        num_chains=num_chains,
-        chain_method="vectorized",
+    # NumPyro's functional NUTS in one compiled loop for warm-up and draws alike (its kernel
+    # adapts while the transition count is below num_warmup): MCMC.warmup and MCMC.run would
+    # compile a loop each.
+    init_kernel, sample_kernel = hmc(potential_fn, algo="NUTS")
+    _, settings = hmc_settings(NUTS)
+    states = jax.jit(
+        jax.vmap(lambda start, key: init_kernel(start, num_warmup, rng_key=key, **settings))
+    )(starts, jax.random.split(run_key, num_chains))
+    total = num_warmup + num_samples
+    chunk = _chunk_length(total)
+
+    @jax.jit
+    def run_chunk(states, _):
+        def transition(states, _):
+            states = jax.vmap(sample_kernel)(states)
+            return states, (states.z, states.num_steps, states.diverging)
+
+        return jax.lax.scan(transition, states, None, length=chunk)
+
+    _, outputs = run_chunks(
+        run_chunk,
+        states,
+        [(None, chunk)] * (total // chunk),
+        total=total,
+        description="pilot NUTS chains",
         progress_bar=progress_bar,
     )
-    mcmc.warmup(warmup_key, init_params=starts, collect_warmup=True, extra_fields=("num_steps",))
-    evaluations = int(np.sum(mcmc.get_extra_fields()["num_steps"]))
-    mcmc.run(run_key, extra_fields=("num_steps", "diverging"))
-    extra = mcmc.get_extra_fields()
-    evaluations += int(np.sum(extra["num_steps"]))
+    draws, num_steps, diverging = (np.concatenate(parts) for parts in zip(*outputs, strict=True))
     return PilotDraws(
-        np.asarray(mcmc.get_samples(group_by_chain=True)),
-        evaluations,
-        int(np.sum(extra["diverging"])),
+        np.swapaxes(draws[num_warmup:], 0, 1),
+        int(np.sum(num_steps)),
+        int(np.sum(diverging[num_warmup:])),
     )
+
+
+def _chunk_length(total):
+    """The largest divisor of ``total`` that splits it into at least ten chunks (one compiled
+    chunk, reused, between which the progress bar moves)."""
+    return next(length for length in range(max(total // 10, 1), 0, -1) if total % length == 0)
