@@ -1,5 +1,5 @@
-"""The functional core of replica exchange: exact checks of the swap step, the ladder and the
-prior path."""
+"""The functional core of replica exchange: exact checks of the swap step, the ladder, the
+prior path, the legs scored together and the scan of a batch of chains."""
 
 import itertools
 
@@ -12,14 +12,22 @@ import pytest
 from exchange_targets import swap_matrix
 from numpyro.infer.util import potential_energy
 
+import numpyro_extras as nx
 from numpyro_extras.exchange import equalized_ladder, even_odd_swap, initial_ladder
 from numpyro_extras.exchange.chains import (
+    FIT_LEG,
+    PRIOR_LEG,
     ExchangeStatistics,
+    batched_scan_step,
+    hmc_moves,
+    legged_hmc_moves,
+    scan_step,
     swap_log_ratios,
     update_statistics,
 )
 from numpyro_extras.exchange.ladder import communication_barrier, tuning_rounds
-from numpyro_extras.exchange.path import prior_path
+from numpyro_extras.exchange.path import prior_path, reference_path
+from numpyro_extras.exchange.stabilized import stabilized_exchange
 from numpyro_extras.metropolis import acceptance_probability
 from numpyro_extras.potential import split_model
 
@@ -164,3 +172,56 @@ def test_the_prior_path_tempers_observed_sites_and_factors_not_the_prior():
     assert abs(scales.mean() - 2.0 * np.sqrt(2 / np.pi)) < 4 * scales.std() / np.sqrt(4000)
     assert abs(locations.mean()) < 4 * 3.0 / np.sqrt(4000)
     assert abs(locations.std() - 3.0) < 0.15
+
+
+def _two_paths():
+    """The _scale_model's prior path and the path from a Gaussian base, on the same split."""
+    y = jnp.array([0.3, -1.2, 2.0])
+    split = split_model(jax.random.PRNGKey(0), _scale_model, (y,))
+    base = nx.GaussianBase(jnp.array([0.2, -0.1]), jnp.array([[0.8, 0.0], [0.1, 0.5]]), 0.0)
+
+    def potential(x):
+        return potential_energy(_scale_model, (y,), {}, split.unravel_fn(x))
+
+    return split, base, prior_path(split), reference_path(potential, base)
+
+
+def test_legged_moves_evaluate_each_leg_as_its_own_path():
+    """Both legs scored from one evaluation of the model equal each leg's own path, values and
+    gradients, and so does the potential the HMC move runs on at every beta."""
+    split, base, prior, fitted = _two_paths()
+    legged = legged_hmc_moves(split, base)
+    x = jnp.array([0.7, -0.4])
+    for leg, path in ((FIT_LEG, fitted), (PRIOR_LEG, prior)):
+        single = hmc_moves(path).evaluate(x)
+        both = legged.evaluate(x, leg)
+        for expected, actual in zip(single, both, strict=True):
+            np.testing.assert_allclose(actual, expected, rtol=1e-10, atol=1e-12)
+        for beta in (0.0, 0.35, 1.0):
+            value, gradient = both.potential(beta)
+            expected = jax.value_and_grad(path.potential_fn(beta))(x)
+            np.testing.assert_allclose(value, expected[0], rtol=1e-10)
+            np.testing.assert_allclose(gradient, expected[1], rtol=1e-10, atol=1e-12)
+
+
+def test_a_batch_of_chains_moves_as_flat_lanes_exactly_as_chain_by_chain():
+    """One scan of a batch of stabilised chains with every rung of every chain in one vmap
+    gives the same states as each chain's own scan."""
+    split, base, _, _ = _two_paths()
+    scan = stabilized_exchange(
+        legged_hmc_moves(split, base), lambda x: x, num_fit_replicas=4, num_prior_replicas=4
+    )
+    keys = jax.random.split(jax.random.PRNGKey(3), 3)
+    positions = jax.random.normal(jax.random.PRNGKey(4), (3, 8, 2)) * 0.3
+    states = jax.vmap(lambda x, key: scan.init(x, key, 20))(positions, keys)
+    parts = scan.parts(20)
+    batched = jax.jit(batched_scan_step(parts))
+    one_by_one = jax.jit(jax.vmap(scan_step(parts)))
+    for _ in range(3):
+        expected, states = one_by_one(states), batched(states)
+        for leaf, expected_leaf in zip(
+            jax.tree.leaves(states), jax.tree.leaves(expected), strict=True
+        ):
+            np.testing.assert_allclose(leaf, expected_leaf, rtol=1e-9, atol=1e-12)
+    # The scans moved the rungs: positions differ from the starts.
+    assert not np.allclose(states.prior_leg.replicas.position, positions[:, 4:])

@@ -131,6 +131,20 @@ def test_chain_methods_give_the_same_draws():
     assert not np.allclose(draws["sequential"][0], draws["sequential"][1])
 
 
+def test_a_second_run_reuses_the_compiled_starting_draws():
+    """The compiled draw of a batch of chains' starting positions is kept per target: a second
+    run on the same data reuses it (a new jax.jit would compile it again), new data rebuild it."""
+    kernel = nx.ReplicaExchange(
+        conjugate_model, num_replicas=4, reference="prior", inner_kernel=HMC, num_steps=5
+    )
+    mcmc = run(kernel, CONJUGATE_DATA, num_warmup=10, num_samples=10, chain_method="vectorized")
+    compiled = kernel._batch_draws
+    mcmc.run(jax.random.PRNGKey(5), CONJUGATE_DATA)
+    assert kernel._batch_draws is compiled
+    mcmc.run(jax.random.PRNGKey(5), CONJUGATE_DATA + 1.0)
+    assert kernel._batch_draws is not compiled and kernel._batch_draws[1] is not compiled[1]
+
+
 def test_fitted_reference_on_a_linear_regression():
     features, targets = make_linear_regression_data(0, num_data=30, num_features=4)
     kernel = nx.ReplicaExchange(
