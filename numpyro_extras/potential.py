@@ -9,6 +9,7 @@ so no kernel carries its own copy of the plumbing.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -37,6 +38,7 @@ __all__ = [
     "flatten_model",
     "flat_model_from_potential",
     "check_finite_potential",
+    "evaluation_flops",
     "arguments_fingerprint",
     "site_shapes",
     "flat_potential_for",
@@ -382,6 +384,32 @@ def check_finite_potential(potential_fn, position, what="the initial point"):
             f"finite: {bool(np.all(np.isfinite(np.asarray(gradient))))}). Check the model's "
             "support, its data, or the initial values."
         )
+
+
+def evaluation_flops(fn, *example_args) -> float:
+    """The floating-point operations of one call of ``fn``, as XLA's cost analysis counts them
+    in its lowered program: a measure of a potential's cost known before anything compiles.
+
+    :param fn: a JAX-traceable function.
+    :param example_args: its arguments, arrays or ``jax.ShapeDtypeStruct`` (only their shapes
+        and dtypes are used; nothing is evaluated).
+    :return: ``float``; ``inf`` where the backend gives no count.
+
+    **Example:**
+
+    .. code-block:: python
+
+        evaluation_flops(lambda x: x @ x, jax.ShapeDtypeStruct((100,), jnp.float32))  # 200.0
+    """
+    try:
+        cost = jax.jit(fn).lower(*example_args).cost_analysis()
+    except NotImplementedError:
+        return math.inf
+    # Older JAX returns one dict per program, newer JAX the dict.
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else None
+    flops = None if cost is None else cost.get("flops")
+    return math.inf if flops is None or not flops >= 0 else float(flops)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from numpyro_extras.potential import (
     FlatModel,
     check_finite_potential,
     continuous_latent_sites,
+    evaluation_flops,
     flat_model_from_potential,
     flatten_model,
     split_model,
@@ -74,6 +75,7 @@ __all__ = [
     "PILOT_REPLICAS",
     "PILOT_TUNING_SCANS",
     "PILOT_SCANS",
+    "PILOT_FREE_POTENTIAL_FLOPS",
 ]
 
 DEFAULT_NUM_REPLICAS = "auto"
@@ -88,6 +90,12 @@ PILOT_TUNING_SCANS = 256
 PILOT_SCANS = 128
 # The pilot runs in compiled chunks of this many scans, between which its progress bar moves.
 PILOT_CHUNK = 32
+# Below this many floating-point operations per evaluation of the posterior's potential, the
+# rungs a pilot could save (at most half of PILOT_REPLICAS per leg, the floor being the other
+# half) cost a default-length run less than the pilot's own compilation, so "auto" runs
+# PILOT_REPLICAS rungs per leg without one; the run's diagnostics still measure the barrier
+# and warn when the chains make too few round trips.
+PILOT_FREE_POTENTIAL_FLOPS = 10_000
 
 
 class ReplicaPilot(NamedTuple):
@@ -235,8 +243,12 @@ class ReplicaExchange(ExtrasKernel):
         by ``fit_base_seed``), and uses ``ceil(2 Lambda)`` replicas, at least 16 (8 per leg of
         ``reference="stabilized"``, both legs measured in one pilot run) and at most 64 or the
         memory bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`), starting
-        from the pilot's ladder resized to that count; or an integer of at least 2,
-        used as given, with :func:`~numpyro_extras.exchange_diagnostics` reporting the barrier.
+        from the pilot's ladder resized to that count. Where one evaluation of the potential
+        costs at most ``PILOT_FREE_POTENTIAL_FLOPS`` floating-point operations (XLA's count),
+        the extra rungs cost less than the pilot: ``"auto"`` then runs ``PILOT_REPLICAS``
+        rungs per leg without a pilot, from the initial ladder (tuned in warm-up). Or an integer
+        of at least 2, used as given. :func:`~numpyro_extras.exchange_diagnostics` reports the
+        run's barrier and warns when its chains make too few round trips.
     :param reference: ``"auto"`` (the default): ``"stabilized"`` for a model with continuous
         latent sites and a proper prior, ``"fit"`` if the prior is improper, ``"prior"`` if
         the variational fit fails (with a warning) and for ACS/DMALA moves.
@@ -415,7 +427,8 @@ class ReplicaExchange(ExtrasKernel):
     @property
     def pilot(self) -> ReplicaPilot | None:
         """What the pilot of ``num_replicas="auto"`` measured at the last ``init`` (its barrier,
-        count and ladder); ``None`` before, or for a given count."""
+        count and ladder); ``None`` before, for a given count, or where the potential was cheap
+        enough to run without a pilot."""
         return self._pilot
 
     @property
@@ -549,16 +562,32 @@ class ReplicaExchange(ExtrasKernel):
         ``num_replicas="auto"`` choose the count by a pilot run on that path."""
         self._forget_count()
         self._prepare_path(model_args, model_kwargs)
-        if self._requested_replicas == "auto":
-            self._run_pilot()
+        if self._requested_replicas != "auto":
+            return
+        if self._potential_flops() <= PILOT_FREE_POTENTIAL_FLOPS:
+            self._num_replicas = self._pilot_count()
+            self._num_prior_replicas = self._num_replicas if self.stabilized else None
+            return
+        self._run_pilot()
+
+    def _potential_flops(self) -> float:
+        """Floating-point operations of one evaluation of the posterior's potential on the
+        prepared path (traced and lowered at the reference's draw shape, not compiled)."""
+        path = self._path
+        position = jax.eval_shape(path.sample_reference_fn, jax.random.PRNGKey(0))
+        return evaluation_flops(path.potential_fn(1.0), position)
+
+    def _pilot_count(self) -> int:
+        """Rungs per leg of the pilot run, within the memory bound of one chain."""
+        values = self._values_per_replica * (2 if self.stabilized else 1)
+        return min(PILOT_REPLICAS, MAX_AUTO_REPLICAS, MAX_REPLICA_VALUES // values)
 
     def _run_pilot(self):
         """Measure the communication barrier of the path (of each leg, for a stabilised
         reference, in one run of both) with a short run of the core on ``PILOT_REPLICAS`` rungs
         per leg, and set the count and starting ladder from it."""
-        legs = 2 if self.stabilized else 1
-        values = self._values_per_replica * legs
-        pilot_count = min(PILOT_REPLICAS, MAX_AUTO_REPLICAS, MAX_REPLICA_VALUES // values)
+        values = self._values_per_replica * (2 if self.stabilized else 1)
+        pilot_count = self._pilot_count()
         # Its own stream, apart from the fit's: the same for every chain method and key.
         position_key, run_key = jax.random.split(
             jax.random.fold_in(jax.random.PRNGKey(self._fit_base_seed), 1)

@@ -10,6 +10,7 @@ from exchange_targets import run
 from numpyro.infer import HMC
 
 import numpyro_extras as nx
+import numpyro_extras.exchange.kernels as exchange_kernels
 from numpyro_extras.exchange.ladder import (
     MAX_AUTO_REPLICAS,
     MIN_AUTO_REPLICAS,
@@ -83,7 +84,43 @@ def test_a_tuned_ladder_resized_keeps_equal_rejection():
     )
 
 
-def test_auto_uses_more_replicas_on_a_hard_target_than_on_an_easy_one(capsys):
+@pytest.fixture
+def pilot_on_every_model(monkeypatch):
+    """The pilot run even on models whose potential is cheap enough to go without it."""
+    monkeypatch.setattr(exchange_kernels, "PILOT_FREE_POTENTIAL_FLOPS", -1.0)
+
+
+def _costly_gaussian_model():
+    # The same posterior as _gaussian_model, its potential scored through a 120 x 120 product
+    # (about 29,000 floating-point operations, past the pilot-free bound).
+    x = numpyro.sample("x", dist.Normal(0.0, 1.0))
+    rotation = jnp.eye(120) / jnp.sqrt(120.0)
+    spread = rotation @ jnp.full(120, x - 0.5)
+    numpyro.factor("likelihood", -0.5 * jnp.sum(spread**2) - 0.5 * jnp.log(2 * jnp.pi))
+
+
+def test_auto_runs_a_pilot_only_where_the_potential_is_costly():
+    cheap = nx.ReplicaExchange(_gaussian_model, **MOVES)
+    costly = nx.ReplicaExchange(_costly_gaussian_model, **MOVES)
+    cheap_state = cheap.init(jax.random.PRNGKey(0), 10, None, (), {})
+    costly.init(jax.random.PRNGKey(0), 10, None, (), {})
+    assert cheap._potential_flops() <= exchange_kernels.PILOT_FREE_POTENTIAL_FLOPS
+    assert costly._potential_flops() > exchange_kernels.PILOT_FREE_POTENTIAL_FLOPS
+    # Without a pilot: the pilot's own count, from the initial ladder, and nothing measured.
+    assert cheap.pilot is None and cheap.pilot_barrier is None
+    assert cheap.num_replicas == exchange_kernels.PILOT_REPLICAS
+    np.testing.assert_array_equal(cheap_state.betas, initial_ladder(cheap.num_replicas))
+    assert costly.pilot is not None and costly.num_replicas == MIN_AUTO_REPLICAS
+
+
+def test_auto_without_a_pilot_gives_both_legs_the_pilot_count():
+    kernel = nx.ReplicaExchange(_gaussian_model, inner_kernel=HMC, num_steps=5)
+    run(kernel, num_warmup=4, num_samples=4, num_chains=1)
+    assert kernel.stabilized and kernel.pilot is None and kernel.prior_leg_pilot is None
+    assert kernel.num_replicas == kernel.num_prior_replicas == exchange_kernels.PILOT_REPLICAS
+
+
+def test_auto_uses_more_replicas_on_a_hard_target_than_on_an_easy_one(capsys, pilot_on_every_model):
     easy = nx.ReplicaExchange(_gaussian_model, **MOVES)
     assert easy.num_replicas is None and easy.pilot is None
     with jax.ensure_compile_time_eval():

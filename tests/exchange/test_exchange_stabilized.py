@@ -17,6 +17,7 @@ from exchange_targets import (
 from numpyro.infer import HMC
 
 import numpyro_extras as nx
+import numpyro_extras.exchange.kernels as exchange_kernels
 from numpyro_extras.exchange.evidence import SteppingStone, joined_legs_evidence
 from numpyro_extras.exchange.ladder import MIN_AUTO_LEG_REPLICAS
 from numpyro_extras.exchange.stabilized import junction_parity
@@ -157,7 +158,9 @@ def test_stabilized_needs_a_model():
         nx.ReplicaExchange(nx.ising_model, inner_kernel=nx.ACS, reference="stabilized")
 
 
-def test_auto_counts_each_leg_from_its_own_pilot():
+def test_auto_counts_each_leg_from_its_own_pilot(monkeypatch):
+    # The pilot even on this cheap potential (which runs without one by default).
+    monkeypatch.setattr(exchange_kernels, "PILOT_FREE_POTENTIAL_FLOPS", -1.0)
     kernel = nx.ReplicaExchange(
         bimodal_likelihood_model,
         reference="stabilized",
