@@ -32,7 +32,14 @@ Usage::
     python benchmarks/multimodal_benchmark.py --report-from runs.jsonl   # tables of saved runs
     python benchmarks/multimodal_benchmark.py --methods exchange smc      # SMC at exchange's budget
     python benchmarks/multimodal_benchmark.py --methods joint exchange joint-budget  # CT too
+    python benchmarks/multimodal_benchmark.py --methods joint gibbs exchange smc-time \\
+        --json runs.jsonl                # time to the accuracy targets beside SMC's
     python benchmarks/multimodal_benchmark.py --fit-times    # only the kernels' base fits, timed
+
+Method ``smc-time`` measures SMC's time to the accuracy targets: the runs of ``smc`` with 64,
+128, 256, ... particles per run (up to ``--smc-time-max-particles``) until one meets them all; a
+"time to accuracy" table then sets every method's first-call seconds (compilation included)
+against that attempt's seconds and against the whole doubling search's.
 
 ``--fit-times`` times ``nx.fit_base`` as the tempering kernels call it (their fit seed 0, the
 defaults, no progress bar) on every target, one after another in this process, so the first fit
@@ -84,7 +91,18 @@ FAMILIES = ("mixture", "signs", "boltzmann")
 # "joint-budget" and "gibbs-budget": the tempering kernels run long enough to spend the gradient
 # evaluations of the same seed's exchange run (4 chains x (1000 + n) with n scaled from the same
 # seed's default run).
-METHODS = ("joint", "gibbs", "exchange", "nuts", "smc", "joint-budget", "gibbs-budget")
+# "smc-time": SMC with doubling particle counts until it meets the targets (run_smc_time). New
+# methods go last: a method's random key is derived from its index.
+METHODS = (
+    "joint",
+    "gibbs",
+    "exchange",
+    "nuts",
+    "smc",
+    "joint-budget",
+    "gibbs-budget",
+    "smc-time",
+)
 # Mixture dimensions of seeds 0-9: the range 6-20, twice at the top.
 MIXTURE_DIMENSIONS = (6, 8, 10, 12, 14, 16, 18, 20, 12, 20)
 
@@ -95,6 +113,8 @@ MAX_Z_SCORE = 3.0
 MAX_FIT_SECONDS = 20.0
 
 NUM_WARMUP, NUM_SAMPLES, NUM_CHAINS = 1000, 2000, 4
+# Particles per run of smc-time's first attempt and its default cap (the counts double).
+SMC_TIME_MIN_PARTICLES, SMC_TIME_MAX_PARTICLES = 64, 16384
 
 
 def make_target(family, seed):
@@ -186,12 +206,10 @@ def budget_num_samples(budget, default_run):
     return max(NUM_SAMPLES, round(sampling_transitions / moves))
 
 
-def run_smc(target, seed, budget):
-    """BlackJAX adaptive tempered SMC from the prior with ``budget`` gradient evaluations,
-    split over ``NUM_CHAINS`` independent runs (as replica exchange splits its budget over
-    chains): ``log Z`` is the log of the runs' mean ``Z`` estimate (each unbiased), its stderr
-    the runs' spread (delta method); the mode weights pool the runs' weighted particles, each run
-    weighted by its ``Z`` estimate."""
+def smc_anchor(target):
+    """The SMC anchor on ``target``'s prior and likelihood, with its exact prior draws
+    ``(rng_key, n) -> [n, D]``. Each call jits its own step, so its first run of each particle
+    count compiles."""
     split = split_model(jax.random.PRNGKey(0), target.model, target.model_args, target.model_kwargs)
     smc = TemperedSMC(
         lambda _, x: split.log_prior_fn(x, {}), lambda _, x: split.log_likelihood_fn(x, {})
@@ -200,14 +218,20 @@ def run_smc(target, seed, budget):
     def draw_prior(rng_key, num_particles):
         return split.sample_prior_fn(rng_key, num_particles)[0]
 
-    key = jax.random.fold_in(jax.random.PRNGKey(seed), METHODS.index("smc"))
-    pilot_key, key = jax.random.split(key)
+    return smc, draw_prior
+
+
+def run_smc_particles(target, smc, draw_prior, rng_key, num_particles, step_size):
+    """``NUM_CHAINS`` independent SMC runs of ``num_particles`` each from the prior, started at
+    ``step_size`` (as replica exchange runs chains): ``log Z`` is the log of the runs' mean ``Z``
+    estimate (each unbiased), its stderr the runs' spread (delta method); the mode weights pool
+    the runs' weighted particles, each run weighted by its ``Z`` estimate.
+
+    Returns the measurements of :func:`run_method`, ``run_seconds`` the runs' wall seconds
+    (compilation included when ``smc`` has not run ``num_particles`` before)."""
     start = time.perf_counter()
-    num_particles, step_size = smc.particles_for_budget(
-        pilot_key, draw_prior, None, budget / NUM_CHAINS, multiple=64
-    )
     runs = []
-    for run_key in jax.random.split(key, NUM_CHAINS):
+    for run_key in jax.random.split(rng_key, NUM_CHAINS):
         init_key, run_key = jax.random.split(run_key)
         runs.append(
             smc.run(run_key, draw_prior(init_key, num_particles), None, step_size=step_size)
@@ -222,7 +246,6 @@ def run_smc(target, seed, budget):
     weights = np.concatenate([w * run.weights for w, run in zip(run_weights, runs, strict=True)])
     mode_weights = target.empirical_mode_weights(particles, weights)
     return {
-        "method": "smc",
         "run_seconds": seconds,
         "fit_seconds": 0.0,
         "mode_weights": mode_weights.tolist(),
@@ -239,6 +262,93 @@ def run_smc(target, seed, budget):
         "warned": False,
         "warnings": [],
     }
+
+
+def run_smc(target, seed, budget):
+    """BlackJAX adaptive tempered SMC from the prior with ``budget`` gradient evaluations,
+    split over ``NUM_CHAINS`` independent runs (:func:`run_smc_particles`) whose particle count
+    and starting step size come from a pilot run; ``run_seconds`` includes the pilot."""
+    smc, draw_prior = smc_anchor(target)
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), METHODS.index("smc"))
+    pilot_key, key = jax.random.split(key)
+    start = time.perf_counter()
+    num_particles, step_size = smc.particles_for_budget(
+        pilot_key, draw_prior, None, budget / NUM_CHAINS, multiple=64
+    )
+    result = run_smc_particles(target, smc, draw_prior, key, num_particles, step_size)
+    result.update(method="smc", run_seconds=time.perf_counter() - start)
+    return result
+
+
+def run_smc_time(target, seed, max_particles=SMC_TIME_MAX_PARTICLES):
+    """SMC's time to the accuracy targets: :func:`run_smc_particles` with 64, 128, 256, ...
+    particles per run, up to ``max_particles``, until a result meets every target (:func:`met`).
+
+    The starting step size is a pilot run's (as in :func:`run_smc`). JAX's caches are cleared
+    before the pilot and before every attempt, so that each is timed as in a fresh process,
+    all its compilation included and nothing reused from the pilot, an earlier attempt or an
+    earlier method: ``run_seconds`` (the meeting attempt alone) is what a user who knew the
+    count and the step size would wait for, ``search_seconds`` (the pilot and every attempt up
+    to the meeting one) what a user who does not know the count spends, each step of the search
+    started afresh. Methods run after it in this process start from cleared caches too. When no
+    count up to ``max_particles`` meets, the last attempt is recorded with ``targets_met``
+    false."""
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), METHODS.index("smc-time"))
+    pilot_key, key = jax.random.split(key)
+    smc, draw_prior = smc_anchor(target)
+    jax.clear_caches()
+    start = time.perf_counter()
+    pilot = smc.pilot(pilot_key, draw_prior, None)
+    pilot_seconds = time.perf_counter() - start
+    attempts, num_particles = [], SMC_TIME_MIN_PARTICLES
+    while True:
+        jax.clear_caches()
+        result = run_smc_particles(
+            target,
+            smc,
+            draw_prior,
+            jax.random.fold_in(key, num_particles),
+            num_particles,
+            pilot.step_size,
+        )
+        result["method"] = "smc-time"
+        attempts.append(
+            {
+                "num_particles": num_particles,
+                "seconds": result["run_seconds"],
+                "met": met(result),
+                **{
+                    name: result[name]
+                    for name in (
+                        "mode_weight_error",
+                        "log_z_error",
+                        "stderr",
+                        "gradient_evaluations",
+                    )
+                },
+            }
+        )
+        print(
+            f"  smc-time {num_particles} particles x {NUM_CHAINS}: mode-weight error "
+            f"{result['mode_weight_error']:.3f}, log Z error {result['log_z_error']:+.3f} +- "
+            f"{result['stderr']:.3f}, {result['run_seconds']:.1f} s",
+            file=sys.stderr,
+        )
+        if attempts[-1]["met"] or 2 * num_particles > max_particles:
+            break
+        num_particles *= 2
+    result.update(
+        targets_met=attempts[-1]["met"],
+        pilot_seconds=pilot_seconds,
+        search_seconds=pilot_seconds + sum(attempt["seconds"] for attempt in attempts),
+        pilot_gradient_evaluations=pilot.gradient_evaluations,
+        search_gradient_evaluations=pilot.gradient_evaluations
+        + sum(attempt["gradient_evaluations"] for attempt in attempts),
+        step_size=pilot.step_size,
+        max_particles=max_particles,
+        attempts=attempts,
+    )
+    return result
 
 
 def run_method(
@@ -464,7 +574,7 @@ def budget_table(results):
             f"{r['stderr']:.3f}",
             f"{r['gradient_evaluations'] / 1e6:.2f} M",
             f"{r['num_particles']} x {NUM_CHAINS}, {r['num_temperatures']}"
-            if r["method"] == "smc"
+            if r["method"] in ("smc", "smc-time")
             else "-",
             f"{r['run_seconds']:.0f}",
         ]
@@ -472,12 +582,117 @@ def budget_table(results):
     return "\n".join(lines)
 
 
+def first_call_seconds(result):
+    """Wall seconds of one run as a user's first call waits for them, compilation included: the
+    base fit and the run for our kernels (a fit served from the benchmark's cache counts as the
+    fit it repeats), the pilot and the runs for ``smc``, the meeting attempt alone for
+    ``smc-time``."""
+    return result["fit_seconds"] + result["run_seconds"]
+
+
+def time_to_accuracy_tables(results):
+    """Per family and seed, every method's first-call seconds beside SMC's time to the targets
+    (``smc-time``) on the same seed, and per family and method the median ratios; as lines.
+
+    Seeds without an ``smc-time`` run are left out; of repeated runs of a method on a seed the
+    last counts."""
+    latest = {(r["family"], r["seed"], r["method"]): r for r in results}
+    anchors = {(f, seed): r for (f, seed, method), r in latest.items() if method == "smc-time"}
+    rows, ratios = [], {}
+    for family in FAMILIES:
+        for seed in sorted(seed for f, seed in anchors if f == family):
+            anchor = anchors[family, seed]
+            attempt, search = first_call_seconds(anchor), anchor["search_seconds"]
+            for method in METHODS:
+                r = latest.get((family, seed, method))
+                if r is None:
+                    continue
+                seconds = first_call_seconds(r)
+                ratios.setdefault((family, method), []).append(
+                    (seconds / attempt, seconds / search, met(r))
+                )
+                particles = "-"
+                if method == "smc-time":
+                    tries = len(r["attempts"])
+                    particles = f"{r['num_particles']} x {NUM_CHAINS} ({tries} attempts)"
+                elif method == "smc":
+                    particles = f"{r['num_particles']} x {NUM_CHAINS}"
+                rows.append(
+                    [
+                        family,
+                        r["target"],
+                        seed,
+                        method,
+                        "yes" if met(r) else "**no**",
+                        f"{seconds:.1f}",
+                        f"{search:.1f}" if method == "smc-time" else "-",
+                        particles,
+                        f"{seconds / attempt:.2f}",
+                        f"{seconds / search:.2f}",
+                    ]
+                )
+    header = [
+        "Family",
+        "Target",
+        "Seed",
+        "Method",
+        "Targets met",
+        "First call s",
+        "smc-time search s",
+        "SMC particles x runs",
+        "s / smc-time attempt s",
+        "s / smc-time search s",
+    ]
+    summary = []
+    for (family, method), values in ratios.items():
+        attempt_ratios, search_ratios, met_flags = zip(*values, strict=True)
+        summary.append(
+            [
+                family,
+                method,
+                len(values),
+                f"{sum(met_flags)}/{len(values)}",
+                f"{np.median(attempt_ratios):.2f}",
+                f"{np.median(search_ratios):.2f}",
+            ]
+        )
+    summary_header = [
+        "Family",
+        "Method",
+        "Seeds",
+        "Targets met",
+        "Median s / smc-time attempt s",
+        "Median s / smc-time search s",
+    ]
+    return [
+        "## Time to accuracy",
+        "",
+        "First call s: base fit + run for our kernels, compilation included; for smc-time the "
+        "attempt that first met the targets alone, timed from cleared JAX caches (all its "
+        "compilation included; not the pilot that set its step size); smc-time search s: the "
+        "pilot and every attempt of the doubling search (64, 128, ... particles per run) up to "
+        "it, each timed from cleared caches. Where smc-time did "
+        "not meet the targets, its seconds are those of its last attempt (a lower bound). A "
+        "ratio of a method that missed the targets is not a time to accuracy.",
+        "",
+        markdown_table(header, rows),
+        "",
+        markdown_table(summary_header, summary),
+        "",
+    ]
+
+
 def result_tables(results):
-    """The report's summary and per-seed tables, as lines."""
+    """The report's summary and per-seed tables, and the time-to-accuracy tables when there are
+    ``smc-time`` runs, as lines."""
     lines = ["## Summary", "", summary_table(results), ""]
-    if any(r["method"] in ("smc", "joint-budget", "gibbs-budget") for r in results):
-        return lines + ["## Per seed, with the gradient budget", "", budget_table(results), ""]
-    return lines + ["## Per seed", "", per_seed_table(results), ""]
+    if any(r["method"] in ("smc", "joint-budget", "gibbs-budget", "smc-time") for r in results):
+        lines += ["## Per seed, with the gradient budget", "", budget_table(results), ""]
+    else:
+        lines += ["## Per seed", "", per_seed_table(results), ""]
+    if any(r["method"] == "smc-time" for r in results):
+        lines += time_to_accuracy_tables(results)
+    return lines
 
 
 def environment(args):
@@ -540,7 +755,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 seed per family")
     parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=METHODS,
+        default=[method for method in METHODS if method != "smc-time"],
+        help="smc-time (only when named): SMC with 64, 128, ... particles per run until it "
+        "meets the targets, timed, beside every method's first-call seconds",
+    )
+    parser.add_argument(
+        "--smc-time-max-particles",
+        type=int,
+        default=SMC_TIME_MAX_PARTICLES,
+        help="particles per run at which smc-time's doubling search stops unmet",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=None)
     parser.add_argument("--chain-method", default="vectorized")
     parser.add_argument("--fit-base-kwargs", default="{}", help="JSON dict for the kernels")
@@ -609,6 +837,8 @@ def main(argv=None):
                             f"{seed}: add --methods exchange, or --budget-from runs.jsonl."
                         )
                     result = run_smc(target, seed, budget)
+                elif method == "smc-time":
+                    result = run_smc_time(target, seed, args.smc_time_max_particles)
                 else:
                     num_samples = NUM_SAMPLES
                     if method.endswith("-budget"):
@@ -654,12 +884,17 @@ def main(argv=None):
                         f", log Z error {result['log_z_error']:+.3f} +- {result['stderr']:.3f}"
                         f", barrier {result['barrier']:.1f}, round trips {result['round_trips']}"
                     )
-                elif method == "smc":
+                elif method in ("smc", "smc-time"):
                     message += (
                         f", log Z error {result['log_z_error']:+.3f} +- {result['stderr']:.3f}"
                         f", {result['num_particles']} particles x {NUM_CHAINS} runs, "
                         f"{result['num_temperatures']} temperatures"
                     )
+                    if method == "smc-time":
+                        message += (
+                            f", targets {'met' if result['targets_met'] else 'NOT met'}, "
+                            f"search {result['search_seconds']:.0f} s"
+                        )
                 elif method != "nuts":
                     message += (
                         f", log Z error {result['log_z_error']:+.3f} +- {result['stderr']:.3f}"

@@ -10,7 +10,7 @@ One jitted step serves every problem of one shape: the problem's arrays are the 
 ``params`` of ``log_prior(params, x)`` and ``log_likelihood(params, x)``.
 
 A gradient budget is met the usual way: a pilot run counts the temperatures the adaptive
-schedule takes, and the particle count follows.
+schedule takes, and the particle count follows. The pilot's final step size starts the runs.
 """
 
 from __future__ import annotations
@@ -137,6 +137,17 @@ class TemperedSMC:
             np.asarray(state.weights),
         )
 
+    def pilot(self, rng_key, draw_prior, params, **run_kwargs) -> SMCRun:
+        """A run with ``settings.pilot_particles`` particles: its number of temperatures sizes a
+        budget and its final step size starts the runs that follow.
+
+        :param draw_prior: ``(rng_key, n) -> [n, D]`` exact prior draws.
+        """
+        init_key, run_key = jax.random.split(rng_key)
+        return self.run(
+            run_key, draw_prior(init_key, self.settings.pilot_particles), params, **run_kwargs
+        )
+
     def particles_for_budget(self, rng_key, draw_prior, params, budget, multiple=512, **run_kwargs):
         """Particle count for ``budget`` gradient evaluations, from a pilot run that counts the
         temperatures the adaptive schedule takes; also the pilot's final step size. The count is
@@ -144,13 +155,7 @@ class TemperedSMC:
 
         :param draw_prior: ``(rng_key, n) -> [n, D]`` exact prior draws.
         """
-        init_key, run_key = jax.random.split(rng_key)
-        pilot = self.run(
-            run_key,
-            draw_prior(init_key, self.settings.pilot_particles),
-            params,
-            **run_kwargs,
-        )
+        pilot = self.pilot(rng_key, draw_prior, params, **run_kwargs)
         per_particle = (
             pilot.num_temperatures * self.gradient_evaluations_per_particle_and_temperature()
         )
