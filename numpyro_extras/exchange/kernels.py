@@ -90,11 +90,11 @@ PILOT_TUNING_SCANS = 256
 PILOT_SCANS = 128
 # The pilot runs in compiled chunks of this many scans, between which its progress bar moves.
 PILOT_CHUNK = 32
-# Below this many floating-point operations per evaluation of the posterior's potential, the
-# rungs a pilot could save (at most half of PILOT_REPLICAS per leg, the floor being the other
-# half) cost a default-length run less than the pilot's own compilation, so "auto" runs
-# PILOT_REPLICAS rungs per leg without one; the run's diagnostics still measure the barrier
-# and warn when the chains make too few round trips.
+# At most this many floating-point operations per evaluation of a rung's potential, "auto"
+# runs the floor's count without a pilot: the pilot's compilation costs more than the rungs it
+# could add, which only a barrier above half the floor calls for, and a run's cost grows with
+# its rungs where NUTS trees are deep. The run's diagnostics still measure the barrier and warn
+# when the chains make too few round trips.
 PILOT_FREE_POTENTIAL_FLOPS = 10_000
 
 
@@ -243,11 +243,12 @@ class ReplicaExchange(ExtrasKernel):
         by ``fit_base_seed``), and uses ``ceil(2 Lambda)`` replicas, at least 16 (8 per leg of
         ``reference="stabilized"``, both legs measured in one pilot run) and at most 64 or the
         memory bound (:func:`~numpyro_extras.exchange.ladder.replicas_for_barrier`), starting
-        from the pilot's ladder resized to that count. Where one evaluation of the potential
-        costs at most ``PILOT_FREE_POTENTIAL_FLOPS`` floating-point operations (XLA's count),
-        the extra rungs cost less than the pilot: ``"auto"`` then runs ``PILOT_REPLICAS``
-        rungs per leg without a pilot, from the initial ladder (tuned in warm-up). Or an integer
-        of at least 2, used as given. :func:`~numpyro_extras.exchange_diagnostics` reports the
+        from the pilot's ladder resized to that count. Where one evaluation of a rung's
+        potential (the model's density and a fitted reference's) costs at most
+        ``PILOT_FREE_POTENTIAL_FLOPS`` floating-point operations (XLA's count), the extra rungs
+        cost less than the pilot: ``"auto"`` then runs the floor's count (16, or 8 per leg)
+        without a pilot, from the initial ladder (tuned in warm-up). Or an integer of at
+        least 2, used as given. :func:`~numpyro_extras.exchange_diagnostics` reports the
         run's barrier and warns when its chains make too few round trips.
     :param reference: ``"auto"`` (the default): ``"stabilized"`` for a model with continuous
         latent sites and a proper prior, ``"fit"`` if the prior is improper, ``"prior"`` if
@@ -565,29 +566,30 @@ class ReplicaExchange(ExtrasKernel):
         if self._requested_replicas != "auto":
             return
         if self._potential_flops() <= PILOT_FREE_POTENTIAL_FLOPS:
-            self._num_replicas = self._pilot_count()
+            legs = 2 if self.stabilized else 1
+            self._num_replicas = replicas_for_barrier(
+                0.0,
+                self._values_per_replica * legs,
+                minimum=MIN_AUTO_LEG_REPLICAS if self.stabilized else MIN_AUTO_REPLICAS,
+            )
             self._num_prior_replicas = self._num_replicas if self.stabilized else None
             return
         self._run_pilot()
 
     def _potential_flops(self) -> float:
-        """Floating-point operations of one evaluation of the posterior's potential on the
-        prepared path (traced and lowered at the reference's draw shape, not compiled)."""
+        """Floating-point operations of one evaluation of a rung's potential on the prepared
+        path, the model's density and the reference's (traced and lowered at the reference's
+        draw shape, not compiled)."""
         path = self._path
         position = jax.eval_shape(path.sample_reference_fn, jax.random.PRNGKey(0))
         return evaluation_flops(path.potential_fn(1.0), position)
-
-    def _pilot_count(self) -> int:
-        """Rungs per leg of the pilot run, within the memory bound of one chain."""
-        values = self._values_per_replica * (2 if self.stabilized else 1)
-        return min(PILOT_REPLICAS, MAX_AUTO_REPLICAS, MAX_REPLICA_VALUES // values)
 
     def _run_pilot(self):
         """Measure the communication barrier of the path (of each leg, for a stabilised
         reference, in one run of both) with a short run of the core on ``PILOT_REPLICAS`` rungs
         per leg, and set the count and starting ladder from it."""
         values = self._values_per_replica * (2 if self.stabilized else 1)
-        pilot_count = self._pilot_count()
+        pilot_count = min(PILOT_REPLICAS, MAX_AUTO_REPLICAS, MAX_REPLICA_VALUES // values)
         # Its own stream, apart from the fit's: the same for every chain method and key.
         position_key, run_key = jax.random.split(
             jax.random.fold_in(jax.random.PRNGKey(self._fit_base_seed), 1)

@@ -13,6 +13,7 @@ import numpyro_extras as nx
 import numpyro_extras.exchange.kernels as exchange_kernels
 from numpyro_extras.exchange.ladder import (
     MAX_AUTO_REPLICAS,
+    MIN_AUTO_LEG_REPLICAS,
     MIN_AUTO_REPLICAS,
     communication_barrier,
     equalized_ladder,
@@ -106,18 +107,19 @@ def test_auto_runs_a_pilot_only_where_the_potential_is_costly():
     costly.init(jax.random.PRNGKey(0), 10, None, (), {})
     assert cheap._potential_flops() <= exchange_kernels.PILOT_FREE_POTENTIAL_FLOPS
     assert costly._potential_flops() > exchange_kernels.PILOT_FREE_POTENTIAL_FLOPS
-    # Without a pilot: the pilot's own count, from the initial ladder, and nothing measured.
+    # Without a pilot: the floor's count, from the initial ladder, and nothing measured.
     assert cheap.pilot is None and cheap.pilot_barrier is None
-    assert cheap.num_replicas == exchange_kernels.PILOT_REPLICAS
+    assert cheap.num_replicas == MIN_AUTO_REPLICAS
     np.testing.assert_array_equal(cheap_state.betas, initial_ladder(cheap.num_replicas))
     assert costly.pilot is not None and costly.num_replicas == MIN_AUTO_REPLICAS
 
 
-def test_auto_without_a_pilot_gives_both_legs_the_pilot_count():
+def test_auto_without_a_pilot_gives_each_leg_the_floor():
     kernel = nx.ReplicaExchange(_gaussian_model, inner_kernel=HMC, num_steps=5)
-    run(kernel, num_warmup=4, num_samples=4, num_chains=1)
+    mcmc = run(kernel, num_warmup=4, num_samples=4, num_chains=1)
     assert kernel.stabilized and kernel.pilot is None and kernel.prior_leg_pilot is None
-    assert kernel.num_replicas == kernel.num_prior_replicas == exchange_kernels.PILOT_REPLICAS
+    assert kernel.num_replicas == kernel.num_prior_replicas == MIN_AUTO_LEG_REPLICAS
+    assert mcmc.last_state.fit_leg.betas.shape == (MIN_AUTO_LEG_REPLICAS,)
 
 
 def test_auto_uses_more_replicas_on_a_hard_target_than_on_an_easy_one(capsys, pilot_on_every_model):
