@@ -401,8 +401,13 @@ def evaluation_flops(fn, *example_args) -> float:
 
         evaluation_flops(lambda x: x @ x, jax.ShapeDtypeStruct((100,), jnp.float32))  # 200.0
     """
+    # Shapes and dtypes alone: an argument's sharding (an abstract mesh inside pmap's trace,
+    # under chain_method="parallel") would tie the lowering to devices it does not need.
+    shapes = jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct(jnp.shape(leaf), jnp.result_type(leaf)), example_args
+    )
     try:
-        cost = jax.jit(fn).lower(*example_args).cost_analysis()
+        cost = jax.jit(fn).lower(*shapes).cost_analysis()
     except NotImplementedError:
         return math.inf
     # Older JAX returns one dict per program, newer JAX the dict.

@@ -175,3 +175,16 @@ def test_an_integer_count_is_used_as_given():
 def test_a_bad_count_gets_a_clear_error(value, error):
     with pytest.raises(error, match="num_replicas must be"):
         nx.ReplicaExchange(_gaussian_model, num_replicas=value)
+
+
+@pytest.mark.parametrize("model", [_gaussian_model, _costly_gaussian_model])
+def test_auto_chooses_the_same_count_under_every_chain_method(model):
+    # Under chain_method="parallel" the kernel's init, and with it the choice, runs inside
+    # pmap's trace.
+    chosen = {}
+    for method in ("sequential", "parallel"):
+        kernel = nx.ReplicaExchange(model, **MOVES)
+        run(kernel, num_warmup=4, num_samples=4, num_chains=2, chain_method=method)
+        chosen[method] = (kernel.num_replicas, kernel.pilot_barrier)
+    assert chosen["sequential"] == chosen["parallel"]
+    assert (chosen["parallel"][1] is None) == (model is _gaussian_model)
