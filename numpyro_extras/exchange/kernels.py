@@ -929,7 +929,9 @@ class ReplicaExchange(ExtrasKernel):
         if discrete:
             # Checked after init, where every rung has its tuned starting state.
             return positions, chain_keys
-        if not_jax_tracer(positions):
+        # Drawn starts are finite already: a draw whose tempered density or gradient is not
+        # finite is replaced by the model's initial point. Only given ones need the check.
+        if init_params is not None and not_jax_tracer(positions):
             rungs = self._num_replicas + (self._num_prior_replicas if self.stabilized else 0)
             starts = np.reshape(np.asarray(positions), (-1, rungs, positions.shape[-1]))
             # The posterior rung: the last of the (fitted) leg that comes first.

@@ -215,6 +215,16 @@ def test_bad_input_gets_a_clear_error():
             num_chains=1,
             init_params={"x": jnp.zeros(2)},
         )
+    # A start the user gives where the density is not finite is named; drawn starts never are.
+    with pytest.raises(ValueError, match="not finite at the start of chain 0"):
+        run(
+            nx.ReplicaExchange(conjugate_model, num_replicas=2, reference="prior"),
+            CONJUGATE_DATA,
+            num_warmup=2,
+            num_samples=2,
+            num_chains=1,
+            init_params={"x": jnp.array([0.0, 1e200, 0.0])},  # its square overflows
+        )
     with pytest.raises(NotImplementedError, match="cannot be a block"):
         Gibbs(
             [(nx.ReplicaExchange(_mixed_model), discrete_latent_sites), (NUTS(_mixed_model), None)]
