@@ -206,25 +206,22 @@ def test_bad_input_gets_a_clear_error():
         )
     with pytest.raises(ValueError, match="discrete latent sites"):
         run(nx.ReplicaExchange(_mixed_model, num_replicas=2), num_warmup=2, num_samples=2)
-    with pytest.raises(ValueError, match="init_params have 2 unconstrained dimensions"):
-        run(
-            nx.ReplicaExchange(conjugate_model, num_replicas=2, reference="prior"),
-            CONJUGATE_DATA,
-            num_warmup=2,
-            num_samples=2,
-            num_chains=1,
-            init_params={"x": jnp.zeros(2)},
-        )
-    # A start the user gives where the density is not finite is named; drawn starts never are.
-    with pytest.raises(ValueError, match="not finite at the start of chain 0"):
-        run(
-            nx.ReplicaExchange(conjugate_model, num_replicas=2, reference="prior"),
-            CONJUGATE_DATA,
-            num_warmup=2,
-            num_samples=2,
-            num_chains=1,
-            init_params={"x": jnp.array([0.0, 1e200, 0.0])},  # its square overflows
-        )
+    bad_starts = [
+        ("init_params have 2 unconstrained dimensions", jnp.zeros(2)),
+        # A start the user gives where the density is not finite (its square overflows) is
+        # named; drawn starts never are.
+        ("not finite at the start of chain 0", jnp.array([0.0, 1e200, 0.0])),
+    ]
+    for message, start in bad_starts:
+        with pytest.raises(ValueError, match=message):
+            run(
+                nx.ReplicaExchange(conjugate_model, num_replicas=2, reference="prior"),
+                CONJUGATE_DATA,
+                num_warmup=2,
+                num_samples=2,
+                num_chains=1,
+                init_params={"x": start},
+            )
     with pytest.raises(NotImplementedError, match="cannot be a block"):
         Gibbs(
             [(nx.ReplicaExchange(_mixed_model), discrete_latent_sites), (NUTS(_mixed_model), None)]
