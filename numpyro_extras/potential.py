@@ -110,7 +110,7 @@ def discrete_latent_sites(model, model_args=(), model_kwargs=None) -> list[str]:
 
         discrete_latent_sites(model)  # ["k"]
     """
-    return _discrete_latent_names(_model_trace(model, model_args, model_kwargs or {}))
+    return _names_from_trace(_discrete_latent_names, model, model_args, model_kwargs or {})
 
 
 def continuous_latent_sites(model, model_args=(), model_kwargs=None) -> list[str]:
@@ -118,9 +118,33 @@ def continuous_latent_sites(model, model_args=(), model_kwargs=None) -> list[str
     list (continuous supports), in the order the model samples them; same arguments. E.g.
     ``["x"]`` for a model with ``k ~ Bernoulli`` and ``x ~ Normal``.
     """
-    model_trace = _model_trace(model, model_args, model_kwargs or {})
-    discrete = set(_discrete_latent_names(model_trace))
-    return [name for name in _latent_names(model_trace) if name not in discrete]
+
+    def continuous_names(model_trace):
+        discrete = set(_discrete_latent_names(model_trace))
+        return [name for name in _latent_names(model_trace) if name not in discrete]
+
+    return _names_from_trace(continuous_names, model, model_args, model_kwargs or {})
+
+
+def _names_from_trace(names_of, model, model_args, model_kwargs) -> list[str]:
+    """``names_of(trace)`` of the model's prototype trace, traced abstractly where it can be.
+
+    Site names and supports do not depend on the values drawn, and an abstract trace
+    (``jax.eval_shape``) compiles nothing, where running the model op by op compiles each of
+    its operations on first use. A model whose Python code needs concrete values is run
+    eagerly.
+    """
+    names = []
+
+    def names_only():
+        names.extend(names_of(_model_trace(model, model_args, model_kwargs)))
+        return jnp.zeros(())
+
+    try:
+        jax.eval_shape(names_only)
+    except Exception:  # noqa: BLE001 -- the eager trace below raises the model's own errors
+        return names_of(_model_trace(model, model_args, model_kwargs))
+    return names
 
 
 def _latent_names(model_trace) -> list[str]:

@@ -1,12 +1,19 @@
 """The shared model plumbing: what it reports about a potential before anything compiles."""
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
+from numpyro.infer.gibbs import prototype_trace
 
 import numpyro_extras as nx
-from numpyro_extras.potential import evaluation_flops
+from numpyro_extras.potential import (
+    continuous_latent_sites,
+    discrete_latent_sites,
+    evaluation_flops,
+)
 
 
 def test_evaluation_flops_counts_a_product_from_shapes_alone():
@@ -29,3 +36,38 @@ def test_evaluation_flops_grows_with_a_models_data():
     assert 0 < small < large < float("inf")
     # Each observation's log density costs the same few operations.
     assert 50 * small < large < 150 * small
+
+
+def _mixed_sites_model(y):
+    numpyro.sample("k", dist.Bernoulli(0.5))
+    scale = numpyro.sample("scale", dist.HalfNormal(1.0))
+    numpyro.sample("count", dist.Poisson(3.0))
+    numpyro.sample("y", dist.Normal(0.0, scale), obs=y)
+
+
+def _value_branching_model(y):
+    # Python control flow on a drawn value: the abstract trace cannot run it.
+    scale = numpyro.sample("scale", dist.HalfNormal(1.0))
+    if float(scale) > 0.5:
+        numpyro.sample("k", dist.Bernoulli(0.5))
+    numpyro.sample("y", dist.Normal(0.0, scale), obs=y)
+
+
+def test_site_kinds_without_compiling_the_model(caplog):
+    # The sites' kinds come from an abstract trace: running the model op by op would compile
+    # each of its operations.
+    y = jnp.zeros(3)
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        assert discrete_latent_sites(_mixed_sites_model, (y,)) == ["k", "count"]
+        assert continuous_latent_sites(_mixed_sites_model, (y,)) == ["scale"]
+    assert not [record for record in caplog.records if "Compiling" in record.getMessage()]
+
+
+def test_site_kinds_of_a_model_branching_on_its_values():
+    # A model that needs concrete values is run eagerly, as NumPyro's prototype trace runs it.
+    y = jnp.zeros(3)
+    model_trace = prototype_trace(_value_branching_model, jax.random.PRNGKey(0), (y,), {})
+    assert discrete_latent_sites(_value_branching_model, (y,)) == [
+        name for name in ("k",) if name in model_trace
+    ]
+    assert continuous_latent_sites(_value_branching_model, (y,)) == ["scale"]

@@ -203,9 +203,10 @@ def _variational_fitter(flat_model, full_rank, settings):
             total=num_chunks * chunk_length,
             description=f"fit_base: {num_fits} Gaussian VI fit{'s' if num_fits > 1 else ''}",
             progress_bar=settings["progress_bar"],
-            postfix=lambda losses: {"loss": f"{float(jnp.min(losses[-1])):.3g}"},
+            postfix=lambda losses: {"loss": f"{np.min(np.asarray(losses[-1])):.3g}"},
         )
-        final_losses = np.asarray(jnp.concatenate(all_losses)[-10:], dtype=np.float64)
+        final_losses = np.concatenate([np.asarray(losses) for losses in all_losses])[-10:]
+        final_losses = final_losses.astype(np.float64)
         means, covariances, precise_elbos = (
             np.asarray(value, dtype=np.float64)
             for value in moments_and_elbos(states[0], rng.integers(2**31 - 1))
@@ -254,13 +255,15 @@ def _drop_duplicates(fits: list[_LocalFit], tolerance: float, batched_potential=
 # A rise of the potential between two fits' means, in nats, that counts as a barrier.
 _BARRIER = 1.0
 _SEGMENT_POINTS = 9
+_POTENTIAL_BLOCK = 1024
 
 
 def vectorized_potential(potential_fn):
     """``phi`` of every row of a NumPy array, in float64, from one compiled, vmapped function.
 
-    Rows are padded to a power of two, so that the rounds of the fit, whose numbers of
-    importance draws and segment points vary, reuse a few compilations instead of one each.
+    Rows go through in blocks of ``_POTENTIAL_BLOCK`` (the last one padded), so that the rounds
+    of the fit, whose numbers of importance draws and segment points vary, share one
+    compilation.
 
     :param potential_fn: ``x -> phi(x)`` for one flat point.
     :return: ``positions (N, D) numpy -> phi (N,) numpy float64``.
@@ -269,9 +272,12 @@ def vectorized_potential(potential_fn):
 
     def batched(positions):
         num_rows = len(positions)
-        padded = np.zeros((1 << max(num_rows - 1, 1).bit_length(),) + positions.shape[1:])
+        num_blocks = max(1, -(-num_rows // _POTENTIAL_BLOCK))
+        padded = np.zeros((num_blocks * _POTENTIAL_BLOCK,) + positions.shape[1:])
         padded[:num_rows] = positions
-        return np.asarray(compiled(jnp.asarray(padded)), dtype=np.float64)[:num_rows]
+        blocks = padded.reshape((num_blocks, _POTENTIAL_BLOCK) + positions.shape[1:])
+        values = [np.asarray(compiled(jnp.asarray(block)), dtype=np.float64) for block in blocks]
+        return np.concatenate(values)[:num_rows]
 
     return batched
 
@@ -705,7 +711,8 @@ def fit_base(
         raise ValueError(f"num_optima must be a non-negative integer, got {num_optima!r}.")
     if bootstrap_rounds is None:
         bootstrap_rounds = 4 if method == "mixture" else 0
-    init_key, fits_key, bootstrap_key = jax.random.split(rng_key, 3)
+    # Keys as NumPy arrays: slicing them then compiles nothing.
+    init_key, fits_key, bootstrap_key = np.asarray(jax.random.split(rng_key, 3))
     flat_model = flatten_model(init_key, model, model_args, model_kwargs, kernel_name="fit_base")
     settings = dict(
         num_steps=num_steps,
@@ -719,7 +726,7 @@ def fit_base(
     )
     num_fits = GAUSSIAN_STARTS if method == "gaussian" else num_starts
     fit_gaussians = _variational_fitter(flat_model, guide == "multivariate", settings)
-    starts_key, prior_key, fits_key = jax.random.split(fits_key, 3)
+    starts_key, prior_key, fits_key = np.asarray(jax.random.split(fits_key, 3))
     prior_positions = (
         _prior_positions(prior_key, model, model_args, model_kwargs, flat_model, num_draws=1000)
         if method == "mixture"
@@ -765,7 +772,7 @@ def fit_base(
         )
     rng = numpy_rng(bootstrap_key)
     batched_potential = vectorized_potential(flat_model.potential_fn)
-    round_keys = jax.random.split(bootstrap_key, bootstrap_rounds + 1)
+    round_keys = np.asarray(jax.random.split(bootstrap_key, bootstrap_rounds + 1))
     fits = _drop_duplicates(fits, duplicate_tolerance, batched_potential)
     base, estimate = _mixture_base(
         round_keys[0], batched_potential, fits, prior_positions, settings, dtype
@@ -805,8 +812,8 @@ def fit_base(
                 _new_starts(
                     estimate.positions[finite],
                     log_scores[finite],
-                    np.asarray(base.component_locs[:-1], dtype=np.float64),
-                    np.asarray(base.component_scale_trils[-1], dtype=np.float64),
+                    np.asarray(base.component_locs, dtype=np.float64)[:-1],
+                    np.asarray(base.component_scale_trils, dtype=np.float64)[-1],
                     num_starts - num_dispersed,
                     rng,
                 ),

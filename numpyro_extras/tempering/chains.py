@@ -278,9 +278,11 @@ def tempered_potential(target_potential_fn, base: GaussianBase):
     def value_and_gradients(position, beta):
         target_potential, target_gradient = target_value_and_grad(position)
         base_potential, base_gradient = base_potential_and_gradient(position)
-        difference = target_potential - base_potential
-        value = base_potential + beta * difference
-        return value, base_gradient + beta * (target_gradient - base_gradient), difference
+        # Weighted, not ``psi + beta (phi - psi)``: at beta = 1 this is phi to the last bit,
+        # which the target replica's moves rely on.
+        value = beta * target_potential + (1.0 - beta) * base_potential
+        gradient = beta * target_gradient + (1.0 - beta) * base_gradient
+        return value, gradient, target_potential - base_potential
 
     @jax.custom_jvp
     def potential(position, beta):
@@ -301,13 +303,21 @@ def _log_jacobian(scaled_control):
 
 
 def _extended_potential_family(target_potential_fn, base: GaussianBase, beta_scale):
+    """``(extended_position, log_zeta, pinned) -> U``: eq. 14's potential, or, where
+    ``pinned``, the target's ``phi(x)`` with ``u`` a standard normal of its own, so that the
+    target replica moves with the same HMC/NUTS transition on the same space."""
     tempered = tempered_potential(target_potential_fn, base)
 
-    def potential(extended_position, log_zeta):
+    def potential(extended_position, log_zeta, pinned=False):
         position, temperature_control = extended_position[:-1], extended_position[-1]
         scaled_control = temperature_control / beta_scale
-        beta = jax.nn.sigmoid(scaled_control)
-        return tempered(position, beta) + beta * log_zeta + _log_jacobian(scaled_control)
+        beta = jnp.where(pinned, 1.0, jax.nn.sigmoid(scaled_control))
+        temperature_terms = jnp.where(
+            pinned,
+            0.5 * temperature_control**2,
+            beta * log_zeta + _log_jacobian(scaled_control),
+        )
+        return tempered(position, beta) + temperature_terms
 
     return potential
 
@@ -439,71 +449,126 @@ def propose_from_base(rng_key, beta, tempered: PointEvaluation, base, evaluate):
         tempered, accept_prob = propose_from_base(key, 0.05, evaluate(x), base, evaluate)
     """
     proposal_key, accept_key = jax.random.split(rng_key)
-    position = tempered.position
-    proposal = evaluate(base.sample(proposal_key).astype(position.dtype))
+    proposal = evaluate(base.sample(proposal_key).astype(tempered.position.dtype))
+    return _accept_base_proposal(accept_key, beta, tempered, proposal)
+
+
+def _accept_base_proposal(rng_key, beta, tempered: PointEvaluation, proposal):
+    """The Metropolis step of :func:`propose_from_base` on an evaluated base draw ``proposal``
+    (``None``: no proposal, no move)."""
+    if proposal is None:
+        return tempered, jnp.zeros_like(tempered.log_ratio)
     log_ratio = -beta * (proposal.log_ratio - tempered.log_ratio)
     # A proposal where phi or its gradient is not finite is a rejection.
     log_ratio = jnp.where(proposal.finite, log_ratio, -jnp.inf)
-    accept, accept_prob = metropolis_accept(accept_key, log_ratio)
+    accept, accept_prob = metropolis_accept(rng_key, log_ratio)
     return select(accept, proposal, tempered), accept_prob
 
 
-def _base_move(base, evaluate, enabled):
-    """``(rng_key, beta, tempered) -> (tempered, accept_prob)``: :func:`propose_from_base`, or
-    no move when disabled."""
+def _evaluator_with_base_draws(base, evaluate, enabled):
+    """``(rng_key, position) -> (evaluation, proposal)``: the evaluation at the moved ``x`` and,
+    when enabled, at a fresh draw from the base for :func:`propose_from_base`'s step
+    (``None`` when disabled).
+
+    The two points are evaluated by one vmapped call, so that ``phi``'s gradient appears once in
+    the compiled transition instead of twice; the draw does not depend on ``beta``, so it can
+    be made before the move's ``beta`` is known.
+    """
     if not enabled:
-        return lambda rng_key, beta, tempered: (tempered, jnp.zeros_like(tempered.log_ratio))
-    return lambda rng_key, beta, tempered: propose_from_base(
-        rng_key, beta, tempered, base, evaluate
-    )
+        return lambda rng_key, position: (evaluate(position), None)
+
+    def evaluate_with_draw(rng_key, position):
+        draw = base.sample(rng_key).astype(position.dtype)
+        both = jax.vmap(evaluate)(jnp.stack([position, draw]))
+        return jax.tree.map(lambda leaf: leaf[0], both), jax.tree.map(lambda leaf: leaf[1], both)
+
+    return evaluate_with_draw
 
 
-def _replica_mover(target_potential_fn, base, algo, enabled):
-    """``(init, move)`` of the target replica's own HMC or NUTS move on ``exp(-phi)``.
+class _ReplicaSpace(NamedTuple):
+    """How the target replica ``y`` sits in the tempered move's state space.
+
+    ``lift(replica, z)`` gives the HMC state's ``(z, potential_energy, z_grad)`` at
+    ``replica``'s cached values (``z`` is the replica's current HMC position, for any
+    coordinates besides ``y``); ``lower(state)`` gives ``(y, phi(y), grad phi(y))`` back.
+    ``args`` are the ``model_args`` of the tempered family that make it the target.
+    """
+
+    lift: Any
+    lower: Any
+    args: tuple
+
+
+def _paired_moves(hmc_sample, base, space: _ReplicaSpace | None):
+    """``move(rng_key, inner, args, replica, replica_inner)``: the tempered chain's HMC/NUTS
+    transition and the target replica's own, in one ``lax.scan`` of length two.
 
     The swaps alone move ``y`` only when the tempered chain comes near ``beta = 1`` with a new
     point, which in many dimensions is seldom; a move of ``y`` that leaves the target invariant
     makes ``y`` a NUTS (or HMC) chain on the posterior between swaps, which still bring it
-    points from other modes. The move has its own warm-up (step size and mass matrix), and
-    caches ``phi`` and its gradient as NumPyro's state does, so only ``psi`` is evaluated anew.
+    points from other modes. The replica moves with the tempered family itself at the
+    arguments that make it the target (``space.args``), with its own warm-up (step size and
+    mass matrix), so the two transitions share one compiled body instead of two. The two act on
+    independent parts of the state, so moving both at once is their composition. ``phi`` and
+    its gradient are cached as NumPyro's state does, so a swap needs no new evaluation.
 
-    :return: ``init(position, num_warmup, rng_key, settings) -> HMCState | None`` and
-        ``move(rng_key, replica, inner) -> (replica, inner)``; without ``enabled``, no state and
-        no move.
+    :return: ``(moved_inner, replica, replica_inner)``; without ``space``, the replica and its
+        (``None``) state unchanged.
     """
-    if not enabled:
-        return (
-            lambda position, num_warmup, rng_key, settings: None,
-            lambda rng_key, replica, inner: (replica, inner),
+    if space is None:
+        return lambda rng_key, inner, args, replica, replica_inner: (
+            hmc_sample(inner._replace(rng_key=rng_key), model_args=args),
+            replica,
+            replica_inner,
         )
-    hmc_init, hmc_sample = hmc(potential_fn=target_potential_fn, algo=algo)
     base_value_and_grad = base.potential_and_gradient()
 
-    def init(position, num_warmup, rng_key, settings):
-        # A mass matrix given for the tempered move (of (x, u) under joint tempering) need not
-        # fit y; the replica's warm-up adapts its own.
-        settings = {key: value for key, value in settings.items() if key != "inverse_mass_matrix"}
-        return hmc_init(position, num_warmup, rng_key=rng_key, **settings)
-
-    def move(rng_key, replica: PointEvaluation, inner: HMCState):
+    def move(rng_key, inner: HMCState, args, replica: PointEvaluation, replica_inner: HMCState):
+        tempered_key, replica_key = jax.random.split(rng_key)
         # A swap may have replaced y since the last move: restart from the cached values at y.
-        synced = inner._replace(
-            z=replica.position,
-            potential_energy=replica.target_potential,
-            z_grad=replica.target_gradient,
-            energy=inner.energy + replica.target_potential - inner.potential_energy,
-            rng_key=rng_key,
+        z, potential_energy, z_grad = space.lift(replica, replica_inner.z)
+        synced = replica_inner._replace(
+            z=z,
+            potential_energy=potential_energy,
+            z_grad=z_grad,
+            energy=replica_inner.energy + potential_energy - replica_inner.potential_energy,
+            rng_key=replica_key,
         )
-        moved = hmc_sample(synced)
+        states = jax.tree.map(
+            lambda *leaves: jnp.stack(leaves), inner._replace(rng_key=tempered_key), synced
+        )
+        stacked_args = jax.tree.map(
+            lambda *leaves: jnp.stack([jnp.asarray(leaf) for leaf in leaves]), args, space.args
+        )
+
+        def transition(_, state_and_args):
+            state, model_args = state_and_args
+            return None, hmc_sample(state, model_args=model_args)
+
+        # A scan, not a vmap: the two trees differ in length, and a vmapped NUTS waits for the
+        # longer one with both.
+        _, moved = jax.lax.scan(transition, None, (states, stacked_args))
+        moved_inner = jax.tree.map(lambda leaf: leaf[0], moved)
+        moved_replica = jax.tree.map(lambda leaf: leaf[1], moved)
+        position, target_potential, target_gradient = space.lower(moved_replica)
         evaluation = PointEvaluation(
-            moved.z, moved.potential_energy, moved.z_grad, *base_value_and_grad(moved.z)
+            position, target_potential, target_gradient, *base_value_and_grad(position)
         )
         finite = evaluation.finite
-        return select(finite, evaluation, replica), select(
-            finite, moved, rejected_move(synced, moved)
+        return (
+            moved_inner,
+            select(finite, evaluation, replica),
+            select(finite, moved_replica, rejected_move(synced, moved_replica)),
         )
 
-    return init, move
+    return move
+
+
+def _replica_init(hmc_init, position, args, num_warmup, rng_key, settings):
+    # A mass matrix given for the tempered move (of (x, u) under joint tempering) need not fit
+    # y; the replica's warm-up adapts its own.
+    settings = {key: value for key, value in settings.items() if key != "inverse_mass_matrix"}
+    return hmc_init(position, num_warmup, model_args=args, rng_key=rng_key, **settings)
 
 
 def _adapt_log_zeta(log_zeta, tempered: PointEvaluation, iteration, num_warmup, adapt):
@@ -592,10 +657,9 @@ def joint_tempering(
 
     Each step is one HMC or NUTS transition on the extended space ``(x, u)`` of paper eq. 14
     (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass, ``u``
-    included), then a proposal of ``x`` from the base at the new ``beta``
-    (:func:`propose_from_base`), then :func:`swap_with_replica`, then a move of the replica on
-    the target; during warm-up ``log zeta`` is adapted so that the chain reaches both ends of
-    ``beta``.
+    included) together with a move of the replica on the target, then a proposal of ``x`` from
+    the base at the new ``beta`` (:func:`propose_from_base`), then :func:`swap_with_replica`;
+    during warm-up ``log zeta`` is adapted so that the chain reaches both ends of ``beta``.
 
     :param target_potential_fn: ``phi`` on flat ``x``.
     :param GaussianBase base: base density and initial ``log zeta``.
@@ -606,22 +670,36 @@ def joint_tempering(
     :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
     :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base
         (:func:`propose_from_base`).
-    :param bool replica_moves: after the swap, move the replica ``y`` with its own HMC or NUTS
-        transition (``algo``) on the target.
+    :param bool replica_moves: move the replica ``y`` with its own HMC or NUTS transition
+        (``algo``) on the target, beside the tempered move.
     :param tag: the build tag stored in the state.
     :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
         and ``step_fn(state, num_warmup)``, both for one chain.
     """
     potential_family = _extended_potential_family(target_potential_fn, base, beta_scale)
 
-    def potential_fn_gen(log_zeta):
-        return lambda extended_position: potential_family(extended_position, log_zeta)
+    def potential_fn_gen(log_zeta, pinned=False):
+        return lambda extended_position: potential_family(extended_position, log_zeta, pinned)
 
     hmc_init, hmc_sample = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
     evaluate = _point_evaluator(target_potential_fn, base)
     log_zeta_0 = base.log_zeta
-    base_move = _base_move(base, evaluate, base_proposals)
-    replica_init, replica_move = _replica_mover(target_potential_fn, base, algo, replica_moves)
+    evaluate_with_draw = _evaluator_with_base_draws(base, evaluate, base_proposals)
+    # The replica moves on (y, v), v a standard normal coordinate standing in for u.
+    replica_space = _ReplicaSpace(
+        lift=lambda replica, z: (
+            jnp.append(replica.position, z[-1]),
+            replica.target_potential + 0.5 * z[-1] ** 2,
+            jnp.append(replica.target_gradient, z[-1]),
+        ),
+        lower=lambda moved: (
+            moved.z[:-1],
+            moved.potential_energy - 0.5 * moved.z[-1] ** 2,
+            moved.z_grad[:-1],
+        ),
+        args=(0.0, True),
+    )
+    move = _paired_moves(hmc_sample, base, replica_space if replica_moves else None)
 
     def init_fn(position, rng_key, num_warmup, **hmc_settings):
         hmc_key, replica_key, rng_key = jax.random.split(rng_key, 3)
@@ -636,6 +714,18 @@ def joint_tempering(
         )
         evaluation = evaluate(position)
         zero = jnp.zeros((), jnp.int32)
+        replica_inner = (
+            _replica_init(
+                hmc_init,
+                jnp.append(position, jnp.zeros((), position.dtype)),
+                replica_space.args,
+                num_warmup,
+                replica_key,
+                hmc_settings,
+            )
+            if replica_moves
+            else None
+        )
         state = _tempering_state(
             unravel_fn,
             evaluation,
@@ -644,27 +734,30 @@ def joint_tempering(
             log_zeta,
             (jnp.ones((), position.dtype), jnp.zeros((), position.dtype)),
             zero,
-            (inner, replica_init(position, num_warmup, replica_key, hmc_settings)),
+            (inner, replica_inner),
             _initial_mixing(),
             tag,
         )
         return state._replace(rng_key=rng_key)
 
     def step_fn(state: TemperingState, num_warmup):
-        rng_key, hmc_key, base_key, swap_key, replica_key = jax.random.split(state.rng_key, 5)
-        moved = hmc_sample(
-            state.inner_state._replace(rng_key=hmc_key), model_args=(state.log_zeta,)
+        keys = jax.random.split(state.rng_key, 5)
+        rng_key, hmc_key, draw_key, base_key, swap_key = keys
+        moved, replica, replica_inner = move(
+            hmc_key,
+            state.inner_state,
+            (state.log_zeta, False),
+            state.replica,
+            state.replica_inner_state,
         )
-        tempered, inner = _moved_orrejected_move(state, moved, evaluate(moved.z[:-1]))
+        evaluation, proposal = evaluate_with_draw(draw_key, moved.z[:-1])
+        tempered, inner = _moved_orrejected_move(state, moved, evaluation)
         control = inner.z[-1]
         beta = inverse_temperature(control, beta_scale)
-        tempered, base_accept_prob = base_move(base_key, beta, tempered)
+        tempered, base_accept_prob = _accept_base_proposal(base_key, beta, tempered, proposal)
         iteration = state.iteration + 1
         log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)
-        tempered, replica, swap_accept_prob = swap_with_replica(
-            swap_key, beta, tempered, state.replica
-        )
-        replica, replica_inner = replica_move(replica_key, replica, state.replica_inner_state)
+        tempered, replica, swap_accept_prob = swap_with_replica(swap_key, beta, tempered, replica)
         # The moves above may have changed x: the HMC state follows from the cached values.
         energy, gradient = _joint_energy(tempered, control, log_zeta, beta_scale)
         inner = inner._replace(
@@ -734,10 +827,10 @@ def gibbs_tempering(
     """Pure ``init``/``step`` of Gibbs continuous tempering with a target replica.
 
     Each step moves ``x`` with HMC or NUTS leaving ``exp(-beta phi - (1 - beta) psi)`` invariant
-    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass), then a
-    proposal of ``x`` from the base at the same ``beta`` (:func:`propose_from_base`), draws
-    ``beta | x`` exactly from the truncated exponential of paper eq. 17, then
-    :func:`swap_with_replica`, then a move of the replica on the target; during warm-up
+    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass)
+    together with a move of the replica on the target, then a proposal of ``x`` from the base
+    at the same ``beta`` (:func:`propose_from_base`), draws ``beta | x`` exactly from the
+    truncated exponential of paper eq. 17, then :func:`swap_with_replica`; during warm-up
     ``log zeta`` is adapted first.
 
     :param target_potential_fn: ``phi`` on flat ``x``.
@@ -747,8 +840,8 @@ def gibbs_tempering(
     :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
     :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base
         (:func:`propose_from_base`).
-    :param bool replica_moves: after the swap, move the replica ``y`` with its own HMC or NUTS
-        transition (``algo``) on the target.
+    :param bool replica_moves: move the replica ``y`` with its own HMC or NUTS transition
+        (``algo``) on the target, beside the tempered move.
     :param tag: the build tag stored in the state.
     :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
         and ``step_fn(state, num_warmup)``, both for one chain.
@@ -762,8 +855,18 @@ def gibbs_tempering(
     hmc_init, hmc_sample = hmc(potential_fn_gen=tempered_potential_fn_gen, algo=algo)
     evaluate = _point_evaluator(target_potential_fn, base)
     log_zeta_0 = base.log_zeta
-    base_move = _base_move(base, evaluate, base_proposals)
-    replica_init, replica_move = _replica_mover(target_potential_fn, base, algo, replica_moves)
+    evaluate_with_draw = _evaluator_with_base_draws(base, evaluate, base_proposals)
+    # The tempered family at beta = 1 is the target.
+    replica_space = _ReplicaSpace(
+        lift=lambda replica, z: (
+            replica.position,
+            replica.target_potential,
+            replica.target_gradient,
+        ),
+        lower=lambda moved: (moved.z, moved.potential_energy, moved.z_grad),
+        args=(1.0,),
+    )
+    move = _paired_moves(hmc_sample, base, replica_space if replica_moves else None)
 
     def retemper(inner: HMCState, evaluation: PointEvaluation, beta):
         """The x-move's state at ``evaluation``'s point and a new beta, from cached values."""
@@ -782,6 +885,13 @@ def gibbs_tempering(
         beta = jnp.zeros((), dtype=position.dtype)
         inner = hmc_init(position, num_warmup, model_args=(beta,), rng_key=hmc_key, **hmc_settings)
         evaluation = evaluate(position)
+        replica_inner = (
+            _replica_init(
+                hmc_init, position, replica_space.args, num_warmup, replica_key, hmc_settings
+            )
+            if replica_moves
+            else None
+        )
         state = _tempering_state(
             unravel_fn,
             evaluation,
@@ -790,7 +900,7 @@ def gibbs_tempering(
             jnp.asarray(log_zeta_0, position.dtype),
             (jnp.ones((), position.dtype), jnp.zeros((), position.dtype)),
             jnp.zeros((), jnp.int32),
-            (inner, replica_init(position, num_warmup, replica_key, hmc_settings)),
+            (inner, replica_inner),
             _initial_mixing(),
             tag,
         )
@@ -798,17 +908,17 @@ def gibbs_tempering(
 
     def step_fn(state: TemperingState, num_warmup):
         keys = jax.random.split(state.rng_key, 6)
-        rng_key, hmc_key, base_key, beta_key, swap_key, replica_key = keys
-        moved = hmc_sample(state.inner_state._replace(rng_key=hmc_key), model_args=(state.beta,))
-        tempered, inner = _moved_orrejected_move(state, moved, evaluate(moved.z))
-        tempered, base_accept_prob = base_move(base_key, state.beta, tempered)
+        rng_key, hmc_key, draw_key, base_key, beta_key, swap_key = keys
+        moved, replica, replica_inner = move(
+            hmc_key, state.inner_state, (state.beta,), state.replica, state.replica_inner_state
+        )
+        evaluation, proposal = evaluate_with_draw(draw_key, moved.z)
+        tempered, inner = _moved_orrejected_move(state, moved, evaluation)
+        tempered, base_accept_prob = _accept_base_proposal(base_key, state.beta, tempered, proposal)
         iteration = state.iteration + 1
         log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)
         beta = sample_inverse_temperature(beta_key, tempered.log_ratio + log_zeta)
-        tempered, replica, swap_accept_prob = swap_with_replica(
-            swap_key, beta, tempered, state.replica
-        )
-        replica, replica_inner = replica_move(replica_key, replica, state.replica_inner_state)
+        tempered, replica, swap_accept_prob = swap_with_replica(swap_key, beta, tempered, replica)
         inner = retemper(inner, tempered, beta)
         accept_probs = (swap_accept_prob, base_accept_prob)
         moved_on = (tempered, replica, beta, log_zeta, accept_probs, (inner, replica_inner))

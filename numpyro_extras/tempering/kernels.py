@@ -250,8 +250,8 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
     :param bool base_proposals: after each HMC move, propose a new tempered ``x`` drawn from the
         base (:func:`propose_from_base`, one more gradient evaluation per transition); this is
         what carries the chain between modes at small ``beta``.
-    :param bool replica_moves: after each swap, move the target replica (the draws of
-        ``mcmc.get_samples()``) with its own ``inner_kernel`` transition on the posterior, with
+    :param bool replica_moves: beside each tempered move, move the target replica (the draws
+        of ``mcmc.get_samples()``) with its own ``inner_kernel`` transition on the posterior, with
         its own warm-up: about twice the gradient evaluations of a transition, for posterior
         draws that mix like the inner kernel's between the swaps that carry them across modes.
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
@@ -353,8 +353,8 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
     :param bool base_proposals: after each HMC move, propose a new tempered ``x`` drawn from the
         base (:func:`propose_from_base`, one more gradient evaluation per transition); this is
         what carries the chain between modes at small ``beta``.
-    :param bool replica_moves: after each swap, move the target replica (the draws of
-        ``mcmc.get_samples()``) with its own ``inner_kernel`` transition on the posterior, with
+    :param bool replica_moves: beside each tempered move, move the target replica (the draws
+        of ``mcmc.get_samples()``) with its own ``inner_kernel`` transition on the posterior, with
         its own warm-up: about twice the gradient evaluations of a transition, for posterior
         draws that mix like the inner kernel's between the swaps that carry them across modes.
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).

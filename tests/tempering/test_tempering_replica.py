@@ -101,6 +101,22 @@ class _FixedDrawBase:
         return self.point
 
 
+def test_tempered_potential_at_beta_one_is_the_target_to_the_last_bit():
+    # The target replica moves with the tempered family at beta = 1, so there it must be phi
+    # itself, even where psi is many orders of magnitude larger.
+    def phi(x):
+        return 0.5 * jnp.sum((x - 3.0) ** 2) + 0.1
+
+    base = nx.GaussianBase(jnp.zeros(2), 1e-3 * jnp.eye(2), log_zeta=0.0)
+    potential = nx.tempered_potential(phi, base)
+    x = jnp.array([1.3, -2.7])
+    assert potential(x, 1.0) == phi(x)
+    np.testing.assert_array_equal(jax.grad(potential)(x, 1.0), jax.grad(phi)(x))
+    # d/d beta is phi - psi at every beta.
+    psi = base.potential_and_gradient()(x)[0]
+    np.testing.assert_allclose(jax.grad(potential, argnums=1)(x, 0.3), phi(x) - psi, rtol=1e-12)
+
+
 def test_base_proposal_satisfies_detailed_balance_given_beta():
     """Exact check of the independence move: p(x | beta) q(x') a(x -> x') is symmetric in x and
     x', with p(x | beta) proportional to exp(-beta phi - (1 - beta) psi) (paper eq. 8) and q the
