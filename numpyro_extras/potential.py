@@ -201,7 +201,16 @@ def flatten_model(
         flat.potential_fn(flat.initial_position)  # -log p(loc, y) at a prior draw
     """
     model_kwargs = {} if model_kwargs is None else model_kwargs
-    discrete = discrete_latent_sites(model, model_args, model_kwargs)
+    site_kinds = _names_from_trace(
+        lambda model_trace: [
+            (name, model_trace[name]["fn"].support.is_discrete)
+            for name in _latent_names(model_trace)
+        ],
+        model,
+        model_args,
+        model_kwargs,
+    )
+    discrete = [name for name, is_discrete in site_kinds if is_discrete]
     if discrete:
         advice = discrete_advice or (
             "Marginalise them out (numpyro.contrib.funsor enumeration), or use a kernel for "
@@ -211,15 +220,21 @@ def flatten_model(
             f"{kernel_name} needs continuous latent sites, but the model has discrete latent "
             f"sites {discrete}. {advice}"
         )
+    # A batch of one key: NumPyro then finds the initial point in one compiled loop, where for
+    # a single key it runs the model and its gradient op by op, compiling each operation.
     model_info = initialize_model(
-        rng_key,
+        jnp.asarray(rng_key)[None],
         model,
         model_args=model_args,
         model_kwargs=model_kwargs,
         init_strategy=init_strategy,
         dynamic_args=False,
     )
-    initial_values = model_info.param_info.z
+    # In the model's order (the batched result's dict is sorted by name), for latent_sites.
+    batched_values = model_info.param_info.z
+    names = [name for name, _ in site_kinds if name in batched_values]
+    names += [name for name in batched_values if name not in names]
+    initial_values = {name: batched_values[name][0] for name in names}
     if not initial_values:
         raise ValueError(f"{kernel_name} needs a model with at least one latent sample site.")
     initial_position, unravel_fn = ravel_pytree(initial_values)

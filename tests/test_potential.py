@@ -4,9 +4,12 @@ import logging
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from jax.flatten_util import ravel_pytree
 from numpyro.infer.gibbs import prototype_trace
+from numpyro.infer.util import initialize_model
 
 import numpyro_extras as nx
 from numpyro_extras.potential import (
@@ -71,3 +74,25 @@ def test_site_kinds_of_a_model_branching_on_its_values():
         name for name in ("k",) if name in model_trace
     ]
     assert continuous_latent_sites(_value_branching_model, (y,)) == ["scale"]
+
+
+def _zebra_first_model(y):
+    # Sites out of alphabetical order, one constrained.
+    zebra = numpyro.sample("zebra", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    alpha = numpyro.sample("alpha", dist.HalfNormal(1.0))
+    numpyro.sample("y", dist.Normal(zebra.sum(), alpha), obs=y)
+
+
+def test_flat_model_starts_where_numpyro_starts():
+    # The initial point is found in one compiled loop over a batch of one key; it is the point
+    # NumPyro finds for that key, and latent_sites keep the model's order.
+    y = jnp.array([0.3, -1.2])
+    key = jax.random.PRNGKey(7)
+    flat = nx.flatten_model(key, _zebra_first_model, (y,))
+    numpyro_info = initialize_model(key, _zebra_first_model, model_args=(y,))
+    expected, _ = ravel_pytree(numpyro_info.param_info.z)
+    np.testing.assert_array_equal(flat.initial_position, expected)
+    assert flat.latent_sites == ("zebra", "alpha")
+    assert flat.potential_fn(flat.initial_position) == numpyro_info.potential_fn(
+        numpyro_info.param_info.z
+    )
