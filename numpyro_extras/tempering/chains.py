@@ -465,6 +465,18 @@ def _accept_base_proposal(rng_key, beta, tempered: PointEvaluation, proposal):
     return select(accept, proposal, tempered), accept_prob
 
 
+def _stack_pair(first, second):
+    """Two pytrees of the same structure as one, each leaf stacked along a new first axis."""
+    return jax.tree.map(
+        lambda *leaves: jnp.stack([jnp.asarray(leaf) for leaf in leaves]), first, second
+    )
+
+
+def _unstack_pair(pair):
+    """The two pytrees that :func:`_stack_pair` stacked."""
+    return jax.tree.map(lambda leaf: leaf[0], pair), jax.tree.map(lambda leaf: leaf[1], pair)
+
+
 def _evaluator_with_base_draws(base, evaluate, enabled):
     """``(rng_key, position) -> (evaluation, proposal)``: the evaluation at the moved ``x`` and,
     when enabled, at a fresh draw from the base for :func:`propose_from_base`'s step
@@ -479,8 +491,7 @@ def _evaluator_with_base_draws(base, evaluate, enabled):
 
     def evaluate_with_draw(rng_key, position):
         draw = base.sample(rng_key).astype(position.dtype)
-        both = jax.vmap(evaluate)(jnp.stack([position, draw]))
-        return jax.tree.map(lambda leaf: leaf[0], both), jax.tree.map(lambda leaf: leaf[1], both)
+        return _unstack_pair(jax.vmap(evaluate)(_stack_pair(position, draw)))
 
     return evaluate_with_draw
 
@@ -534,12 +545,8 @@ def _paired_moves(hmc_sample, base, space: _ReplicaSpace | None):
             energy=replica_inner.energy + potential_energy - replica_inner.potential_energy,
             rng_key=replica_key,
         )
-        states = jax.tree.map(
-            lambda *leaves: jnp.stack(leaves), inner._replace(rng_key=tempered_key), synced
-        )
-        stacked_args = jax.tree.map(
-            lambda *leaves: jnp.stack([jnp.asarray(leaf) for leaf in leaves]), args, space.args
-        )
+        states = _stack_pair(inner._replace(rng_key=tempered_key), synced)
+        stacked_args = _stack_pair(args, space.args)
 
         def transition(_, state_and_args):
             state, model_args = state_and_args
@@ -548,8 +555,7 @@ def _paired_moves(hmc_sample, base, space: _ReplicaSpace | None):
         # A scan, not a vmap: the two trees differ in length, and a vmapped NUTS waits for the
         # longer one with both.
         _, moved = jax.lax.scan(transition, None, (states, stacked_args))
-        moved_inner = jax.tree.map(lambda leaf: leaf[0], moved)
-        moved_replica = jax.tree.map(lambda leaf: leaf[1], moved)
+        moved_inner, moved_replica = _unstack_pair(moved)
         position, target_potential, target_gradient = space.lower(moved_replica)
         evaluation = PointEvaluation(
             position, target_potential, target_gradient, *base_value_and_grad(position)
