@@ -126,8 +126,9 @@ def continuous_latent_sites(model, model_args=(), model_kwargs=None) -> list[str
     return _names_from_trace(continuous_names, model, model_args, model_kwargs or {})
 
 
-def _names_from_trace(names_of, model, model_args, model_kwargs) -> list[str]:
-    """``names_of(trace)`` of the model's prototype trace, traced abstractly where it can be.
+def _names_from_trace(names_of, model, model_args, model_kwargs) -> list:
+    """``names_of(trace)`` (a list) of the model's prototype trace, traced abstractly where it
+    can be.
 
     Site names and supports do not depend on the values drawn, and an abstract trace
     (``jax.eval_shape``) compiles nothing, where running the model op by op compiles each of
@@ -155,6 +156,12 @@ def _latent_names(model_trace) -> list[str]:
         and not site["is_observed"]
         and not site["infer"].get("is_auxiliary", False)
     ]
+
+
+def _latent_site_kinds(model_trace) -> list[tuple[str, bool]]:
+    """``(name, is_discrete)`` of every latent site, in the model's order."""
+    discrete = set(_discrete_latent_names(model_trace))
+    return [(name, name in discrete) for name in _latent_names(model_trace)]
 
 
 def _discrete_latent_names(model_trace) -> list[str]:
@@ -201,15 +208,7 @@ def flatten_model(
         flat.potential_fn(flat.initial_position)  # -log p(loc, y) at a prior draw
     """
     model_kwargs = {} if model_kwargs is None else model_kwargs
-    site_kinds = _names_from_trace(
-        lambda model_trace: [
-            (name, model_trace[name]["fn"].support.is_discrete)
-            for name in _latent_names(model_trace)
-        ],
-        model,
-        model_args,
-        model_kwargs,
-    )
+    site_kinds = _names_from_trace(_latent_site_kinds, model, model_args, model_kwargs)
     discrete = [name for name, is_discrete in site_kinds if is_discrete]
     if discrete:
         advice = discrete_advice or (
