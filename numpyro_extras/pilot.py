@@ -19,7 +19,7 @@ from numpyro.infer.hmc import hmc
 from numpyro_extras.kernel import hmc_settings
 from numpyro_extras.progress import run_chunks
 
-__all__ = ["PilotDraws", "dispersed_nuts_draws"]
+__all__ = ["PilotDraws", "dispersed_starts", "dispersed_nuts_draws", "nuts_draws"]
 
 
 class PilotDraws(NamedTuple):
@@ -35,6 +35,98 @@ class PilotDraws(NamedTuple):
     num_divergent: int
 
 
+def dispersed_starts(rng_key, potential_fn, initial_position, num_chains, radius=2.0):
+    """``num_chains`` starts uniform in ``[-radius, radius]^D``, as NumPyro's ``init_to_uniform``
+    on the unconstrained space; a start where the potential is not finite is replaced by
+    ``initial_position``.
+
+    :param rng_key: key.
+    :param potential_fn: ``x -> U(x)`` on flat 1-D points.
+    :param initial_position: a flat point with a finite potential.
+    :param int num_chains: starts.
+    :param float radius: half-width of the box.
+    :return: ``(num_chains, D)`` starts.
+
+    **Example:**
+
+    .. code-block:: python
+
+        starts = dispersed_starts(key, potential_fn, jnp.zeros(2), num_chains=16)
+    """
+    initial_position = jnp.asarray(initial_position)
+    dimension = initial_position.shape[-1]
+    starts = jax.random.uniform(
+        rng_key, (num_chains, dimension), initial_position.dtype, -radius, radius
+    )
+    finite = jax.vmap(lambda x: jnp.isfinite(potential_fn(x)))(starts)
+    return jnp.where(finite[:, None], starts, initial_position)
+
+
+def nuts_draws(
+    rng_key,
+    potential_fn,
+    starts,
+    *,
+    num_warmup,
+    num_samples,
+    progress_bar=True,
+    description="pilot NUTS chains",
+) -> PilotDraws:
+    """Vectorized NUTS chains (NumPyro's NUTS with its default adaptation) from ``starts``.
+
+    Warm-up and draws run in one compiled loop: NumPyro's functional NUTS adapts while its
+    transition count is below ``num_warmup``, where ``MCMC.warmup`` and ``MCMC.run`` would
+    compile a loop each.
+
+    :param rng_key: key for the run.
+    :param potential_fn: ``x -> U(x)`` on flat 1-D points.
+    :param starts: ``(chains, D)`` starting points with a finite potential.
+    :param int num_warmup: warm-up transitions per chain.
+    :param int num_samples: kept draws per chain.
+    :param bool progress_bar: show a progress bar.
+    :param str description: the bar's label.
+    :return: :class:`PilotDraws`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        pilot = nuts_draws(key, potential_fn, starts, num_warmup=300, num_samples=200)
+        data = pilot.draws.reshape(-1, starts.shape[-1])
+    """
+    num_chains = starts.shape[0]
+    init_kernel, sample_kernel = hmc(potential_fn, algo="NUTS")
+    _, settings = hmc_settings(NUTS)
+    states = jax.jit(
+        jax.vmap(lambda start, key: init_kernel(start, num_warmup, rng_key=key, **settings))
+    )(starts, jax.random.split(rng_key, num_chains))
+    total = num_warmup + num_samples
+    chunk = _chunk_length(total)
+
+    @jax.jit
+    def run_chunk(states, _):
+        def transition(states, _):
+            states = jax.vmap(sample_kernel)(states)
+            return states, (states.z, states.num_steps, states.diverging)
+
+        return jax.lax.scan(transition, states, None, length=chunk)
+
+    _, outputs = run_chunks(
+        run_chunk,
+        states,
+        [(None, chunk)] * (total // chunk),
+        total=total,
+        description=description,
+        progress_bar=progress_bar,
+    )
+    draws, num_steps, diverging = (np.concatenate(parts) for parts in zip(*outputs, strict=True))
+    return PilotDraws(
+        np.swapaxes(draws[num_warmup:], 0, 1),
+        int(np.sum(num_steps)),
+        int(np.sum(diverging[num_warmup:])),
+    )
+
+
 def dispersed_nuts_draws(
     rng_key,
     potential_fn,
@@ -46,8 +138,7 @@ def dispersed_nuts_draws(
     radius=2.0,
     progress_bar=True,
 ) -> PilotDraws:
-    """Vectorized NUTS chains from starts uniform in ``[-radius, radius]^D`` (a start where the
-    potential is not finite is replaced by ``initial_position``).
+    """Vectorized NUTS chains from :func:`dispersed_starts`, run by :func:`nuts_draws`.
 
     :param rng_key: key for the starts and the run.
     :param potential_fn: ``x -> U(x)`` on flat 1-D points.
@@ -68,45 +159,14 @@ def dispersed_nuts_draws(
         data = pilot.draws.reshape(-1, 2)
     """
     start_key, run_key = jax.random.split(rng_key)
-    initial_position = jnp.asarray(initial_position)
-    dimension = initial_position.shape[-1]
-    starts = jax.random.uniform(
-        start_key, (num_chains, dimension), initial_position.dtype, -radius, radius
-    )
-    finite = jax.vmap(lambda x: jnp.isfinite(potential_fn(x)))(starts)
-    starts = jnp.where(finite[:, None], starts, initial_position)
-    # NumPyro's functional NUTS in one compiled loop for warm-up and draws alike (its kernel
-    # adapts while the transition count is below num_warmup): MCMC.warmup and MCMC.run would
-    # compile a loop each.
-    init_kernel, sample_kernel = hmc(potential_fn, algo="NUTS")
-    _, settings = hmc_settings(NUTS)
-    states = jax.jit(
-        jax.vmap(lambda start, key: init_kernel(start, num_warmup, rng_key=key, **settings))
-    )(starts, jax.random.split(run_key, num_chains))
-    total = num_warmup + num_samples
-    chunk = _chunk_length(total)
-
-    @jax.jit
-    def run_chunk(states, _):
-        def transition(states, _):
-            states = jax.vmap(sample_kernel)(states)
-            return states, (states.z, states.num_steps, states.diverging)
-
-        return jax.lax.scan(transition, states, None, length=chunk)
-
-    _, outputs = run_chunks(
-        run_chunk,
-        states,
-        [(None, chunk)] * (total // chunk),
-        total=total,
-        description="pilot NUTS chains",
+    starts = dispersed_starts(start_key, potential_fn, initial_position, num_chains, radius)
+    return nuts_draws(
+        run_key,
+        potential_fn,
+        starts,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
         progress_bar=progress_bar,
-    )
-    draws, num_steps, diverging = (np.concatenate(parts) for parts in zip(*outputs, strict=True))
-    return PilotDraws(
-        np.swapaxes(draws[num_warmup:], 0, 1),
-        int(np.sum(num_steps)),
-        int(np.sum(diverging[num_warmup:])),
     )
 
 

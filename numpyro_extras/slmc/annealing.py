@@ -34,11 +34,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import MCMC, NUTS
+from numpyro.infer import MCMC
 from tqdm.auto import tqdm
 
 from numpyro_extras.bases import GaussianBase
 from numpyro_extras.exchange import ReplicaExchange
+from numpyro_extras.pilot import dispersed_starts, nuts_draws
 from numpyro_extras.potential import flat_target, site_shapes
 from numpyro_extras.slmc.chains import (
     check_acceptance,
@@ -354,25 +355,6 @@ def _take_rows(rng_key, data, count):
     return data[jax.random.choice(rng_key, data.shape[0], (count,), replace=replace)]
 
 
-def _nuts_draws(rng_key, potential_fn, starts, num_warmup, num_samples, progress_bar):
-    """Vectorised NUTS chains from ``starts`` ``(chains, D)``: their draws ``(chains, n, D)`` and
-    the gradient evaluations of the run, warm-up included."""
-    mcmc = MCMC(
-        NUTS(potential_fn=potential_fn),
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        num_chains=starts.shape[0],
-        chain_method="vectorized",
-        progress_bar=progress_bar,
-    )
-    warmup_key, run_key = jax.random.split(rng_key)
-    mcmc.warmup(warmup_key, init_params=starts, collect_warmup=True, extra_fields=("num_steps",))
-    evaluations = int(np.sum(mcmc.get_extra_fields()["num_steps"]))
-    mcmc.run(run_key, extra_fields=("num_steps",))
-    evaluations += int(np.sum(mcmc.get_extra_fields()["num_steps"]))
-    return np.asarray(mcmc.get_samples(group_by_chain=True)), evaluations
-
-
 def _exchange_draws(rng_key, tempered_potential_fn, reference, starts, settings, progress_bar):
     """The ``p~^beta_0`` draws ``(chains, scans, D)`` of ``initial_exchange_chains`` vectorised
     replica-exchange chains from ``reference``, the evaluations made, and the fewest round trips
@@ -411,10 +393,16 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
     made fewer than ``MIN_START_ROUND_TRIPS`` round trips between the two ends.
     """
     reference_key, first_key, second_key = jax.random.split(rng_key, 3)
-    draws, evaluations = _nuts_draws(
-        reference_key, tempered_potential_fn, starts, REFERENCE_STEPS, REFERENCE_STEPS, False
+    reference_run = nuts_draws(
+        reference_key,
+        tempered_potential_fn,
+        starts,
+        num_warmup=REFERENCE_STEPS,
+        num_samples=REFERENCE_STEPS,
+        progress_bar=False,
     )
-    draws = draws.reshape(-1, draws.shape[-1])
+    draws = reference_run.draws.reshape(-1, starts.shape[-1])
+    evaluations = reference_run.gradient_evaluations
     local_variance = np.maximum(np.var(draws, 0), 1e-6)
     spread = settings.initial_spread * np.sqrt(local_variance)
     reference = GaussianBase(jnp.asarray(np.mean(draws, 0)), jnp.diag(jnp.asarray(spread)), 0.0)
@@ -459,27 +447,26 @@ def initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
     chains = settings.initial_chains
     start_key, exchange_key, run_key, pick_key = jax.random.split(rng_key, 4)
     dimension = flat_model.dimension
-    dtype = flat_model.initial_position.dtype
-    starts = jax.random.uniform(
-        start_key, (chains, dimension), dtype, -INITIAL_RADIUS, INITIAL_RADIUS
+    starts = dispersed_starts(
+        start_key, potential_fn, flat_model.initial_position, chains, INITIAL_RADIUS
     )
-    finite = jax.vmap(lambda x: jnp.isfinite(potential_fn(x)))(starts)
-    starts = jnp.where(finite[:, None], starts, flat_model.initial_position)
     evaluations = 0
     if settings.initial_exchange_scans:
         starts, evaluations = _exchange_starts(
             exchange_key, tempered_potential_fn, starts, settings, progress_bar
         )
     draws_per_chain = math.ceil(num_models * settings.initial_size / chains)
-    draws, run_evaluations = _nuts_draws(
+    first_rung = nuts_draws(
         run_key,
         tempered_potential_fn,
         starts,
-        settings.initial_warmup,
-        draws_per_chain,
-        progress_bar,
+        num_warmup=settings.initial_warmup,
+        num_samples=draws_per_chain,
+        progress_bar=progress_bar,
+        description="first rung's NUTS chains",
     )
-    evaluations += run_evaluations
+    draws = first_rung.draws
+    evaluations += first_rung.gradient_evaluations
     keys = jax.random.split(pick_key, num_models)
     per_model = []
     for model in range(num_models):
