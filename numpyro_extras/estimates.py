@@ -2,7 +2,8 @@
 
 ``nx.log_marginal_likelihood(mcmc)`` and ``nx.to_inference_data(mcmc)`` read the run's kernel
 and hand it to its family: continuous tempering (eq. 20 of Graham & Storkey), replica exchange
-(stepping stone over the ladder) or VAE-SLMC (the proposals' importance weights).
+(stepping stone over the ladder) or VAE-SLMC (the proposals' importance weights). A run of a
+kernel that gives no ``log Z`` (NUTS, ACS, the Ai-sampler, ...) still has its InferenceData.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from numpyro_extras.exchange.diagnostics import (
     exchange_log_marginal_likelihood,
 )
 from numpyro_extras.exchange.kernels import ReplicaExchange
+from numpyro_extras.runs import inference_data
 from numpyro_extras.slmc.evidence import slmc_inference_data, slmc_log_marginal_likelihood
 from numpyro_extras.slmc.kernels import VAESLMC
 from numpyro_extras.tempering import diagnostics as tempering_diagnostics
@@ -70,14 +72,16 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
 
 
 def to_inference_data(mcmc, rng_key=None):
-    """ArviZ ``InferenceData`` of a finished run: :func:`arviz.from_numpyro`'s groups (so
-    ``az.summary``, ``az.loo`` and ``az.compare`` work as after NUTS) plus what the kernel adds
-    (the tempered chain, or the ladder's swap rates) and ``log Z`` in ``attrs``.
+    """ArviZ ``InferenceData`` of a finished run of any kernel: :func:`arviz.from_numpyro`'s
+    groups (so ``az.summary``, ``az.loo`` and ``az.compare`` work as after NUTS) with the
+    kernel's extra fields in ``sample_stats``; for a kernel that estimates ``log Z``, what it
+    adds (the tempered chain, or the ladder's swap rates) and ``log Z`` in ``attrs``.
 
-    :param mcmc: a run with a continuous tempering, replica-exchange or VAE-SLMC kernel.
+    :param mcmc: a finished :class:`~numpyro.infer.MCMC` run (of a kernel built on a model, or on
+        a ``potential_fn``: then the draws are the ``posterior`` group as they are).
     :param rng_key: unused; kept so that existing calls keep working.
     :return: what the installed ArviZ's :func:`arviz.from_numpyro` returns: ``InferenceData``
-        (ArviZ 0.2x) or ``xarray.DataTree`` (ArviZ 1.x).
+        (ArviZ 0.2x) or ``xarray.DataTree`` (ArviZ 1.x); ``attrs["sampler"]`` names the kernel.
 
     **Example:**
 
@@ -87,11 +91,15 @@ def to_inference_data(mcmc, rng_key=None):
 
         idata = nx.to_inference_data(mcmc)
         az.summary(idata), az.loo(idata)  # as after NUTS
-        idata.attrs["log_marginal_likelihood"]  # log Z, as nx.log_marginal_likelihood gives it
+        idata.attrs["log_marginal_likelihood"]  # log Z, where the kernel gives one
     """
-    _check_estimating_kernel(mcmc)
-    if isinstance(mcmc.sampler, ReplicaExchange):
+    sampler = mcmc.sampler
+    if isinstance(sampler, ReplicaExchange):
         return exchange_inference_data(mcmc)
-    if isinstance(mcmc.sampler, VAESLMC):
+    if isinstance(sampler, VAESLMC):
         return slmc_inference_data(mcmc)
-    return tempering_posterior.to_inference_data(mcmc, rng_key)
+    if isinstance(sampler, JointContinuousTempering | GibbsContinuousTempering):
+        return tempering_posterior.to_inference_data(mcmc, rng_key)
+    idata = inference_data(mcmc, getattr(sampler, "model", None) is not None)
+    idata.attrs["sampler"] = type(sampler).__name__
+    return idata

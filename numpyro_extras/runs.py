@@ -94,7 +94,8 @@ def inference_data(mcmc, has_model, exclude_fields=()):
 
     For a kernel built on a model it is :func:`arviz.from_numpyro` (``posterior``,
     ``log_likelihood``, ``observed_data``, the extra fields in ``sample_stats``); for a kernel
-    built on a ``potential_fn``, the flat draws as ``x`` and the extra fields. ``diverging`` is
+    built on a ``potential_fn``, its draws (an array as ``x``, a dict by its keys) and the extra
+    fields. ``diverging`` is
     boolean either way.
 
     :param mcmc: a finished :class:`~numpyro.infer.MCMC` run.
@@ -106,15 +107,22 @@ def inference_data(mcmc, has_model, exclude_fields=()):
     if has_model:
         idata = arviz_adapter.from_numpyro(mcmc)
     else:
+        samples = mcmc.get_samples(group_by_chain=True)
+        posterior = (
+            {name: np.asarray(value) for name, value in samples.items()}
+            if isinstance(samples, dict)
+            else {"x": np.asarray(samples)}
+        )
         idata = arviz_adapter.from_draws(
-            {"x": np.asarray(mcmc.get_samples(group_by_chain=True))},
+            posterior,
             {
                 name: np.asarray(value)
                 for name, value in mcmc.get_extra_fields(group_by_chain=True).items()
                 if name not in exclude_fields
             },
         )
-    if "diverging" in idata.sample_stats:
+    sample_stats = getattr(idata, "sample_stats", None)
+    if sample_stats is not None and "diverging" in sample_stats:
         idata.sample_stats["diverging"] = idata.sample_stats["diverging"].astype(bool)
     return idata
 

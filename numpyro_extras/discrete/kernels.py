@@ -103,6 +103,15 @@ class ACSState(NamedTuple):
     build: BuildTag
     rng_key: jax.Array
 
+    @property
+    def potential_energy(self):
+        """``-log p`` of the model (or the potential) at ``z``, as NumPyro's HMC states carry
+        it, so that ``extra_fields=("potential_energy",)`` reads it. With an inner kernel the
+        continuous sites moved last, and its state holds the joint potential at the draw."""
+        if self.inner_state is not None:
+            return self.inner_state.potential_energy
+        return -self.chain.log_density
+
 
 class DiscreteTarget(NamedTuple):
     """What the kernel needs of a model or a potential, built once per set of model arguments
@@ -375,7 +384,8 @@ class ACS(ExtrasKernel):
 
     @property
     def default_fields(self):
-        return ("z",)
+        # As NUTS collects diverging: the acceptance probability is the move's own diagnostic.
+        return ("z", "accept_prob")
 
     def get_diagnostics_str(self, state):
         return (

@@ -497,3 +497,41 @@ def test_discrete_steps_per_transition():
         state = kernel.init(jax.random.PRNGKey(0), 10, None, (), {})
         state = kernel.sample(state, (), {})
         assert float(state.alpha) == pytest.approx(float(CYCLE[0][last_position]))
+
+
+@pytest.mark.parametrize("kernel_class", [nx.ACS, nx.DMALA])
+def test_potential_energy_extra_field_is_minus_the_log_joint(kernel_class):
+    """``extra_fields=("potential_energy",)`` works as with NUTS: ``-log p`` at each draw."""
+    mcmc = _run(
+        kernel_class(_tiny_model),
+        num_warmup=20,
+        num_samples=30,
+        num_chains=2,
+        extra_fields=("potential_energy", "accept_prob"),
+    )
+    energies = np.asarray(mcmc.get_extra_fields()["potential_energy"])
+    draws = mcmc.get_samples()["x"]
+    expected = jax.vmap(
+        lambda x: -numpyro.infer.util.log_density(_tiny_model, (), {}, {"x": x})[0]
+    )(draws)
+    assert energies.shape == (60,)
+    np.testing.assert_allclose(energies, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_potential_energy_extra_field_with_an_inner_kernel():
+    y = np.array([1.5, -0.7, 2.2])
+    model = _mixture_model(y, 2.0)
+    mcmc = _run(
+        nx.ACS(model, inner_kernel=NUTS, schedule=CYCLE),
+        num_warmup=20,
+        num_samples=30,
+        num_chains=2,
+        extra_fields=("potential_energy",),
+    )
+    energies = np.asarray(mcmc.get_extra_fields()["potential_energy"])
+    samples = mcmc.get_samples()
+    # mu is unconstrained already (a real site): the joint log density is the model's.
+    expected = jax.vmap(
+        lambda z, mu: -numpyro.infer.util.log_density(model, (), {}, {"z": z, "mu": mu})[0]
+    )(samples["z"], samples["mu"])
+    np.testing.assert_allclose(energies, expected, rtol=1e-5, atol=1e-5)
