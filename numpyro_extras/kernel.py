@@ -313,16 +313,25 @@ def _instance_settings(kernel: HMC) -> dict[str, Any]:
     )
 
 
-def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
+def hmc_settings(
+    inner_kernel, *, owner_model=None, owner_defaults=None, **settings
+) -> tuple[str, dict]:
     """Validate the settings of an HMC or NUTS move inside a kernel.
 
     :param inner_kernel: ``numpyro.infer.HMC`` or ``numpyro.infer.NUTS``, the class (then
-        ``settings`` are its keyword arguments) or an instance (then its own settings are used).
+        ``settings`` are its keyword arguments) or an instance (then its own settings are used,
+        and it must be built on ``owner_model``: the move runs on the enclosing kernel's own
+        potential, so an instance's model of its own would be silently ignored).
+    :param owner_model: the enclosing kernel's model (``None`` for a ``potential_fn``).
+    :param dict owner_defaults: the enclosing kernel's own defaults of ``settings`` (for a
+        kernel whose signature lists HMC settings): with an instance, settings still at these
+        defaults give way to the instance's; only those the user changed are an error.
     :param settings: keyword arguments of NumPyro's HMC initialisation (``step_size``,
         ``dense_mass``, ``num_steps``, ``trajectory_length``, ``max_tree_depth``, ...).
     :return: ``(algo, settings)`` with NumPyro's defaults filled in.
     :raises TypeError: for a setting NumPyro's HMC does not have.
-    :raises ValueError: for a setting out of range, or another kind of inner kernel.
+    :raises ValueError: for a setting out of range, another kind of inner kernel, or an
+        instance built on another model.
 
     **Example:**
 
@@ -333,6 +342,13 @@ def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
         state = init_fn(x0, num_warmup, rng_key=key, **settings)
     """
     if isinstance(inner_kernel, HMC):
+        _check_instance_model(inner_kernel, owner_model)
+        if owner_defaults is not None:
+            settings = {
+                name: value
+                for name, value in settings.items()
+                if name not in owner_defaults or value != owner_defaults[name]
+            }
         if settings:
             raise ValueError(
                 "Give the settings of an inner kernel instance to the instance itself, got "
@@ -374,6 +390,34 @@ def hmc_settings(inner_kernel, **settings) -> tuple[str, dict]:
     if algo == "HMC" and merged["num_steps"] is None and merged["trajectory_length"] is None:
         raise ValueError("HMC needs num_steps or trajectory_length.")
     return algo, merged
+
+
+def _model_name(model):
+    return getattr(model, "__name__", repr(model))
+
+
+def _check_instance_model(inner_kernel: HMC, owner_model):
+    """An inner ``HMC``/``NUTS`` instance must be built on the enclosing kernel's model."""
+    name = type(inner_kernel).__name__
+    if inner_kernel.model is owner_model:
+        return
+    if owner_model is None:
+        raise ValueError(
+            f"inner_kernel {name}({_model_name(inner_kernel.model)}) is built on a model, but "
+            "this kernel samples a potential_fn: pass the class "
+            f"{name} (settings as keywords) instead."
+        )
+    built_on = (
+        "a potential_fn"
+        if inner_kernel.model is None
+        else f"another model, {_model_name(inner_kernel.model)}"
+    )
+    raise ValueError(
+        f"inner_kernel {name}(...) is built on {built_on}, but this kernel samples "
+        f"{_model_name(owner_model)}: its move runs on this kernel's own potential, so the "
+        f"instance's would be ignored. Pass {name}({_model_name(owner_model)}) or the class "
+        f"{name} (settings as keywords)."
+    )
 
 
 def starting_positions(

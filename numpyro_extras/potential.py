@@ -190,8 +190,8 @@ def flatten_model(
     :param dict model_kwargs: keyword arguments of the model.
     :param init_strategy: a NumPyro init strategy for the initial point.
     :param str kernel_name: named in the error raised for discrete sites.
-    :param str discrete_advice: what that error suggests (``None``: marginalising the sites
-        out, or a kernel for discrete latents).
+    :param str discrete_advice: what that error suggests (``None``: the package's kernels for
+        discrete latents, or marginalising the sites out).
     :return: a :class:`FlatModel`.
     :raises ValueError: if the model has discrete latent sites or no latent site.
 
@@ -212,8 +212,10 @@ def flatten_model(
     discrete = [name for name, is_discrete in site_kinds if is_discrete]
     if discrete:
         advice = discrete_advice or (
-            "Marginalise them out (numpyro.contrib.funsor enumeration), or use a kernel for "
-            "discrete latents such as numpyro's DiscreteHMCGibbs."
+            "For discrete latent sites use nx.ReplicaExchange(model, inner_kernel=nx.ACS) "
+            "(crosses between modes, gives log Z) or nx.ACS(model, inner_kernel=NUTS) (NUTS "
+            "moves the continuous sites beside them), or marginalise them out "
+            "(numpyro.contrib.funsor enumeration)."
         )
         raise ValueError(
             f"{kernel_name} needs continuous latent sites, but the model has discrete latent "

@@ -34,7 +34,7 @@ def test_hmc_settings_from_a_class_or_an_instance():
     algo, settings = hmc_settings(NUTS, target_accept_prob=0.9)
     assert algo == "NUTS" and settings["target_accept_prob"] == 0.9
     assert settings["max_tree_depth"] == 10
-    algo, settings = hmc_settings(HMC(model, num_steps=7, dense_mass=True))
+    algo, settings = hmc_settings(HMC(model, num_steps=7, dense_mass=True), owner_model=model)
     assert algo == "HMC" and settings["num_steps"] == 7 and settings["dense_mass"] is True
     algo, settings = hmc_settings(HMC)
     assert settings["trajectory_length"] == pytest.approx(2 * 3.141592653589793)
@@ -42,7 +42,20 @@ def test_hmc_settings_from_a_class_or_an_instance():
     with pytest.raises(TypeError, match="Unknown inner kernel settings"):
         hmc_settings(NUTS, trajectory_lenght=1.0)
     with pytest.raises(ValueError, match="to the instance itself"):
-        hmc_settings(NUTS(model), step_size=0.1)
+        hmc_settings(NUTS(model), owner_model=model, step_size=0.1)
+    # The enclosing kernel's own defaults give way to the instance's; a changed one does not.
+    defaults = {"step_size": 1.0}
+    _, settings = hmc_settings(
+        NUTS(model, step_size=0.5), owner_model=model, owner_defaults=defaults, step_size=1.0
+    )
+    assert settings["step_size"] == 0.5
+    with pytest.raises(ValueError, match=r"got \['step_size'\]"):
+        hmc_settings(NUTS(model), owner_model=model, owner_defaults=defaults, step_size=0.1)
+    # An instance's model must be the enclosing kernel's: else it would be silently ignored.
+    with pytest.raises(ValueError, match="built on a potential_fn, but this kernel samples model"):
+        hmc_settings(NUTS(potential_fn=lambda x: 0.5 * x @ x), owner_model=model)
+    with pytest.raises(ValueError, match="this kernel samples a potential_fn"):
+        hmc_settings(NUTS(model))
     with pytest.raises(ValueError, match="inner_kernel must be"):
         hmc_settings(dist.Normal)
     with pytest.raises(ValueError, match="target_accept_prob"):

@@ -274,7 +274,11 @@ class ACS(ExtrasKernel):
             raise ValueError(f"grad_mode must be one of {GRAD_MODES}, got {grad_mode!r}.")
         self._variables = variables
         self._grad_mode = grad_mode
-        self._inner = None if inner_kernel is None else hmc_settings(inner_kernel, **inner_kwargs)
+        self._inner = (
+            None
+            if inner_kernel is None
+            else hmc_settings(inner_kernel, owner_model=model, **inner_kwargs)
+        )
         if inner_kernel is None and inner_kwargs:
             raise ValueError(f"Unknown arguments {sorted(inner_kwargs)} (no inner kernel).")
         self._schedule = None if schedule is None else check_schedule(schedule)

@@ -365,7 +365,9 @@ class ReplicaExchange(ExtrasKernel):
                 "same flat space: a potential has no prior, and fitting one needs a model."
             )
         self._algo, self._hmc_settings = (
-            (None, {}) if self._acs is not None else hmc_settings(inner_kernel, **inner_kwargs)
+            (None, {})
+            if self._acs is not None
+            else hmc_settings(inner_kernel, owner_model=model, **inner_kwargs)
         )
         self._init_strategy = init_strategy
         self._fit_base_kwargs = dict(fit_base_kwargs or {})

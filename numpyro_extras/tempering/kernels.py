@@ -10,6 +10,7 @@ replica's exact posterior draws; the tempered chain is in the extra fields, from
 
 from __future__ import annotations
 
+import inspect
 from functools import lru_cache
 
 import jax
@@ -243,7 +244,8 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
     :param potential_fn: alternatively, ``phi`` on flat 1-D positions (then ``base`` is required).
     :param GaussianBase base: base density and initial ``log zeta``; ``None`` fits one with
         :func:`~numpyro_extras.fit_base` on the first ``init`` (once per set of model arguments).
-    :param inner_kernel: ``numpyro.infer.NUTS`` or ``numpyro.infer.HMC``, the move on ``(x, u)``.
+    :param inner_kernel: ``numpyro.infer.NUTS`` or ``numpyro.infer.HMC``, the move on ``(x, u)``:
+        the class (settings as keywords) or an instance built on ``model`` (its settings).
     :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)``.
     :param float initial_beta_logit: starting ``u / s``.
     :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up (per chain).
@@ -307,7 +309,9 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
         )
         self._beta_scale = check_real("beta_scale", beta_scale, "a positive number", low=0.0)
         self._initial_beta_logit = check_real("initial_beta_logit", initial_beta_logit)
-        self._algo, self._hmc_settings = hmc_settings(inner_kernel, **inner_kwargs)
+        self._algo, self._hmc_settings = hmc_settings(
+            inner_kernel, owner_model=model, **inner_kwargs
+        )
 
     def _build(self, num_warmup, tag):
         flat_model = self._flat_model
@@ -341,7 +345,8 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
     :param potential_fn: alternatively, ``phi`` on flat 1-D positions (then ``base`` is required).
     :param GaussianBase base: base density and initial ``log zeta``; ``None`` fits one with
         :func:`~numpyro_extras.fit_base` on the first ``init``.
-    :param inner_kernel: ``HMC`` (fixed number of leapfrog steps) or ``NUTS``.
+    :param inner_kernel: ``HMC`` (fixed number of leapfrog steps) or ``NUTS``: the class, or
+        an instance built on ``model`` (its settings replace those below).
     :param int num_steps: leapfrog steps of an HMC move (paper: 20).
     :param float step_size: initial step size.
     :param bool adapt_step_size: adapt the step size in warm-up (dual averaging).
@@ -410,12 +415,15 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
         )
         self._algo, self._hmc_settings = hmc_settings(
             inner_kernel,
+            owner_model=model,
+            owner_defaults=_GIBBS_MOVE_DEFAULTS,
             step_size=step_size,
             adapt_step_size=adapt_step_size,
             adapt_mass_matrix=adapt_mass_matrix,
             dense_mass=dense_mass,
             target_accept_prob=target_accept_prob,
-            num_steps=num_steps if inner_kernel is HMC else None,
+            # NUTS takes no num_steps; an instance keeps its own (only a changed one is an error).
+            num_steps=num_steps if inner_kernel is HMC or isinstance(inner_kernel, HMC) else None,
             max_tree_depth=max_tree_depth,
         )
 
@@ -432,3 +440,21 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
             tag=tag,
         )
         return self._shell_functions(init_fn, step_fn, num_warmup)
+
+
+# The HMC settings in GibbsContinuousTempering's signature, at their defaults: with an inner
+# kernel instance they give way to the instance's own.
+_GIBBS_MOVE_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(GibbsContinuousTempering.__init__).parameters.items()
+    if name
+    in (
+        "num_steps",
+        "step_size",
+        "adapt_step_size",
+        "adapt_mass_matrix",
+        "dense_mass",
+        "target_accept_prob",
+        "max_tree_depth",
+    )
+}

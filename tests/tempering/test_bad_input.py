@@ -34,8 +34,47 @@ def mixture_with_assignments(data):
 @pytest.mark.parametrize("kernel_class", [nx.JointContinuousTempering, nx.GibbsContinuousTempering])
 def test_discrete_latent_sites_are_named(kernel_class):
     mcmc = _mcmc(kernel_class(mixture_with_assignments, base=BASE_2D))
-    with pytest.raises(ValueError, match=r"discrete latent sites \['assignment'\]"):
+    with pytest.raises(ValueError, match=r"discrete latent sites \['assignment'\]") as error:
         mcmc.run(jax.random.PRNGKey(0), jnp.array([0.1, 2.9, 3.2]))
+    # The error points to the package's kernels for discrete sites.
+    assert "nx.ReplicaExchange(model, inner_kernel=nx.ACS)" in str(error.value)
+
+
+def _normal_model():
+    numpyro.sample("x", dist.Normal(0.0, 1.0))
+
+
+def _other_model():
+    numpyro.sample("y", dist.Normal(0.0, 1.0))
+
+
+@pytest.mark.parametrize("kernel_class", [nx.JointContinuousTempering, nx.GibbsContinuousTempering])
+def test_an_inner_kernel_instance_on_the_same_model_is_used(kernel_class):
+    kernel = kernel_class(
+        _normal_model,
+        base=nx.GaussianBase(jnp.zeros(1), jnp.eye(1), jnp.asarray(0.0)),
+        inner_kernel=numpyro.infer.NUTS(_normal_model, target_accept_prob=0.95),
+    )
+    assert kernel._hmc_settings["target_accept_prob"] == 0.95
+    mcmc = _mcmc(kernel, num_samples=50)
+    mcmc.run(jax.random.PRNGKey(0))
+    assert mcmc.get_samples()["x"].shape == (50,)
+
+
+def test_gibbs_settings_beside_an_inner_kernel_instance_are_named():
+    with pytest.raises(ValueError, match=r"to the instance itself, got \['step_size'\]"):
+        nx.GibbsContinuousTempering(
+            _normal_model, inner_kernel=numpyro.infer.NUTS(_normal_model), step_size=0.1
+        )
+
+
+@pytest.mark.parametrize(
+    "kernel_class",
+    [nx.JointContinuousTempering, nx.GibbsContinuousTempering, nx.ReplicaExchange],
+)
+def test_an_inner_kernel_instance_on_another_model_is_refused(kernel_class):
+    with pytest.raises(ValueError, match="built on another model, _other_model"):
+        kernel_class(_normal_model, inner_kernel=numpyro.infer.NUTS(_other_model))
 
 
 def test_fit_base_rejects_discrete_sites():
