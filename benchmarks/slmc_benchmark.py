@@ -434,7 +434,7 @@ def training_experiment(fit_kwargs, seed):
         evidence = nx.log_marginal_likelihood(mcmc, warn=False)
         draws = mcmc.get_samples(group_by_chain=True)
         labels = target.mode_labels(draws)
-        settings = nx.AnnealingSettings(**fit_kwargs)
+        settings = nx.AnnealingSettings(**fit_kwargs).checked(1, target.dimension)
         epochs = [rung.epochs for rung in history.rungs if rung.model == 0]
         results.append(
             {
@@ -549,7 +549,7 @@ def collapse_experiment(seed, dimension=20, clusters=3, beta_0=0.1):
     the weight it covers), and the share of the chosen model's proposals in each cluster."""
     target = Mixture(dimension, clusters)
     rng = np.random.default_rng(seed)
-    count = nx.AnnealingSettings().initial_size
+    count = nx.AnnealingSettings().checked(2, dimension).initial_size
     collapsed = tempered_component_draws(target, beta_0, count, rng, clusters=[clusters - 1])
     healthy = tempered_component_draws(target, beta_0, count, rng)
     initial_data = jnp.asarray(np.stack([collapsed, healthy]))
@@ -727,11 +727,11 @@ def first_rung_experiment(configs, seeds, fit_kwargs):
     """The first rung alone (``initial_draws`` with the defaults and ``fit_kwargs``, one model,
     keyed by ``PRNGKey(seed)``): per ``D:C`` and seed, the cluster shares of its NUTS draws,
     which are the shares of its chains' starts, since a NUTS chain stays in its cluster."""
-    settings = nx.AnnealingSettings(**fit_kwargs).checked(1)
     results = []
     for dimension, clusters in configs:
         target = Mixture(dimension, clusters)
         flat_model = flatten_model(jax.random.PRNGKey(0), target.model, target.model_args)
+        settings = nx.AnnealingSettings(**fit_kwargs).checked(1, dimension)
         for seed in seeds:
             log(f"{target.name}: first rung, seed {seed}")
             start = time.perf_counter()

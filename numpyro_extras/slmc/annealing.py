@@ -56,6 +56,7 @@ from numpyro_extras.slmc.vae import (
     VAEConfig,
     VAEProposal,
     init_proposal,
+    latent_information,
     train_vae,
 )
 from numpyro_extras.validation import check_count, check_real
@@ -81,6 +82,15 @@ MIN_START_ROUND_TRIPS = 2
 # The second exchange's reference is this many times as wide as the first exchange's draws
 # (its covariance is this squared times theirs).
 REFIT_INFLATION = 1.5
+# Training points of the paper's runs (Table 7): per rung, and from the first rung's NUTS.
+PAPER_TRAINING_SIZE = 15_000
+PAPER_INITIAL_SIZE = 40_000
+# A model whose encoder is this close to the latent prior on its data, in nats of KL averaged
+# over the points, has collapsed: its latents are unused.
+COLLAPSED_INFORMATION = 0.05
+# A collapsed model that accepts this often at beta_0 fits the tempered target as one Gaussian
+# already: its latents have no modes to place.
+GAUSSIAN_FIT_RATE = 0.5
 
 
 class AnnealingSettings(NamedTuple):
@@ -105,8 +115,11 @@ class AnnealingSettings(NamedTuple):
     :param float validation_fraction: the share of each training set held out to judge it.
     :param bool full_final_training: the last training (at ``beta_final``, the proposal the
         sampler uses) runs all ``epochs`` on all its points, without early stopping.
-    :param int training_size: ``n(D_k)``, training points per model and rung.
-    :param int initial_size: training points per model from NUTS at ``beta_0``.
+    :param int training_size: ``n(D_k)``, training points per model and rung; ``None``: the
+        paper's 15,000 from ``D = 20`` on, ``750 D`` (at least 5,000) below: set-up in
+        proportion to the model.
+    :param int initial_size: training points per model from NUTS at ``beta_0``; ``None``: the
+        paper's 40,000 from ``D = 20`` on, ``2000 D`` (at least 10,000) below.
     :param int num_data_chains: parallel VAE-SLMC chains per model that make the training data.
     :param float burn_in_fraction: share of each data chain discarded as burn-in.
     :param int max_retrains: consecutive rounds in which no model climbs before giving up.
@@ -130,8 +143,9 @@ class AnnealingSettings(NamedTuple):
     :param str stop: ``"all"`` (every model reaches ``beta_final``) or ``"first"``.
     :param float beta_vae: the KL weight of eq. 2 (Table 8: 1/120 for Gaussian mixtures).
     :param int latent_dim: ``M`` (``None``: ``D``, as in the paper).
-    :param tuple encoder_sizes: the encoder's hidden widths (App. F.3).
-    :param tuple decoder_sizes: the decoder's hidden widths.
+    :param tuple encoder_sizes: the encoder's hidden widths; ``None``: App. F.3's, each capped
+        at ``max(32, 16 D)`` (the paper's network from ``D = 16`` on, narrower below).
+    :param tuple decoder_sizes: the decoder's hidden widths (``None``: likewise).
     :param float decoder_scale: the extended proposal's decoder noise in standardised units
         (``None``: 1 when learned, else ``sqrt(beta_vae / 2)``).
     :param bool learn_decoder_scale: learn the decoder noise per coordinate with the network
@@ -155,6 +169,7 @@ class AnnealingSettings(NamedTuple):
 
         settings = nx.AnnealingSettings()
         settings.epochs, settings.beta_0  # 150 and 0.1, Table 7
+        settings.checked(1, dimension=10).training_size  # 7500: in proportion to D below 20
         # every field is a keyword of nx.fit_vae_proposal and of nx.VAESLMC's fit_kwargs
     """
 
@@ -172,8 +187,8 @@ class AnnealingSettings(NamedTuple):
     tolerance: float = 1e-3
     validation_fraction: float = 0.1
     full_final_training: bool = True
-    training_size: int = 15_000
-    initial_size: int = 40_000
+    training_size: int | None = None
+    initial_size: int | None = None
     num_data_chains: int = 100
     burn_in_fraction: float = 0.1
     max_retrains: int = 5
@@ -188,14 +203,31 @@ class AnnealingSettings(NamedTuple):
     stop: str = "all"
     beta_vae: float = 1.0 / 120.0
     latent_dim: int | None = None
-    encoder_sizes: tuple = PAPER_ENCODER_SIZES
-    decoder_sizes: tuple = PAPER_DECODER_SIZES
+    encoder_sizes: tuple | None = None
+    decoder_sizes: tuple | None = None
     decoder_scale: float | None = None
     learn_decoder_scale: bool | None = None
     whiten: bool | None = None
 
-    def checked(self, num_models) -> AnnealingSettings:
-        """The settings validated, with ``ar_min`` filled in for ``num_models`` models."""
+    def checked(self, num_models, dimension) -> AnnealingSettings:
+        """The settings validated, with ``ar_min`` filled in for ``num_models`` models and the
+        data sizes and network widths left ``None`` for a target of ``dimension``."""
+        dimension = check_count("dimension", dimension)
+        # The paper's recipe (Tables 7 and 8) was set for mixtures in 20 to 100 dimensions; below
+        # that its 40,000 points and 256-wide layers cost minutes where the modes need far less.
+        defaults = {
+            "training_size": min(PAPER_TRAINING_SIZE, max(5000, 750 * dimension)),
+            "initial_size": min(PAPER_INITIAL_SIZE, max(10_000, 2000 * dimension)),
+            "encoder_sizes": tuple(
+                min(width, max(32, 16 * dimension)) for width in PAPER_ENCODER_SIZES
+            ),
+            "decoder_sizes": tuple(
+                min(width, max(32, 16 * dimension)) for width in PAPER_DECODER_SIZES
+            ),
+        }
+        self = self._replace(
+            **{name: value for name, value in defaults.items() if getattr(self, name) is None}
+        )
         for name in (
             "num_check_steps",
             "num_check_chains",
@@ -673,11 +705,12 @@ def fit_vae_proposal(
             f"Unknown settings {unknown}; fit_vae_proposal accepts "
             f"{list(AnnealingSettings._fields)}."
         )
-    settings = AnnealingSettings(**settings).checked(num_models)
+    settings = AnnealingSettings(**settings)
     init_key, data_key, loop_key, whiten_key = jax.random.split(rng_key, 4)
     flat_model = flat_target(
         init_key, model, model_args, model_kwargs, potential_fn, initial_position, "VAE-SLMC"
     )
+    settings = settings.checked(num_models, flat_model.dimension)
     log_density_fn = lambda x: -flat_model.potential_fn(x)  # noqa: E731
     dimension = flat_model.dimension
     config = VAEConfig(
@@ -744,6 +777,18 @@ def fit_vae_proposal(
             )
             evaluations += evaluations_per_search
             rates = np.asarray(rates)
+            if round_index == 1:
+                # fold_in leaves the other keys, and so every run without a collapse, as they are.
+                proposals, rates, searches = _separated_if_collapsed(
+                    jax.random.fold_in(whiten_key, 1),
+                    machinery,
+                    proposals,
+                    rates,
+                    data,
+                    grid_array,
+                    settings,
+                )
+                evaluations += searches * evaluations_per_search
             if round_index == 1 and settings.whiten is None:
                 proposals, rates, searches = _whitened_if_better(
                     whiten_key, machinery, proposals, rates, data, grid_array, settings
@@ -837,6 +882,59 @@ def fit_vae_proposal(
     )
     proposal = jax.tree.map(lambda leaf: leaf[chosen], proposals)
     return proposal.replace(history=history)
+
+
+def _separated_if_collapsed(rng_key, machinery, proposals, rates, data, grid, settings):
+    """On the first beta search, with a learned decoder noise: when a model's latents carry no
+    information about the first rung's ``data`` (:func:`~numpyro_extras.slmc.vae.latent_information`
+    below ``COLLAPSED_INFORMATION``) and it accepts less than ``GAUSSIAN_FIT_RATE`` at
+    ``beta_0``, train models afresh on ``training_size`` of those points,
+    first with eq. 2's fixed small noise, which can only reconstruct through the latents, then
+    with the learned noise from there, and keep them if their best rate at ``beta_0`` is
+    higher.
+
+    A learned noise profiles the reconstruction error out of the loss, and a network can then
+    settle where the noise spans every mode at once and the latents are unused (posterior
+    collapse): on separated modes in few dimensions its proposal is one broad Gaussian, whose
+    acceptance falls as the annealing narrows the modes.
+
+    :return: ``(proposals, rates, searches)``: the models kept, their search rates, and the
+        extra beta searches run (0 or 1).
+    """
+    config = proposals.config
+    if not config.learn_decoder_scale:
+        return proposals, rates, 0
+    information = np.asarray(jax.vmap(latent_information)(proposals, data))
+    collapsed = information < COLLAPSED_INFORMATION
+    if not np.any(collapsed & (rates[:, -1] < GAUSSIAN_FIT_RATE)):
+        return proposals, rates, 0
+    num_models = rates.shape[0]
+    subset_key, init_key, fixed_key, train_key, search_key = jax.random.split(rng_key, 5)
+    subset = jax.vmap(lambda key, rows: _take_rows(key, rows, settings.training_size))(
+        jax.random.split(subset_key, num_models), data
+    )
+    fixed_config = dataclasses.replace(config, learn_decoder_scale=False, decoder_scale=None)
+    fixed = jax.vmap(lambda key: init_proposal(key, fixed_config, sites=proposals.sites))(
+        jax.random.split(init_key, num_models)
+    )
+    fixed = jax.tree.map(lambda leaf: leaf.astype(data.dtype), fixed)
+    train_fn = machinery.train_initial or machinery.train
+    fixed, _ = train_fn(jax.random.split(fixed_key, num_models), fixed, subset)
+    separated = proposals.replace(
+        params={
+            **proposals.params,
+            "encoder": fixed.params["encoder"],
+            "decoder": fixed.params["decoder"],
+        }
+    )
+    separated, _ = machinery.train(jax.random.split(train_key, num_models), separated, subset)
+    separated_rates, _ = machinery.search(
+        jax.random.split(search_key, num_models), separated, data, grid
+    )
+    separated_rates = np.asarray(separated_rates)
+    if separated_rates[:, -1].max() > rates[:, -1].max():
+        return separated, separated_rates, 1
+    return proposals, rates, 1
 
 
 def _whitened_if_better(rng_key, machinery, proposals, rates, data, grid, settings):

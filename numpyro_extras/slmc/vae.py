@@ -50,6 +50,7 @@ __all__ = [
     "log_encoder_density",
     "isometric_log_density",
     "vae_loss",
+    "latent_information",
     "train_vae",
     "isometry_factors",
     "PAPER_ENCODER_SIZES",
@@ -373,6 +374,27 @@ def _reconstruct(params, config: VAEConfig, u, rng_key):
     return _decoder(config).apply({"params": params["decoder"]}, z), mean, log_var
 
 
+def _kl_from_prior(mean, log_var):
+    """``KL(N(mean, diag exp(log_var)) || N(0, I))`` over the last axis."""
+    return 0.5 * jnp.sum(mean**2 + jnp.exp(log_var) - log_var - 1.0, -1)
+
+
+def latent_information(proposal: VAEProposal, x):
+    """How much the latents say about the points ``x`` ``(N, D)``: the mean over them of
+    ``KL(r(z | x) || N(0, I))``, in nats (the KL term of eq. 2). Near 0 the VAE has collapsed
+    (Bowman et al. 2016): the encoder returns the prior wherever it is, the decoder one point,
+    and the proposal is a single Gaussian of the decoder noise's width.
+
+    **Example:**
+
+    .. code-block:: python
+
+        latent_information(proposal, draws)  # ~0: the latents are unused
+    """
+    mean, log_var = encode(proposal, x)
+    return jnp.mean(_kl_from_prior(mean, log_var))
+
+
 def vae_loss(params, proposal: VAEProposal, u, rng_key):
     """The loss of eq. 2 on a batch of standardised points ``u`` ``(B, D)``: the mean over the
     batch of ``||u - Dec(mu + sigma eps)||^2 + beta_VAE KL(r(z | u) || N(0, I))``, one
@@ -384,7 +406,7 @@ def vae_loss(params, proposal: VAEProposal, u, rng_key):
     """
     config = proposal.config
     reconstruction, mean, log_var = _reconstruct(params, config, u, rng_key)
-    kl = 0.5 * jnp.sum(mean**2 + jnp.exp(log_var) - log_var - 1.0, -1)
+    kl = _kl_from_prior(mean, log_var)
     if config.learn_decoder_scale:
         # The negative ELBO at the batch's maximum-likelihood noise s_d^2 (its mean squared
         # error), up to a constant and scaled by beta_VAE like eq. 2. Profiling the noise out

@@ -15,8 +15,16 @@ from slmc_targets import TINY, WEIGHT, correlated_gaussian, mixture_model
 
 import numpyro_extras as nx
 from numpyro_extras.potential import flatten_model
+from numpyro_extras.slmc import annealing
 from numpyro_extras.slmc.annealing import initial_draws
-from numpyro_extras.slmc.vae import VAEConfig, init_proposal, sample_extended
+from numpyro_extras.slmc.vae import (
+    PAPER_DECODER_SIZES,
+    PAPER_ENCODER_SIZES,
+    VAEConfig,
+    init_proposal,
+    latent_information,
+    sample_extended,
+)
 
 
 def beta_0_draws(key, count, left_only=False):
@@ -203,7 +211,7 @@ def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans, exchange
         initial_warmup=200,
         initial_exchange_scans=exchange_scans,
         initial_exchange_chains=exchange_chains,
-    ).checked(1)
+    ).checked(1, flat_model.dimension)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*round trips")  # the exchange made them
         draws, evaluations = initial_draws(jax.random.PRNGKey(1), flat_model, settings, 1, False)
@@ -218,13 +226,90 @@ def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans, exchange
 
 def test_the_first_rung_needs_an_exchange_chain():
     with pytest.raises(ValueError, match="initial_exchange_chains"):
-        nx.AnnealingSettings(initial_exchange_chains=0).checked(1)
+        nx.AnnealingSettings(initial_exchange_chains=0).checked(1, dimension=2)
 
 
 def test_an_exchange_too_short_for_a_round_trip_warns():
     flat_model = flatten_model(jax.random.PRNGKey(0), far_mode_model)
     settings = nx.AnnealingSettings(
         initial_size=320, initial_warmup=20, initial_exchange_scans=2
-    ).checked(1)
+    ).checked(1, flat_model.dimension)
     with pytest.warns(UserWarning, match="round trips"):
         initial_draws(jax.random.PRNGKey(1), flat_model, settings, 1, False)
+
+
+def test_sizes_follow_the_dimension_below_the_papers_mixtures():
+    small = nx.AnnealingSettings().checked(1, dimension=1)
+    assert (small.training_size, small.initial_size) == (5000, 10_000)
+    assert small.encoder_sizes == (32,) * 6 and small.decoder_sizes == (32,) * 6
+    tenth = nx.AnnealingSettings().checked(1, dimension=10)
+    assert (tenth.training_size, tenth.initial_size) == (7500, 20_000)
+    assert tenth.encoder_sizes == (160, 160, 128, 128, 64, 32)
+    # From D = 20 on, the paper's recipe (Tables 7 and 8, App. F.3).
+    for dimension in (20, 100):
+        paper = nx.AnnealingSettings().checked(1, dimension=dimension)
+        assert (paper.training_size, paper.initial_size) == (15_000, 40_000)
+        assert paper.encoder_sizes == PAPER_ENCODER_SIZES
+        assert paper.decoder_sizes == PAPER_DECODER_SIZES
+    given = nx.AnnealingSettings(training_size=123, encoder_sizes=(8,)).checked(1, dimension=50)
+    assert given.training_size == 123 and given.encoder_sizes == (8,)
+
+
+def _two_cluster_log_density(x):
+    # Two modes at -3 and +3 of sd 0.1 in one dimension, weights 0.6 and 0.4.
+    left = jnp.log(0.6) - 0.5 * ((x[0] + 3.0) / 0.1) ** 2
+    right = jnp.log(0.4) - 0.5 * ((x[0] - 3.0) / 0.1) ** 2
+    return jnp.logaddexp(left, right)
+
+
+def test_a_collapsed_model_is_retrained_through_its_latents():
+    """A model whose encoder returns the prior everywhere proposes one broad Gaussian over both
+    modes; the repair trains one that places the modes in its latents and accepts far more."""
+    settings = nx.AnnealingSettings(
+        **{**TINY, "training_size": 2000, "batch_size": 128, "epochs": 60, "initial_epochs": 100}
+    ).checked(1, dimension=1)
+    key = jax.random.PRNGKey(0)
+    # Draws at beta_0 = 0.1, where the search judges the models: each mode's sd is
+    # 0.1 / sqrt(0.1), their weights 0.6^0.1 : 0.4^0.1.
+    left_weight = 0.6**0.1 / (0.6**0.1 + 0.4**0.1)
+    data = jnp.where(jax.random.uniform(key, (1, 2000, 1)) < left_weight, -3.0, 3.0)
+    data = data + 0.1 / np.sqrt(0.1) * jax.random.normal(jax.random.PRNGKey(1), data.shape)
+    config = VAEConfig(
+        dimension=1,
+        latent_dim=1,
+        encoder_sizes=(32, 32),
+        decoder_sizes=(32, 32),
+        learn_decoder_scale=True,
+    )
+    proposal = init_proposal(jax.random.PRNGKey(2), config)
+    # Zero output heads: the encoder is N(0, 1) at every point, the decoder the data's mean.
+    encoder = jax.tree.map(jnp.zeros_like, proposal.params["encoder"])
+    collapsed = proposal.replace(
+        params={**proposal.params, "encoder": encoder},
+        loc=jnp.mean(data[0], 0),
+        scale=jnp.std(data[0], 0),
+    )
+    assert float(latent_information(collapsed, data[0])) == 0.0
+    proposals = jax.tree.map(lambda leaf: leaf[None], collapsed)
+    machinery = annealing._machinery(_two_cluster_log_density, settings, "exact")
+    grid = jnp.asarray(annealing.candidate_betas(0.1, 1.0, 0.05))
+    rates, _ = machinery.search(jax.random.split(jax.random.PRNGKey(3), 1), proposals, data, grid)
+    rates = np.asarray(rates)
+    repaired, repaired_rates, searches = annealing._separated_if_collapsed(
+        jax.random.PRNGKey(4), machinery, proposals, rates, data, grid, settings
+    )
+    assert searches == 1
+    assert float(latent_information(jax.tree.map(lambda leaf: leaf[0], repaired), data[0])) > (
+        10 * annealing.COLLAPSED_INFORMATION
+    )
+    assert repaired_rates[0, -1] > rates[0, -1] + 0.2, (rates[0, -1], repaired_rates[0, -1])
+    # A collapsed model that already accepts half its proposals fits as one Gaussian: kept.
+    kept, _, searches = annealing._separated_if_collapsed(
+        jax.random.PRNGKey(4), machinery, proposals, np.full_like(rates, 0.6), data, grid, settings
+    )
+    assert searches == 0 and kept is proposals
+    # A model that uses its latents is left alone, without a search.
+    same, same_rates, searches = annealing._separated_if_collapsed(
+        jax.random.PRNGKey(5), machinery, repaired, repaired_rates, data, grid, settings
+    )
+    assert searches == 0 and same is repaired
