@@ -914,12 +914,7 @@ def _separated_if_collapsed(rng_key, machinery, proposals, rates, data, grid, se
         jax.random.split(subset_key, num_models), data
     )
     fixed_config = dataclasses.replace(config, learn_decoder_scale=False, decoder_scale=None)
-    fixed = jax.vmap(lambda key: init_proposal(key, fixed_config, sites=proposals.sites))(
-        jax.random.split(init_key, num_models)
-    )
-    fixed = jax.tree.map(lambda leaf: leaf.astype(data.dtype), fixed)
-    train_fn = machinery.train_initial or machinery.train
-    fixed, _ = train_fn(jax.random.split(fixed_key, num_models), fixed, subset)
+    fixed = _fresh_models(init_key, fixed_key, machinery, fixed_config, proposals.sites, subset)
     separated = proposals.replace(
         params={
             **proposals.params,
@@ -928,13 +923,7 @@ def _separated_if_collapsed(rng_key, machinery, proposals, rates, data, grid, se
         }
     )
     separated, _ = machinery.train(jax.random.split(train_key, num_models), separated, subset)
-    separated_rates, _ = machinery.search(
-        jax.random.split(search_key, num_models), separated, data, grid
-    )
-    separated_rates = np.asarray(separated_rates)
-    if separated_rates[:, -1].max() > rates[:, -1].max():
-        return separated, separated_rates, 1
-    return proposals, rates, 1
+    return _kept_if_better(search_key, machinery, separated, proposals, rates, data, grid)
 
 
 def _whitened_if_better(rng_key, machinery, proposals, rates, data, grid, settings):
@@ -951,21 +940,34 @@ def _whitened_if_better(rng_key, machinery, proposals, rates, data, grid, settin
     """
     if np.any(rates[:, -1] >= settings.ar_min):
         return proposals, rates, 0
-    num_models = rates.shape[0]
     init_key, train_key, search_key = jax.random.split(rng_key, 3)
     config = dataclasses.replace(proposals.config, whiten=True)
-    whitened = jax.vmap(lambda key: init_proposal(key, config, sites=proposals.sites))(
+    whitened = _fresh_models(init_key, train_key, machinery, config, proposals.sites, data)
+    return _kept_if_better(search_key, machinery, whitened, proposals, rates, data, grid)
+
+
+def _fresh_models(init_key, train_key, machinery, config, sites, data):
+    """One model per row of ``data`` ``(J, N, D)``, initialised with ``config`` and trained on
+    it as the first rung's models are."""
+    num_models = data.shape[0]
+    models = jax.vmap(lambda key: init_proposal(key, config, sites=sites))(
         jax.random.split(init_key, num_models)
     )
-    whitened = jax.tree.map(lambda leaf: leaf.astype(data.dtype), whitened)
+    models = jax.tree.map(lambda leaf: leaf.astype(data.dtype), models)
     train_fn = machinery.train_initial or machinery.train
-    whitened, _ = train_fn(jax.random.split(train_key, num_models), whitened, data)
-    whitened_rates, _ = machinery.search(
-        jax.random.split(search_key, num_models), whitened, data, grid
+    models, _ = train_fn(jax.random.split(train_key, num_models), models, data)
+    return models
+
+
+def _kept_if_better(search_key, machinery, candidates, proposals, rates, data, grid):
+    """``(models, rates, 1)``: the ``candidates`` with their search rates when their best rate at
+    ``beta_0`` (the grid's last entry) beats the ``proposals``' ``rates``, else those."""
+    candidate_rates, _ = machinery.search(
+        jax.random.split(search_key, data.shape[0]), candidates, data, grid
     )
-    whitened_rates = np.asarray(whitened_rates)
-    if whitened_rates[:, -1].max() > rates[:, -1].max():
-        return whitened, whitened_rates, 1
+    candidate_rates = np.asarray(candidate_rates)
+    if candidate_rates[:, -1].max() > rates[:, -1].max():
+        return candidates, candidate_rates, 1
     return proposals, rates, 1
 
 
