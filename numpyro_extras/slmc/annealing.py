@@ -88,6 +88,9 @@ PAPER_INITIAL_SIZE = 40_000
 # A model whose encoder is this close to the latent prior on its data, in nats of KL averaged
 # over the points, has collapsed: its latents are unused.
 COLLAPSED_INFORMATION = 0.05
+# Standard errors from 0 of the mean gradient of log p over the final draws beyond which they
+# are not draws of the target (about normal when they are; hundreds when stuck elsewhere).
+MEAN_SCORE_LIMIT = 8.0
 # A collapsed model that accepts this often at beta_0 fits the tempered target as one Gaussian
 # already: its latents have no modes to place.
 GAUSSIAN_FIT_RATE = 0.5
@@ -864,6 +867,18 @@ def fit_vae_proposal(
     final_rates = np.where(finished, np.asarray(final_rates)[:, 0], np.nan)
     final_log_z = np.where(finished, np.asarray(final_log_z), np.nan)
     chosen = int(np.nanargmax(final_log_z))
+    score, coordinate = _largest_mean_score(log_density_fn, data[chosen])
+    if score > MEAN_SCORE_LIMIT:
+        warnings.warn(
+            f"The trained VAE proposal's draws at beta = {settings.beta_final} are not where "
+            f"the target's mass is: the mean gradient of its log density over them is "
+            f"{score:.0f} standard errors from 0 in coordinate {coordinate} (0 for draws from "
+            "the target). The annealing's chains stayed where its proposals reach, a region "
+            "the target barely weighs (tempering can move a hierarchical model's mass to huge "
+            "scales, away from the posterior), so the sampler's draws will be wrong. Use "
+            "nx.ReplicaExchange or NUTS for this model.",
+            stacklevel=2,
+        )
     if final_rates[chosen] < settings.ar_min:
         warnings.warn(
             f"The trained VAE proposal's acceptance rate at beta = {settings.beta_final} is "
@@ -882,6 +897,23 @@ def fit_vae_proposal(
     )
     proposal = jax.tree.map(lambda leaf: leaf[chosen], proposals)
     return proposal.replace(history=history)
+
+
+def _largest_mean_score(log_density_fn, draws):
+    """``(z, i)``: the largest ``|mean of d log p / dx_i|`` over ``draws`` ``(N, D)`` in standard
+    errors of that mean, and its coordinate. For draws from ``p`` the mean gradient of its log
+    density is 0 (integration by parts, where ``p`` vanishes at the boundary), so ``z`` is about
+    normal; draws stuck in a region ``p`` barely weighs have the gradient pointing the same way
+    at every one of them. Draws whose gradient is not finite are left out."""
+    gradients = np.asarray(jax.jit(jax.vmap(jax.grad(log_density_fn)))(draws), np.float64)
+    gradients = gradients[np.all(np.isfinite(gradients), axis=1)]
+    if gradients.shape[0] < 2:
+        return 0.0, 0
+    stderr = gradients.std(0, ddof=1) / math.sqrt(gradients.shape[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scores = np.where(stderr > 0, np.abs(gradients.mean(0)) / stderr, 0.0)
+    coordinate = int(np.argmax(scores))
+    return float(scores[coordinate]), coordinate
 
 
 def _separated_if_collapsed(rng_key, machinery, proposals, rates, data, grid, settings):

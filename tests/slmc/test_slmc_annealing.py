@@ -313,3 +313,20 @@ def test_a_collapsed_model_is_retrained_through_its_latents():
         jax.random.PRNGKey(5), machinery, repaired, repaired_rates, data, grid, settings
     )
     assert searches == 0 and same is repaired
+
+
+def test_the_mean_score_tells_target_draws_from_draws_stuck_elsewhere():
+    """The mean gradient of log p is 0 over draws from p: about a normal number of standard
+    errors from 0 for exact draws, hundreds for draws stuck away from the mass."""
+
+    def log_density(x):
+        return -0.5 * jnp.sum(((x - jnp.array([1.0, -2.0, 0.0])) / jnp.array([0.5, 2.0, 1.0])) ** 2)
+
+    exact = jnp.array([1.0, -2.0, 0.0]) + jnp.array([0.5, 2.0, 1.0]) * jax.random.normal(
+        jax.random.PRNGKey(0), (4000, 3)
+    )
+    score, _ = annealing._largest_mean_score(log_density, exact)
+    assert score < 4.0
+    stuck = exact.at[:, 1].add(6.0)
+    score, coordinate = annealing._largest_mean_score(log_density, stuck)
+    assert coordinate == 1 and score > annealing.MEAN_SCORE_LIMIT * 10
