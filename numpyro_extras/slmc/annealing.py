@@ -218,15 +218,12 @@ class AnnealingSettings(NamedTuple):
         dimension = check_count("dimension", dimension)
         # The paper's recipe (Tables 7 and 8) was set for mixtures in 20 to 100 dimensions; below
         # that its 40,000 points and 256-wide layers cost minutes where the modes need far less.
+        widest = max(32, 16 * dimension)
         defaults = {
             "training_size": min(PAPER_TRAINING_SIZE, max(5000, 750 * dimension)),
             "initial_size": min(PAPER_INITIAL_SIZE, max(10_000, 2000 * dimension)),
-            "encoder_sizes": tuple(
-                min(width, max(32, 16 * dimension)) for width in PAPER_ENCODER_SIZES
-            ),
-            "decoder_sizes": tuple(
-                min(width, max(32, 16 * dimension)) for width in PAPER_DECODER_SIZES
-            ),
+            "encoder_sizes": tuple(min(width, widest) for width in PAPER_ENCODER_SIZES),
+            "decoder_sizes": tuple(min(width, widest) for width in PAPER_DECODER_SIZES),
         }
         self = self._replace(
             **{name: value for name, value in defaults.items() if getattr(self, name) is None}
