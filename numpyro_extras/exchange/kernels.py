@@ -76,6 +76,8 @@ __all__ = [
     "PILOT_TUNING_SCANS",
     "PILOT_SCANS",
     "PILOT_FREE_POTENTIAL_FLOPS",
+    "DEFAULT_INNER_KERNEL",
+    "DEAR_POTENTIAL_NUM_STEPS",
 ]
 
 DEFAULT_NUM_REPLICAS = "auto"
@@ -96,6 +98,16 @@ PILOT_CHUNK = 32
 # its rungs where NUTS trees are deep. The run's diagnostics still measure the barrier and warn
 # when the chains make too few round trips.
 PILOT_FREE_POTENTIAL_FLOPS = 10_000
+DEFAULT_INNER_KERNEL = "auto"
+# Past PILOT_FREE_POTENTIAL_FLOPS, "auto" moves the rungs by HMC with this many leapfrog steps
+# (step size and mass matrix adapted per rung): the rungs of a vectorised scan move in
+# lockstep, so a scan of NUTS moves lasts as long as the deepest tree of any rung while the
+# others idle, and where gradients are dear that idling is most of the scan. Equal-length
+# trajectories leave no lane idle.
+DEAR_POTENTIAL_NUM_STEPS = 16
+# Settings that name the move: with them, "auto" is that move whatever the potential costs.
+_HMC_ONLY_SETTINGS = ("num_steps", "trajectory_length")
+_NUTS_ONLY_SETTINGS = ("max_tree_depth",)
 
 
 class ReplicaPilot(NamedTuple):
@@ -232,10 +244,17 @@ class ReplicaExchange(ExtrasKernel):
     :param potential_fn: alternatively, ``-log`` of the unnormalised target on flat 1-D
         positions; then ``reference`` must be a :class:`~numpyro_extras.GaussianBase` or
         :class:`~numpyro_extras.MixtureBase`.
-    :param inner_kernel: ``numpyro.infer.NUTS`` or ``numpyro.infer.HMC`` for continuous sites,
-        ``nx.ACS`` or ``nx.DMALA`` for discrete ones (and, beside them, continuous ones with
-        the ACS instance's ``inner_kernel``, NUTS by default; the class, or an instance whose
-        settings are used), the move of every replica.
+    :param inner_kernel: the move of every replica: ``"auto"`` (the default) is
+        ``numpyro.infer.NUTS`` where one evaluation of a rung's potential costs at most
+        ``PILOT_FREE_POTENTIAL_FLOPS`` floating-point operations, and ``numpyro.infer.HMC``
+        with ``DEAR_POTENTIAL_NUM_STEPS`` leapfrog steps where it costs more (the rungs move in
+        lockstep, so NUTS moves wait for the deepest tree of any rung; trajectories of one
+        length leave no rung idle), each rung adapting its step size and mass matrix; a
+        ``num_steps`` or ``trajectory_length`` setting makes it HMC, ``max_tree_depth`` NUTS.
+        Or ``numpyro.infer.NUTS`` or ``numpyro.infer.HMC`` for continuous sites, ``nx.ACS``
+        or ``nx.DMALA`` for discrete ones (and, beside them, continuous ones with the ACS
+        instance's ``inner_kernel``, NUTS by default; the class, or an instance whose settings
+        are used).
     :param num_replicas: replicas per chain: ``"auto"`` (the default) measures the path's
         communication barrier ``Lambda`` at the first ``init`` for a set of model arguments, by
         a pilot run of this kernel's own core (``PILOT_REPLICAS`` rungs, ``PILOT_TUNING_SCANS``
@@ -304,7 +323,7 @@ class ReplicaExchange(ExtrasKernel):
         model=None,
         potential_fn=None,
         *,
-        inner_kernel=NUTS,
+        inner_kernel=DEFAULT_INNER_KERNEL,
         num_replicas=DEFAULT_NUM_REPLICAS,
         reference=DEFAULT_REFERENCE,
         base=None,
@@ -321,6 +340,14 @@ class ReplicaExchange(ExtrasKernel):
         # The starting ladder of the run: the pilot's, resized; the initial ladder otherwise.
         self._starting_betas = None
         self._values_per_replica = None
+        # "auto": NUTS or fixed-length HMC, chosen from the potential's cost at each init.
+        self._auto_move = isinstance(inner_kernel, str) and inner_kernel == "auto"
+        if self._auto_move:
+            inner_kernel = HMC if any(name in inner_kwargs for name in _HMC_ONLY_SETTINGS) else NUTS
+            self._auto_move = not any(
+                name in inner_kwargs for name in _HMC_ONLY_SETTINGS + _NUTS_ONLY_SETTINGS
+            )
+        self._inner_kwargs = inner_kwargs
         self._acs = discrete_inner_kernel(model, inner_kernel, inner_kwargs)
         from_class = self._acs is not None and isinstance(inner_kernel, type)
         # Rebuilt with NUTS for the continuous sites if the model turns out to have some.
@@ -390,6 +417,12 @@ class ReplicaExchange(ExtrasKernel):
         """Replicas per chain: as given, or for ``"auto"`` the count the pilot of the last
         ``init`` chose (``None`` before)."""
         return self._num_replicas
+
+    @property
+    def inner_algo(self) -> str | None:
+        """The HMC-family move of the rungs, ``"NUTS"`` or ``"HMC"`` (for ``inner_kernel="auto"``
+        the one the last ``init`` chose), or ``None`` for ACS/DMALA moves."""
+        return self._algo
 
     @property
     def num_prior_replicas(self) -> int | None:
@@ -565,9 +598,19 @@ class ReplicaExchange(ExtrasKernel):
         ``num_replicas="auto"`` choose the count by a pilot run on that path."""
         self._forget_count()
         self._prepare_path(model_args, model_kwargs)
+        choose_move = self._auto_move and self._acs is None
+        if not (choose_move or self._requested_replicas == "auto"):
+            return
+        cheap = self._potential_flops() <= PILOT_FREE_POTENTIAL_FLOPS
+        if choose_move:
+            self._algo, self._hmc_settings = (
+                hmc_settings(NUTS, **self._inner_kwargs)
+                if cheap
+                else hmc_settings(HMC, num_steps=DEAR_POTENTIAL_NUM_STEPS, **self._inner_kwargs)
+            )
         if self._requested_replicas != "auto":
             return
-        if self._potential_flops() <= PILOT_FREE_POTENTIAL_FLOPS:
+        if cheap:
             legs = 2 if self.stabilized else 1
             self._num_replicas = replicas_for_barrier(
                 0.0,

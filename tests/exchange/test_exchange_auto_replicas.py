@@ -114,6 +114,31 @@ def test_auto_runs_a_pilot_only_where_the_potential_is_costly():
     assert costly.pilot is not None and costly.num_replicas == MIN_AUTO_REPLICAS
 
 
+@pytest.mark.parametrize(
+    "model, settings, algo, steps",
+    [
+        (_gaussian_model, {}, "NUTS", None),
+        (_costly_gaussian_model, {}, "HMC", exchange_kernels.DEAR_POTENTIAL_NUM_STEPS),
+        # A setting that names the move decides it, whatever the potential costs.
+        (_costly_gaussian_model, dict(max_tree_depth=4), "NUTS", None),
+        (_gaussian_model, dict(num_steps=3), "HMC", 3),
+        (_costly_gaussian_model, dict(inner_kernel=numpyro.infer.NUTS), "NUTS", None),
+    ],
+)
+def test_the_default_move_is_fixed_length_hmc_where_the_potential_is_costly(
+    model, settings, algo, steps
+):
+    kernel = nx.ReplicaExchange(model, num_replicas=4, reference="prior", **settings)
+    mcmc = run(kernel, num_warmup=6, num_samples=6, num_chains=1, extra_fields=("num_steps",))
+    assert kernel.inner_algo == algo
+    num_steps = np.asarray(mcmc.get_extra_fields()["num_steps"])
+    if steps is None:
+        # NUTS trees end where they turn: their lengths differ from move to move.
+        assert np.unique(num_steps).size > 1
+    else:
+        np.testing.assert_array_equal(num_steps, steps)
+
+
 def test_auto_without_a_pilot_gives_each_leg_the_floor():
     kernel = nx.ReplicaExchange(_gaussian_model, inner_kernel=HMC, num_steps=5)
     mcmc = run(kernel, num_warmup=4, num_samples=4, num_chains=1)
