@@ -473,6 +473,11 @@ class ACS(ExtrasKernel):
                 f"The model has continuous latent sites {list(split.continuous_sites)}; ACS "
                 "moves discrete sites only. Pass inner_kernel=NUTS (or HMC) to sample them too."
             )
+        if not split.continuous_sites and self._inner is not None:
+            raise ValueError(
+                "inner_kernel moves continuous latent sites, but the model has none (its latent "
+                "sites are all discrete): use nx.ACS(model) without inner_kernel."
+            )
         layouts = {layout.name: layout for layout in latent.layouts}
         variables = {}
         x_prototype = jnp.zeros(split.dimension)

@@ -386,6 +386,9 @@ def test_bad_input():
         _run(nx.ACS(continuous_model), num_samples=2, num_chains=1)
     with pytest.raises(ValueError, match="inner_kernel=NUTS"):
         _run(nx.ACS(_mixture_model(np.zeros(2), 1.0)), num_samples=2, num_chains=1)
+    # An inner kernel on a model whose latent sites are all discrete has nothing to move.
+    with pytest.raises(ValueError, match=r"has none .*nx\.ACS\(model\) without inner_kernel"):
+        _run(nx.ACS(_tiny_model, inner_kernel=NUTS), num_samples=2, num_chains=1)
     with pytest.raises(ValueError, match="step_size must be positive"):
         nx.DMALA(_tiny_model, step_size=0.0)
     with pytest.raises(ValueError, match="num_tuning_sweeps must be >= 0"):
