@@ -51,8 +51,12 @@ class BaseCoverageWarning(UserWarning):
 class ModeSearchWarning(BaseCoverageWarning):
     """:func:`fit_base`'s refitting rounds ended while still finding new modes: the posterior
     may have more modes than the base covers (a heavy tail alone gives a plain
-    :class:`BaseCoverageWarning`). A tempering kernel that fitted such a base with many modes
-    makes more transitions per kept draw (``moves_per_draw="auto"``).
+    :class:`BaseCoverageWarning`). Where the posterior's standard deviation in one coordinate
+    differs more than ``SCALE_CHANGE_RATIO``-fold between the fitted components and the local
+    minima of the potential that none covers, the message names that coordinate's site and says
+    the scale changes across the posterior's mass (a funnel), which Gaussian components follow
+    only piece by piece. A tempering kernel that fitted such a base with many modes makes more
+    transitions per kept draw (``moves_per_draw="auto"``).
 
     :param str message: what the fit found.
     :param int num_modes: the modes the fit had found when its rounds ended.

@@ -845,28 +845,100 @@ def fit_base(
         if bootstrap_rounds and (not len(optima.positions) or len(_uncovered_optima(optima, base))):
             coverage_in_doubt = True
             num_modes = base.component_locs.shape[0] - 1
-            warnings.warn(
-                ModeSearchWarning(
+            uncovered = optima.positions[_uncovered_optima(optima, base)]
+            ratio, coordinate = _largest_scale_ratio(
+                base, _local_scales(batched_potential, uncovered, base)
+            )
+            if ratio > SCALE_CHANGE_RATIO:
+                fold = f"{ratio:,.0f}" if ratio >= 10 else f"{ratio:.1f}"
+                message = (
+                    f"fit_base: its {bootstrap_rounds} refitting rounds were still finding "
+                    f"regions of mass ({num_modes} component{'s' * (num_modes != 1)} so far), "
+                    "and the posterior's "
+                    f"standard deviation in {_coordinate_name(flat_model, coordinate)} differs "
+                    f"{fold}-fold between them (its components, and the local minima of the "
+                    "potential that none covers): the scale changes across its mass (a funnel, "
+                    "as a hierarchical scale makes), which Gaussian components follow only "
+                    "piece by piece, so the base under-covers where the scale is extreme, "
+                    "whether or not there are separate modes too; reparameterise (non-centred), "
+                    "or raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)"
+                )
+            else:
+                message = (
                     f"fit_base: its {bootstrap_rounds} refitting rounds were still finding new "
                     f"modes ({num_modes} so far), so the posterior may have modes the base does "
                     "not cover, whose mass a tempering run can miss without any other sign; "
-                    "raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)",
-                    num_modes,
-                ),
-                stacklevel=2,
-            )
+                    "raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)"
+                )
+            warnings.warn(ModeSearchWarning(message, num_modes), stacklevel=2)
     if estimate.pareto_k > UNRELIABLE_PARETO_K:
         coverage_in_doubt = True
         warnings.warn(
             f"fit_base: the importance weights of its mass estimate have a heavy tail (Pareto k "
             f"= {estimate.pareto_k:.2f} > {UNRELIABLE_PARETO_K}): a few draws in regions the "
-            "fits do not cover carry much of the weight, so the base may miss modes and its "
-            "component weights and log zeta are unreliable; raise num_starts or "
-            "bootstrap_rounds (fit_base_kwargs of the kernels)",
+            "fits do not cover carry much of the weight (a tail heavier than the Gaussian "
+            "components', or modes they missed), so its component weights and log zeta are "
+            "unreliable; raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)",
             BaseCoverageWarning,
             stacklevel=2,
         )
     return _kernel_base(base, coverage_in_doubt)
+
+
+# Fitted components whose standard deviations in one coordinate differ more than this many
+# times are pieces of a region whose scale changes (a funnel) more often than copies of one
+# shape, as the modes of a mixture or of a symmetric posterior are.
+SCALE_CHANGE_RATIO = 3.0
+
+
+def _local_scales(batched_potential, positions, base: MixtureBase, relative_step=1e-3):
+    """The target's standard deviation per coordinate at each of ``positions`` (local minima of
+    ``phi``), from its curvature there: ``phi``'s second differences along each coordinate,
+    with steps ``relative_step`` times the broad component's standard deviations."""
+    if len(positions) == 0:
+        return np.zeros((0, base.component_locs.shape[-1]))
+    broad = np.asarray(base.component_scale_trils[-1], dtype=np.float64)
+    steps = relative_step * np.sqrt(np.sum(broad**2, axis=-1))
+    dimension = len(steps)
+    offsets = np.concatenate([np.zeros((1, dimension)), np.diag(steps), -np.diag(steps)])
+    points = positions[:, None, :] + offsets[None]
+    values = batched_potential(points.reshape(-1, dimension)).reshape(len(positions), -1)
+    curvature = (values[:, 1 : dimension + 1] + values[:, dimension + 1 :] - 2 * values[:, :1]) / (
+        steps**2
+    )
+    # Where phi does not curve upwards (a flat or not quite converged direction) the local scale
+    # is unknown, not infinite.
+    return np.where(curvature > 0, 1.0 / np.sqrt(np.where(curvature > 0, curvature, 1.0)), np.nan)
+
+
+def _largest_scale_ratio(base: MixtureBase, other_scales=None) -> tuple[float, int]:
+    """``(ratio, coordinate)``: the largest ratio between two standard deviations in one
+    coordinate among the fitted components (the broad last component left out) and the rows of
+    ``other_scales`` (the target's local ones at minima no component covers), and that
+    coordinate."""
+    trils = np.asarray(base.component_scale_trils[:-1], dtype=np.float64)
+    scales = np.sqrt(np.sum(trils**2, axis=-1))  # (component, coordinate)
+    if other_scales is not None:
+        scales = np.concatenate([scales, np.asarray(other_scales, dtype=np.float64)])
+    if len(scales) < 2:
+        return 1.0, 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a coordinate with no known scale
+        ratios = np.nanmax(scales, axis=0) / np.maximum(np.nanmin(scales, axis=0), 1e-300)
+    ratios = np.where(np.isfinite(ratios), ratios, 1.0)
+    coordinate = int(np.argmax(ratios))
+    return float(ratios[coordinate]), coordinate
+
+
+def _coordinate_name(flat_model, coordinate: int) -> str:
+    """The site a flat unconstrained coordinate belongs to, as ``"site 'name'"``."""
+    unit = np.zeros(flat_model.dimension)
+    unit[coordinate] = 1.0
+    sites = flat_model.unravel_fn(jnp.asarray(unit, flat_model.initial_position.dtype))
+    for name, value in sites.items():
+        if np.any(np.asarray(value) != 0):
+            return f"site {name!r}"
+    return f"coordinate {coordinate}"
 
 
 def _kernel_base(base: MixtureBase, coverage_in_doubt: bool) -> MixtureBase:

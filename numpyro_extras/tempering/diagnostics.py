@@ -257,8 +257,9 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
         advice = ""
         if kernel.base_fit_problems:
             advice = (
-                " A posterior with more modes than a fitted base lists is better served by "
-                "nx.ReplicaExchange(model): its prior leg reaches the modes a fit misses."
+                " Where a fitted base misses part of the posterior (modes it did not find, or "
+                "a region whose scale it cannot follow), nx.ReplicaExchange(model) is the "
+                "better sampler: its prior leg reaches what the fit missed."
             )
         warnings.warn(
             "The continuous tempering run shows trouble, so log Z and its standard error "

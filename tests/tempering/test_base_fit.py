@@ -94,6 +94,20 @@ def test_fit_base_warns_for_heavy_tailed_importance_weights():
         )
 
 
+def _funnel(dimension=5):
+    v = numpyro.sample("v", dist.Normal(0.0, 3.0))
+    numpyro.sample("x", dist.Normal(jnp.zeros(dimension), jnp.exp(v / 2)).to_event(1))
+
+
+def test_fit_base_names_a_scale_that_changes_not_modes_on_a_funnel():
+    """Neal's funnel has one mode, but the search keeps adding Gaussian components where the
+    scale of x differs: the warning names that (the site and the fold), not missed modes."""
+    with pytest.warns(nx.ModeSearchWarning, match="the scale changes across its mass") as caught:
+        nx.fit_base(jax.random.PRNGKey(0), _funnel, progress_bar=False)
+    message = next(str(w.message) for w in caught if w.category is nx.ModeSearchWarning)
+    assert "site 'x'" in message and "may have modes" not in message
+
+
 def test_fit_base_mean_field_guide():
     """guide="diagonal" (the paper's mean-field ADVI base for radon) gives a diagonal base."""
     loc = jnp.array([1.0, -2.0])
