@@ -57,6 +57,7 @@ SLOW = {
     "SLMCState": _RUN,
     "VAESLMC": _RUN,
     "IsometryWarning": _RUN,
+    "AnnealingStalledWarning": _TRAINS,
     "Evidence": _FINISHED_RUN,
     "TemperingState": _FINISHED_RUN,
     "log_marginal_likelihood": _FINISHED_RUN,

@@ -7,6 +7,7 @@ from numpyro_extras.slmc.annealing import (
     AnnealingHistory,
     AnnealingRung,
     AnnealingSettings,
+    AnnealingStalledWarning,
     fit_vae_proposal,
 )
 from numpyro_extras.slmc.chains import SLMCState
@@ -20,6 +21,7 @@ __all__ = [
     "AnnealingHistory",
     "AnnealingRung",
     "AnnealingSettings",
+    "AnnealingStalledWarning",
     "IsometryWarning",
     "SLMCState",
     "VAEConfig",

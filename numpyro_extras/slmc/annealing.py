@@ -62,6 +62,7 @@ from numpyro_extras.slmc.vae import (
 from numpyro_extras.validation import check_count, check_real
 
 __all__ = [
+    "AnnealingStalledWarning",
     "AnnealingSettings",
     "AnnealingRung",
     "AnnealingHistory",
@@ -69,6 +70,29 @@ __all__ = [
     "candidate_betas",
     "select_beta",
 ]
+
+
+class AnnealingStalledWarning(UserWarning):
+    """:func:`fit_vae_proposal`'s annealing made no progress in more than ``max_retrains``
+    consecutive rounds: no model's acceptance at a higher ``beta`` reached ``ar_min``. The
+    annealing stops there and the model that finds most of the target's mass at ``beta_final``
+    is returned (``proposal.history`` shows where each model stopped), so that
+    :class:`~numpyro_extras.VAESLMC` still samples exactly, as fast as that model fits the
+    target allows.
+
+    **Example:**
+
+    .. code-block:: python
+
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            proposal = nx.fit_vae_proposal(jax.random.PRNGKey(0), model, (x, y))
+        if any(w.category is nx.AnnealingStalledWarning for w in caught):
+            proposal.history.betas(proposal.history.chosen_model)[-1]  # where it stopped
+    """
+
 
 # Below this acceptance rate a chain is thinned by at most 1 / MIN_THINNING_RATE.
 MIN_THINNING_RATE = 0.01
@@ -682,7 +706,9 @@ def fit_vae_proposal(
     :return: the :class:`~numpyro_extras.slmc.vae.VAEProposal` of the model whose proposals
         give the largest estimate of ``log Z`` at ``beta_final``; its ``history`` is an
         :class:`AnnealingHistory`.
-    :raises RuntimeError: when no model climbs for ``max_retrains`` consecutive rounds.
+    :warns AnnealingStalledWarning: when no model climbs for ``max_retrains`` consecutive
+        rounds; the annealing then stops, and the model returned is chosen at ``beta_final``
+        among all of them.
 
     **Example:**
 
@@ -809,15 +835,21 @@ def fit_vae_proposal(
             finished = betas >= settings.beta_final
             stalled = 0 if climbed.any() else stalled + 1
             if stalled > settings.max_retrains:
-                raise RuntimeError(
+                warnings.warn(
                     f"VAE-SLMC annealing made no progress in {stalled} consecutive rounds: no "
                     f"model's acceptance rate above beta = {betas.min():.3g} reached "
-                    f"ar_min = {settings.ar_min} after retraining. On a target with strongly "
-                    "correlated coordinates, whiten=True (per-coordinate standardisation "
-                    "leaves the correlations to the network); else train longer (epochs), use "
-                    "a larger network or more data (training_size), lower ar_min, or raise "
-                    "max_retrains."
+                    f"ar_min = {settings.ar_min} after retraining. It stops there, and the "
+                    f"model trained at beta = {betas.max():.3g} proposes at beta = "
+                    f"{settings.beta_final}: the sampler stays exact (every proposal is "
+                    "accepted or rejected against the target) but mixes only as well as that "
+                    "model fits the target. On a target with strongly correlated coordinates, "
+                    "whiten=True (per-coordinate standardisation leaves the correlations to the "
+                    "network); else train longer (epochs), use a larger network or more data "
+                    "(training_size), lower ar_min, or raise max_retrains.",
+                    AnnealingStalledWarning,
+                    stacklevel=2,
                 )
+                break
             chosen_rates = np.array(
                 [rates[j][np.argmin(np.abs(grid - new_betas[j]))] for j in range(num_models)]
             )
@@ -860,11 +892,16 @@ def fit_vae_proposal(
     final_rates, final_log_z = machinery.search(
         jax.random.split(check_key, num_models), proposals, pooled, grid_array
     )
-    finished = betas >= settings.beta_final
+    stalled_out = not _finished(betas, settings)
+    # A stalled annealing offers every model at beta_final, the one that finds most mass chosen.
+    finished = np.full(num_models, True) if stalled_out else betas >= settings.beta_final
     final_rates = np.where(finished, np.asarray(final_rates)[:, 0], np.nan)
     final_log_z = np.where(finished, np.asarray(final_log_z), np.nan)
     chosen = int(np.nanargmax(final_log_z))
-    score, coordinate = _largest_mean_score(log_density_fn, data[chosen])
+    # The chains' draws are the target's only where the annealing reached beta_final.
+    score, coordinate = (
+        (0.0, 0) if stalled_out else _largest_mean_score(log_density_fn, data[chosen])
+    )
     if score > MEAN_SCORE_LIMIT:
         warnings.warn(
             f"The trained VAE proposal's draws at beta = {settings.beta_final} are not where "
