@@ -90,7 +90,7 @@ FUNNEL_V_Q05 = 3.0 * -1.6448536269514722
 # --- the models ------------------------------------------------------------------------------
 
 
-def _model_and_data(name):
+def model_and_data(name):
     """``(model, args)`` of a zoo model, its data made with a fixed seed."""
     import jax.numpy as jnp
     import numpyro
@@ -171,7 +171,7 @@ def _two_mode_data():
 
 
 @functools.cache
-def _two_mode_quadrature():
+def two_mode_quadrature():
     """``(P(x > 0), log Z)`` of the two-mode regression by quadrature on a fine grid."""
     from scipy.special import logsumexp
 
@@ -188,7 +188,7 @@ def _two_mode_quadrature():
 
 
 @functools.cache
-def _ising_enumeration():
+def ising_enumeration():
     """``(P(spin_i = 1) per spin, log Z)`` of the Ising chain (uniform Bernoulli prior times
     the factor) by enumeration."""
     from scipy.special import logsumexp, softmax
@@ -201,9 +201,9 @@ def _ising_enumeration():
 
 # Exact log Z where the model has one: the funnel is its own normalised prior.
 EXACT_LOG_Z = {
-    "two_mode_regression": lambda: _two_mode_quadrature()[1],
+    "two_mode_regression": lambda: two_mode_quadrature()[1],
     "funnel": lambda: 0.0,
-    "ising_chain": lambda: _ising_enumeration()[1],
+    "ising_chain": lambda: ising_enumeration()[1],
 }
 
 
@@ -234,7 +234,7 @@ def _flat_draws(samples):
 def _accuracy(model_name, samples, reference):
     """The row's error (see the module docstring) from ``(chains, draws, ...)`` samples."""
     if model_name == "two_mode_regression":
-        return abs(float(np.mean(np.asarray(samples["x"]) > 0)) - _two_mode_quadrature()[0])
+        return abs(float(np.mean(np.asarray(samples["x"]) > 0)) - two_mode_quadrature()[0])
     if model_name == "mixture_means":
         means = np.asarray(samples["means"]).reshape(-1, 3)
         return float(np.max(np.abs(means.mean(0) - means.mean())))
@@ -242,7 +242,7 @@ def _accuracy(model_name, samples, reference):
         return abs(float(np.quantile(np.asarray(samples["v"]), 0.05)) - FUNNEL_V_Q05)
     if model_name == "ising_chain":
         spins = np.asarray(samples["spins"]).reshape(-1, 10)
-        return float(np.max(np.abs(spins.mean(0) - _ising_enumeration()[0])))
+        return float(np.max(np.abs(spins.mean(0) - ising_enumeration()[0])))
     if reference is None:
         return float("nan")
     draws = _flat_draws(samples).reshape(-1, len(reference["mean"]))
@@ -267,7 +267,7 @@ def run_pair(kernel_name, model_name, sizes, reference, error_keys=1):
     import numpyro_extras as nx
 
     numpyro.enable_x64()
-    model, args = _model_and_data(model_name)
+    model, args = model_and_data(model_name)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if kernel_name == "ais":
@@ -333,7 +333,7 @@ def reference_moments(model_name):
     from numpyro.infer import MCMC, NUTS
 
     numpyro.enable_x64()
-    model, args = _model_and_data(model_name)
+    model, args = model_and_data(model_name)
     mcmc = MCMC(NUTS(model), chain_method="vectorized", progress_bar=False, **REFERENCE_SIZES)
     mcmc.run(jax.random.PRNGKey(123), *args)
     draws = _flat_draws(mcmc.get_samples(group_by_chain=True))
