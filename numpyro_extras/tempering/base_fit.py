@@ -842,10 +842,10 @@ def fit_base(
     else:
         # Rounds that ran out while still finding modes leave coverage in doubt, unless every
         # local minimum found has a component on it.
-        if bootstrap_rounds and (not len(optima.positions) or len(_uncovered_optima(optima, base))):
+        uncovered = optima.positions[_uncovered_optima(optima, base)]
+        if bootstrap_rounds and (not len(optima.positions) or len(uncovered)):
             coverage_in_doubt = True
             num_modes = base.component_locs.shape[0] - 1
-            uncovered = optima.positions[_uncovered_optima(optima, base)]
             ratio, coordinate = _largest_scale_ratio(
                 base, _local_scales(batched_potential, uncovered, base)
             )
