@@ -149,8 +149,12 @@ def check_failures(checks, samples):
         mean, stderr = mean_and_stderr(check.statistic(samples))
         line = f"{check.name}: {mean:.4f} +- {stderr:.4f}, exact {check.exact:.4f}"
         if abs(mean - check.exact) > MAX_ABS_Z * stderr:
-            off = abs(mean - check.exact) / max(stderr, 1e-300)
-            failures.append(f"{line} (off by {off:.1f} se)")
+            off = (
+                f"off by {abs(mean - check.exact) / stderr:.1f} se"
+                if stderr > 0
+                else "off, the statistic equal at every draw"
+            )
+            failures.append(f"{line} ({off})")
         elif stderr > check.max_stderr:
             failures.append(f"{line} (stderr above {check.max_stderr:.4f})")
     return failures
