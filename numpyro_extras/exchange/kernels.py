@@ -772,7 +772,13 @@ class ReplicaExchange(ExtrasKernel):
             self._fitted_reference = validate_base(self._given_base, self._flat_model.dimension)
             self._reference_fit_problems = ()
             return self._fitted_reference
-        fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
+        # The flat model just built is handed down, so that the fit does not trace and compile
+        # the model's initialisation again.
+        fit_kwargs = {
+            "progress_bar": calling_mcmc_progress_bar(),
+            "flat_model": self._flat_model,
+            **self._fit_base_kwargs,
+        }
         self._fitted_reference, self._reference_fit_problems, _ = fit_base_for_kernel(
             fit_base,
             self._model,

@@ -626,6 +626,7 @@ def fit_base(
     bootstrap_num_samples=1000,
     bootstrap_num_chains=4,
     progress_bar=True,
+    flat_model=None,
 ) -> GaussianBase | MixtureBase:
     """Fit a base density and ``log zeta`` for continuous tempering by variational inference.
 
@@ -691,6 +692,9 @@ def fit_base(
     :param int bootstrap_num_samples: kept draws per chain of those runs.
     :param int bootstrap_num_chains: vectorized chains of those runs.
     :param bool progress_bar: show the fits' progress (a tqdm bar).
+    :param FlatModel flat_model: the model's flat potential (:func:`~numpyro_extras.flatten_model`
+        of these arguments) when the caller has built it already, as the kernels have; ``None``
+        builds it.
     :return: a :class:`MixtureBase` (``"mixture"``) or a :class:`GaussianBase` (``"gaussian"``).
 
     **Example:**
@@ -713,7 +717,10 @@ def fit_base(
         bootstrap_rounds = 4 if method == "mixture" else 0
     # Keys as NumPy arrays: slicing them then compiles nothing.
     init_key, fits_key, bootstrap_key = np.asarray(jax.random.split(rng_key, 3))
-    flat_model = flatten_model(init_key, model, model_args, model_kwargs, kernel_name="fit_base")
+    if flat_model is None:
+        flat_model = flatten_model(
+            init_key, model, model_args, model_kwargs, kernel_name="fit_base"
+        )
     settings = dict(
         num_steps=num_steps,
         learning_rate=learning_rate,

@@ -155,7 +155,13 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         if self._user_base:
             validate_base(self._base, self._flat_model.dimension)
             return
-        fit_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._fit_base_kwargs}
+        # The flat model just built is handed down, so that the fit does not trace and compile
+        # the model's initialisation again.
+        fit_kwargs = {
+            "progress_bar": calling_mcmc_progress_bar(),
+            "flat_model": self._flat_model,
+            **self._fit_base_kwargs,
+        }
         # A base that may miss modes makes every later estimate doubtful: the diagnostics of the
         # run repeat the fit's coverage warnings.
         fitted = fit_base_for_kernel(
