@@ -21,6 +21,7 @@ from numpyro_extras.annealing.mais import (
     marginalized_ais_boltzmann,
 )
 from numpyro_extras.annealing.model_annealing import ais
+from numpyro_extras.bridge import bridge_evidence, bridge_sampling
 from numpyro_extras.compare import compare, plot_compare
 from numpyro_extras.discrete import (
     ACS,
@@ -119,6 +120,8 @@ __all__ = [
     "rbm_model",
     "BaseCoverageWarning",
     "BaseMomentCheck",
+    "bridge_evidence",
+    "bridge_sampling",
     "Evidence",
     "ExchangeDiagnostics",
     "ReplicaExchange",

@@ -16,7 +16,8 @@ import pandas as pd
 from numpyro.infer import MCMC
 from scipy.special import logsumexp, softmax
 
-from numpyro_extras.estimates import log_marginal_likelihood
+from numpyro_extras.bridge import bridge_sampling
+from numpyro_extras.estimates import has_own_log_z, log_marginal_likelihood
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.validation import check_count, check_real
 
@@ -40,13 +41,16 @@ def _evidence_of(name, value) -> Evidence:
     if isinstance(value, Evidence):
         return value
     if isinstance(value, MCMC):
+        # A run of a kernel with no log Z of its own (NUTS, say) is bridged.
+        estimate = log_marginal_likelihood if has_own_log_z(value) else bridge_sampling
         try:
-            return log_marginal_likelihood(value, warn=False)
+            return estimate(value, warn=False)
         except (TypeError, ValueError) as error:
             raise type(error)(f"compare: model {name!r}: {error}") from error
     raise TypeError(
-        f"compare: model {name!r} must be a finished numpyro.infer.MCMC run of a kernel that "
-        f"estimates log Z, or an nx.Evidence (from nx.ais, say), got {type(value).__name__}."
+        f"compare: model {name!r} must be a finished numpyro.infer.MCMC run (of any kernel over "
+        "continuous sites, or of one that estimates log Z) or an nx.Evidence (from nx.ais, "
+        f"say), got {type(value).__name__}."
     )
 
 
@@ -76,10 +80,12 @@ def compare(models, prior_probs=None, ci_prob=0.95, num_draws=20_000, seed=0) ->
     """Rank models by their log evidence ``log p(y | M)``, with Bayes factors and posterior model
     probabilities whose intervals carry the estimators' standard errors.
 
-    Each model is a finished :class:`~numpyro.infer.MCMC` run of a kernel that estimates
-    ``log Z`` (continuous tempering, replica exchange, VAE-SLMC: read with
-    :func:`~numpyro_extras.log_marginal_likelihood`) or an :class:`~numpyro_extras.Evidence`
-    (from :func:`~numpyro_extras.ais`, say). The posterior probabilities are
+    Each model is a finished :class:`~numpyro.infer.MCMC` run or an
+    :class:`~numpyro_extras.Evidence` (from :func:`~numpyro_extras.ais`, say). A run of a
+    kernel that estimates ``log Z`` (continuous tempering, replica exchange, VAE-SLMC) gives its
+    own (:func:`~numpyro_extras.log_marginal_likelihood`); a run of any other kernel over
+    continuous sites (NUTS, HMC, the Ai-sampler) is bridged
+    (:func:`~numpyro_extras.bridge_sampling`, its checks included). The posterior probabilities are
     ``softmax(log_z + log prior_prob)``; their interval is that of the same probabilities over
     ``num_draws`` simulated sets of estimates, each ``log_z`` drawn from a normal with its
     standard error, independently between models.
@@ -96,13 +102,13 @@ def compare(models, prior_probs=None, ci_prob=0.95, num_draws=20_000, seed=0) ->
         and ``warning`` (the problems each estimator's checks found, ``""`` when none). When a
         model's standard error is not finite no model gets an interval (NaN): every probability
         depends on every estimate. ``table.attrs["ci_prob"]`` records ``ci_prob``.
-    :raises TypeError: for a model that is neither a run with ``log Z`` nor an ``Evidence``.
+    :raises TypeError: for a model that is neither a finished run nor an ``Evidence``.
 
     **Example:**
 
     .. code-block:: python
 
-        # a run of each estimating kernel, and an Evidence (from nx.ais, say)
+        # finished runs (of NUTS too: bridged), and an Evidence (from nx.ais, say)
         table = nx.compare(
             {"tempering": mcmc, "exchange": exchange_mcmc, "ais": nx.Evidence(-3.2, 0.05)}
         )

@@ -21,20 +21,31 @@ from numpyro_extras.tempering import diagnostics as tempering_diagnostics
 from numpyro_extras.tempering import posterior as tempering_posterior
 from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
 
-__all__ = ["log_marginal_likelihood", "to_inference_data"]
+__all__ = ["log_marginal_likelihood", "to_inference_data", "has_own_log_z"]
 
 _ESTIMATING_KERNELS = (
     "nx.JointContinuousTempering, nx.GibbsContinuousTempering, nx.ReplicaExchange or nx.VAESLMC"
 )
 
 
-def _check_estimating_kernel(mcmc):
-    if not isinstance(
+def has_own_log_z(mcmc) -> bool:
+    """Whether the run's kernel estimates ``log Z`` itself (:func:`log_marginal_likelihood`
+    reads it); other runs' ``log Z`` comes from :func:`~numpyro_extras.bridge_sampling`.
+
+    :param mcmc: a :class:`~numpyro.infer.MCMC`.
+    :return: bool.
+    """
+    return isinstance(
         mcmc.sampler,
         JointContinuousTempering | GibbsContinuousTempering | ReplicaExchange | VAESLMC,
-    ):
+    )
+
+
+def _check_estimating_kernel(mcmc):
+    if not has_own_log_z(mcmc):
         raise TypeError(
-            f"{type(mcmc.sampler).__name__} gives no log Z: run the model with "
+            f"{type(mcmc.sampler).__name__} gives no log Z of its own: nx.bridge_sampling(mcmc) "
+            "estimates it from this run's draws, or run the model with "
             f"{_ESTIMATING_KERNELS} (nx.ais estimates it without an MCMC run)."
         )
 

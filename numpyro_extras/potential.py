@@ -164,6 +164,14 @@ def _latent_site_kinds(model_trace) -> list[tuple[str, bool]]:
     return [(name, name in discrete) for name in _latent_names(model_trace)]
 
 
+def _latent_site_enumerability(model_trace) -> list[tuple[str, bool, bool]]:
+    """``(name, is_discrete, can_enumerate)`` of every latent site, in the model's order."""
+    return [
+        (name, is_discrete, is_discrete and model_trace[name]["fn"].has_enumerate_support)
+        for name, is_discrete in _latent_site_kinds(model_trace)
+    ]
+
+
 def _discrete_latent_names(model_trace) -> list[str]:
     # Wider than NumPyro's gibbs.discrete_latent_sites (enumerable supports only): a Poisson
     # site must be found too, so that the kernels can refuse it by name.
@@ -181,6 +189,7 @@ def flatten_model(
     init_strategy=init_to_uniform,
     kernel_name="this kernel",
     discrete_advice=None,
+    sum_out_discrete=False,
 ) -> FlatModel:
     """Build the flat unconstrained potential of a model with continuous latent sites.
 
@@ -192,8 +201,12 @@ def flatten_model(
     :param str kernel_name: named in the error raised for discrete sites.
     :param str discrete_advice: what that error suggests (``None``: the package's kernels for
         discrete latents, or marginalising the sites out).
+    :param bool sum_out_discrete: sum discrete latent sites with finite supports out of the
+        potential by NumPyro's enumeration (as its HMC and NUTS do; needs ``funsor``), instead
+        of refusing them; a discrete site without a finite support is still refused.
     :return: a :class:`FlatModel`.
-    :raises ValueError: if the model has discrete latent sites or no latent site.
+    :raises ValueError: if the model has discrete latent sites (that cannot be summed out) or
+        no latent site.
 
     **Example:**
 
@@ -208,8 +221,20 @@ def flatten_model(
         flat.potential_fn(flat.initial_position)  # -log p(loc, y) at a prior draw
     """
     model_kwargs = {} if model_kwargs is None else model_kwargs
-    site_kinds = _names_from_trace(_latent_site_kinds, model, model_args, model_kwargs)
-    discrete = [name for name, is_discrete in site_kinds if is_discrete]
+    site_kinds = _names_from_trace(_latent_site_enumerability, model, model_args, model_kwargs)
+    discrete = [
+        name
+        for name, is_discrete, can_enumerate in site_kinds
+        if is_discrete and not (sum_out_discrete and can_enumerate)
+    ]
+    if sum_out_discrete and len(discrete) < sum(kind[1] for kind in site_kinds):
+        try:
+            import funsor  # noqa: F401 -- NumPyro's enumeration runs on funsor
+        except ImportError as error:
+            raise ValueError(
+                f"{kernel_name} sums the model's discrete latent sites out with NumPyro's "
+                "enumeration, which needs funsor: pip install funsor (or numpyro-extras[enum])."
+            ) from error
     if discrete:
         advice = discrete_advice or (
             "For discrete latent sites use nx.ReplicaExchange(model, inner_kernel=nx.ACS) "
@@ -220,6 +245,12 @@ def flatten_model(
         raise ValueError(
             f"{kernel_name} needs continuous latent sites, but the model has discrete latent "
             f"sites {discrete}. {advice}"
+        )
+    all_discrete = [name for name, is_discrete, _ in site_kinds if is_discrete]
+    if all_discrete and len(all_discrete) == len(site_kinds):
+        raise ValueError(
+            f"{kernel_name} needs continuous latent sites, but every latent site of the model "
+            f"({all_discrete}) is discrete. {discrete_advice or ''}".rstrip()
         )
     # A batch of one key: NumPyro then finds the initial point in one compiled loop, where for
     # a single key it runs the model and its gradient op by op, compiling each operation.
@@ -233,7 +264,7 @@ def flatten_model(
     )
     # In the model's order (the batched result's dict is sorted by name), for latent_sites.
     batched_values = model_info.param_info.z
-    names = [name for name, _ in site_kinds if name in batched_values]
+    names = [name for name, *_ in site_kinds if name in batched_values]
     names += [name for name in batched_values if name not in names]
     initial_values = {name: batched_values[name][0] for name in names}
     if not initial_values:
@@ -246,7 +277,9 @@ def flatten_model(
 
     def ravel_fn(constrained_values):
         latent = {name: constrained_values[name] for name in initial_values}
-        unconstrained = unconstrain_fn(model, model_args, model_kwargs, latent)
+        # Seeded: a discrete site summed out of the potential is drawn in this plain trace,
+        # though only the continuous sites' values are read from it.
+        unconstrained = unconstrain_fn(seed(model, 0), model_args, model_kwargs, latent)
         return ravel_pytree(unconstrained)[0]
 
     return FlatModel(

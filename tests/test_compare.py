@@ -129,7 +129,8 @@ def test_plot_compare_draws_every_model(scaled_runs):
 def test_bad_input_names_the_problem():
     nuts = MCMC(NUTS(targets.bimodal_model), num_warmup=5, num_samples=5, progress_bar=False)
     nuts.run(jax.random.PRNGKey(0), 2.0)
-    with pytest.raises(TypeError, match="model 'nuts': NUTS gives no log Z"):
+    # A run without a log Z of its own is bridged, which needs more draws than these.
+    with pytest.raises(ValueError, match="model 'nuts': .*at least 16 draws per chain"):
         nx.compare({"nuts": nuts, "b": EVIDENCES["b"]})
     with pytest.raises(TypeError, match="model 'b' must be a finished"):
         nx.compare({"b": -10.0})

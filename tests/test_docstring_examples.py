@@ -47,6 +47,8 @@ _COMPILES = "evaluates a JAX function whose compilation takes a second or more"
 
 # The examples of the slow step, with the reason each is there.
 SLOW = {
+    "bridge_evidence": _COMPILES,
+    "bridge_sampling": _RUN,
     "AiSampler": _TRAINS,
     "AiState": _RUN,
     "ACS": _RUN,

@@ -7,9 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+import pytest
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.gibbs import prototype_trace
 from numpyro.infer.util import initialize_model
+from scipy import stats
 
 import numpyro_extras as nx
 from numpyro_extras.potential import (
@@ -96,3 +98,36 @@ def test_flat_model_starts_where_numpyro_starts():
     assert flat.potential_fn(flat.initial_position) == numpyro_info.potential_fn(
         numpyro_info.param_info.z
     )
+
+
+def test_discrete_sites_summed_out_or_refused_by_name():
+    def mixture(data):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 3.0))
+        with numpyro.plate("points", data.shape[0]):
+            signal = numpyro.sample("signal", dist.Bernoulli(0.3))
+            numpyro.sample("data", dist.Normal(jnp.where(signal, mu, 0.0), 1.0), obs=data)
+
+    data = jnp.array([0.1, 2.9])
+    with pytest.raises(ValueError, match=r"discrete latent sites \['signal'\]"):
+        nx.flatten_model(jax.random.PRNGKey(0), mixture, (data,))
+    flat = nx.flatten_model(jax.random.PRNGKey(0), mixture, (data,), sum_out_discrete=True)
+    assert flat.latent_sites == ("mu",)
+    # The potential sums the indicators out: -log N(mu; 0, 3) prod_i (0.7 N(y_i; 0, 1) + 0.3
+    # N(y_i; mu, 1)) at mu = 1.
+    densities = 0.7 * stats.norm.pdf(np.asarray(data)) + 0.3 * stats.norm.pdf(np.asarray(data), 1.0)
+    expected = -(stats.norm.logpdf(1.0, 0.0, 3.0) + np.sum(np.log(densities)))
+    assert float(flat.potential_fn(jnp.array([1.0]))) == pytest.approx(expected, rel=1e-10)
+
+    def counts(data):
+        rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
+        count = numpyro.sample("count", dist.Poisson(rate))
+        numpyro.sample("data", dist.Normal(count, 1.0), obs=data)
+
+    with pytest.raises(ValueError, match=r"discrete latent sites \['count'\]"):
+        nx.flatten_model(jax.random.PRNGKey(0), counts, (2.0,), sum_out_discrete=True)
+
+    def flips():
+        numpyro.sample("flip", dist.Bernoulli(0.5))
+
+    with pytest.raises(ValueError, match=r"every latent site of the model \(\['flip'\]\)"):
+        nx.flatten_model(jax.random.PRNGKey(0), flips, sum_out_discrete=True)

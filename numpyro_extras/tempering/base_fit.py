@@ -45,6 +45,9 @@ __all__ = [
     "importance_masses",
     "numpy_rng",
     "vectorized_potential",
+    "LocalOptima",
+    "posterior_modes",
+    "same_basin",
 ]
 
 
@@ -233,8 +236,8 @@ def _drop_duplicates(fits: list[_LocalFit], tolerance: float, batched_potential=
     of one mode in many dimensions, which seldom pass the first.
     """
     fits = sorted(fits, key=lambda f: -f.elbo)
-    same_basin = (
-        _same_basin(batched_potential, np.stack([fit.loc for fit in fits]))
+    one_basin = (
+        same_basin(batched_potential, np.stack([fit.loc for fit in fits]))
         if batched_potential is not None and len(fits) > 1
         else np.zeros((len(fits), len(fits)), dtype=bool)
     )
@@ -244,7 +247,7 @@ def _drop_duplicates(fits: list[_LocalFit], tolerance: float, batched_potential=
         for other in kept:
             scale = np.sqrt(np.maximum(np.diagonal(fits[other].covariance), 1e-30))
             close = np.max(np.abs(fit.loc - fits[other].loc) / scale) < tolerance
-            if close or same_basin[index, other]:
+            if close or one_basin[index, other]:
                 duplicate = True
                 break
         if not duplicate:
@@ -282,8 +285,14 @@ def vectorized_potential(potential_fn):
     return batched
 
 
-def _same_basin(batched_potential, locs):
-    """``[K, K]`` booleans: no barrier in ``phi`` on the segment between means ``i`` and ``j``."""
+def same_basin(batched_potential, locs):
+    """``[K, K]`` booleans: no barrier in ``phi`` (a rise of more than one nat above both ends)
+    on the straight segment between points ``i`` and ``j``.
+
+    :param batched_potential: ``positions (N, D) -> phi (N,)`` (:func:`vectorized_potential`).
+    :param locs: ``(K, D)`` points.
+    :return: NumPy boolean array ``(K, K)``.
+    """
     fractions = np.linspace(0.0, 1.0, _SEGMENT_POINTS)
     points = (
         locs[:, None, None, :] * (1.0 - fractions)[:, None]
@@ -484,7 +493,7 @@ def _mixture_base(rng_key, batched_potential, fits, prior_positions, settings, d
     return base, estimate
 
 
-class _LocalOptima(NamedTuple):
+class LocalOptima(NamedTuple):
     """Distinct local minima of ``phi`` and whether a refitting round has started a fit there."""
 
     positions: np.ndarray
@@ -492,7 +501,7 @@ class _LocalOptima(NamedTuple):
     tried: np.ndarray
 
 
-def _local_optima(potential_fn, starts, num_steps, dtype, learning_rate=0.1) -> _LocalOptima:
+def _local_optima(potential_fn, starts, num_steps, dtype, learning_rate=0.1) -> LocalOptima:
     """Local minima of ``phi`` from many starts at once: Adam (optax) with a cosine-decayed step
     size, vmapped over the starts, in one compiled loop.
 
@@ -502,10 +511,10 @@ def _local_optima(potential_fn, starts, num_steps, dtype, learning_rate=0.1) -> 
     Minima with a non-finite ``phi`` or gradient are dropped, and so are repeats (closer than
     ``1e-3`` of the minima's spread).
 
-    :return: :class:`_LocalOptima`, ordered by ``phi`` (the highest density first).
+    :return: :class:`LocalOptima`, ordered by ``phi`` (the highest density first).
     """
     if len(starts) == 0:
-        return _LocalOptima(starts, np.zeros(0), np.zeros(0, dtype=bool))
+        return LocalOptima(starts, np.zeros(0), np.zeros(0, dtype=bool))
     value_and_gradient = jax.vmap(jax.value_and_grad(potential_fn))
     optimizer = optax.adam(optax.cosine_decay_schedule(learning_rate, num_steps, alpha=0.01))
 
@@ -539,7 +548,7 @@ def _local_optima(potential_fn, starts, num_steps, dtype, learning_rate=0.1) -> 
             if np.min(distances) > 1e-3 * spread:
                 kept.append(index)
         positions, potentials = positions[kept], potentials[kept]
-    return _LocalOptima(positions, potentials, np.zeros(len(positions), dtype=bool))
+    return LocalOptima(positions, potentials, np.zeros(len(positions), dtype=bool))
 
 
 # A local minimum where the target's density is this many times the base's (times zeta) lies
@@ -547,7 +556,44 @@ def _local_optima(potential_fn, starts, num_steps, dtype, learning_rate=0.1) -> 
 _UNCOVERED_RATIO = 10.0
 
 
-def _uncovered_optima(optima: _LocalOptima, base: MixtureBase) -> np.ndarray:
+def posterior_modes(
+    rng_key, model, model_args, model_kwargs, flat_model, num_starts=64, num_steps=250
+) -> LocalOptima:
+    """Local maxima of a model's posterior density on the flat unconstrained space: Adam
+    minimisations of ``phi`` from ``num_starts`` dispersed starts (half prior draws, half uniform
+    in ``[-2, 2]``), all in one compiled loop, as the refitting rounds of :func:`fit_base` seed
+    theirs.
+
+    :param jax.random.PRNGKey rng_key: random key.
+    :param model: the NumPyro model.
+    :param tuple model_args: its positional arguments.
+    :param dict model_kwargs: its keyword arguments.
+    :param FlatModel flat_model: its flat potential (:func:`~numpyro_extras.flatten_model`).
+    :param int num_starts: minimisations.
+    :param int num_steps: Adam steps of each.
+    :return: :class:`LocalOptima`, the distinct minima of ``phi``, lowest first.
+
+    **Example:**
+
+    .. code-block:: python
+
+        flat = nx.flatten_model(jax.random.PRNGKey(0), model, (y,))
+        modes = posterior_modes(jax.random.PRNGKey(1), model, (y,), {}, flat)
+        modes.positions  # (num_modes, D), the highest density first
+    """
+    prior_key, starts_key = np.asarray(jax.random.split(rng_key))
+    prior_positions = _prior_positions(
+        prior_key, model, model_args, model_kwargs or {}, flat_model, num_draws=num_starts
+    )
+    starts = _dispersed_starts(
+        numpy_rng(starts_key), num_starts, flat_model.dimension, 2.0, prior_positions
+    )
+    return _local_optima(
+        flat_model.potential_fn, starts, num_steps, flat_model.initial_position.dtype
+    )
+
+
+def _uncovered_optima(optima: LocalOptima, base: MixtureBase) -> np.ndarray:
     """The local minima of ``phi`` that the base does not cover (the target's density there is
     more than ``_UNCOVERED_RATIO`` times ``zeta`` times the base's) and that no round has started
     a fit at, the highest target density first, at most one per mode (two minima are of one mode

@@ -24,7 +24,7 @@ from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer import MCMC, Predictive
 from numpyro.infer.util import log_density, potential_energy, unconstrain_fn
-from zoo import ZOO
+from zoo import DISCRETE, ZOO
 
 import numpyro_extras as nx
 from numpyro_extras.arviz_adapter import ess
@@ -164,6 +164,25 @@ def log_z_line(evidence, exact):
     return f"log Z {evidence.log_z:.4f} +- {evidence.stderr:.4f}, exact {exact:.4f}"
 
 
+def assert_log_z(evidence, zoo_model, warned, what):
+    """A log Z within 4 of its standard errors of the zoo model's exact value, with a standard
+    error small enough to catch a broken estimator, or a warning."""
+    assert np.isfinite(evidence.log_z) and np.isfinite(evidence.stderr)
+    assert evidence.stderr >= 0
+    if zoo_model.log_z is None:
+        return
+    error = evidence.log_z - zoo_model.log_z
+    line = log_z_line(evidence, zoo_model.log_z)
+    failures = []
+    # A standard error of exactly 0 is allowed only with an exact estimate (a reference that is
+    # the posterior itself): then the error must be at rounding level.
+    if abs(error) > max(MAX_ABS_Z * evidence.stderr, 1e-8):
+        failures.append(f"{line} (off by {abs(error) / max(evidence.stderr, 1e-300):.1f} se)")
+    elif evidence.stderr > MAX_LOG_Z_STDERR:
+        failures.append(f"{line} (stderr above {MAX_LOG_Z_STDERR})")
+    assert_right_or_warned(failures, warned, what)
+
+
 def assert_right_or_warned(failures, warned, what):
     """Never confidently wrong: a wrong or too imprecise answer passes only when the run warned
     (the warnings must name the cause; they are shown when the test fails for want of one)."""
@@ -239,22 +258,22 @@ class ConformanceTests:
             with pytest.raises(TypeError, match="gives no log Z"):
                 nx.log_marginal_likelihood(run.mcmc, warn=False)
             return
-        evidence = run.evidence
-        assert np.isfinite(evidence.log_z) and np.isfinite(evidence.stderr)
-        assert evidence.stderr >= 0
-        if run.zoo_model.log_z is None:
-            return
-        error = evidence.log_z - run.zoo_model.log_z
-        line = log_z_line(evidence, run.zoo_model.log_z)
-        failures = []
-        # A standard error of exactly 0 is allowed only with an exact estimate (a reference
-        # that is the posterior itself): then the error must be at rounding level.
-        if abs(error) > max(MAX_ABS_Z * evidence.stderr, 1e-8):
-            failures.append(f"{line} (off by {abs(error) / max(evidence.stderr, 1e-300):.1f} se)")
-        elif evidence.stderr > MAX_LOG_Z_STDERR:
-            failures.append(f"{line} (stderr above {MAX_LOG_Z_STDERR})")
         warned = run.warnings + list(run.evidence_warnings)
-        assert_right_or_warned(failures, warned, f"{run.kernel_name}'s log Z")
+        assert_log_z(run.evidence, run.zoo_model, warned, f"{run.kernel_name}'s log Z")
+
+    def test_bridge_sampling(self, run):
+        """``nx.bridge_sampling`` of the run's draws within 4 of its standard errors of the
+        exact log Z (or a warning, the run's or its own) on a model with continuous sites (its
+        discrete sites summed out); an error that says so on a model of discrete sites only."""
+        if run.zoo_model.kind == DISCRETE:
+            with pytest.raises(ValueError, match="every latent site of the model"):
+                nx.bridge_sampling(run.mcmc, warn=False)
+            return
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            evidence = nx.bridge_sampling(run.mcmc)
+        warned = run.warnings + package_warnings(caught)
+        assert_log_z(evidence, run.zoo_model, warned, f"bridge sampling of {run.kernel_name}")
 
     def test_extra_fields(self, run):
         """NumPyro's extra fields with NumPyro's meaning: ``potential_energy`` is minus the log
@@ -445,7 +464,7 @@ sys.path[:0] = [{folder!r}, {tests!r}, {root!r}]
 import jax
 assert not jax.config.jax_enable_x64
 from conformance_runs import RUN_KEY, check_failures, make_mcmc, package_warnings
-from zoo import ZOO
+from zoo import DISCRETE, ZOO
 results = {{}}
 for kernel_name, model_name in {pairs!r}:
     with warnings.catch_warnings(record=True) as caught:
