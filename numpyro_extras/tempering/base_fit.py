@@ -988,6 +988,8 @@ def _coordinate_name(flat_model, coordinate: int) -> str:
     unit = np.zeros(flat_model.dimension)
     unit[coordinate] = 1.0
     sites = flat_model.unravel_fn(jnp.asarray(unit, flat_model.initial_position.dtype))
+    if not isinstance(sites, dict):  # the flat model of a potential_fn has no sites
+        return f"coordinate {coordinate}"
     for name, value in sites.items():
         if np.any(np.asarray(value) != 0):
             return f"site {name!r}"

@@ -12,6 +12,7 @@ import pytest
 
 import numpyro_extras as nx
 from numpyro_extras import targets
+from numpyro_extras.potential import flat_model_from_potential
 from numpyro_extras.targets import sign_product_target
 from numpyro_extras.tempering.base_fit import importance_masses, vectorized_potential
 
@@ -106,6 +107,17 @@ def test_fit_base_names_a_scale_that_changes_not_modes_on_a_funnel():
         nx.fit_base(jax.random.PRNGKey(0), _funnel, progress_bar=False)
     message = next(str(w.message) for w in caught if w.category is nx.ModeSearchWarning)
     assert "site 'x'" in message and "may have modes" not in message
+
+
+def test_fit_base_of_a_handed_down_flat_model_of_a_potential():
+    """A flat model built elsewhere (here of a potential, whose coordinates have no site names)
+    is fitted as it is; the scale-change warning names the coordinate."""
+    flat_model = nx.flatten_model(jax.random.PRNGKey(0), _funnel)
+    potential = flat_model_from_potential(flat_model.potential_fn, flat_model.initial_position)
+    with pytest.warns(nx.ModeSearchWarning, match="coordinate [1-5]") as caught:
+        base = nx.fit_base(jax.random.PRNGKey(0), None, flat_model=potential, progress_bar=False)
+    assert base.dimension == flat_model.dimension
+    assert "site" not in str(next(w.message for w in caught if w.category is nx.ModeSearchWarning))
 
 
 def test_fit_base_mean_field_guide():
