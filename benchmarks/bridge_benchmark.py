@@ -17,10 +17,15 @@ at its defaults on it (and, for the estimating kernels, ``nx.log_marginal_likeli
 Each row gives the estimate, its stderr, the error in stderrs, the seconds of the bridge call
 (its compilation and mode search included) beside the run's, and the warnings.
 
+``--calibration N`` instead bridges N NUTS runs (seeds 0 to N - 1) of each chosen model with
+an exact reference and reports how often the error is within 1 and 2 standard errors, and the
+errors' root mean square in standard errors (1 for a calibrated error bar).
+
 Usage::
 
     python benchmarks/bridge_benchmark.py --output /tmp/bridge.md
     python benchmarks/bridge_benchmark.py --models regression two_mode --kernels NUTS
+    python benchmarks/bridge_benchmark.py --models regression schools --calibration 12
 """
 
 from __future__ import annotations
@@ -192,14 +197,66 @@ def rows_for(problem, kernels):
     return rows
 
 
+def calibration_rows(problem, num_seeds):
+    """Per seed, a NUTS run at the defaults and its bridge estimate's error in standard errors."""
+    z_scores = []
+    mcmc = None
+    for seed in range(num_seeds):
+        if mcmc is None:
+            mcmc, _ = run(NUTS(problem["model"]), problem, seed)
+        else:
+            mcmc.run(jax.random.PRNGKey(seed), *problem["args"], **problem["kwargs"])
+        evidence = nx.bridge_sampling(mcmc, warn=False, seed=seed)
+        z_scores.append((evidence.log_z - problem["truth"][0]) / evidence.stderr)
+        print(f"  seed {seed}: {evidence}, z {z_scores[-1]:+.2f}", file=sys.stderr, flush=True)
+    z_scores = np.array(z_scores)
+    return [
+        problem["name"],
+        str(num_seeds),
+        f"{np.mean(np.abs(z_scores) < 1):.2f}",
+        f"{np.mean(np.abs(z_scores) < 2):.2f}",
+        f"{math.sqrt(np.mean(z_scores**2)):.2f}",
+        f"{np.mean(z_scores):+.2f}",
+    ]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     parser.add_argument("--output", help="also write the Markdown report here")
+    parser.add_argument("--calibration", type=int, metavar="N", help="N NUTS runs per model")
     arguments = parser.parse_args(argv)
     numpyro.enable_x64()
     start = time.perf_counter()
+    if arguments.calibration:
+        rows = [
+            calibration_rows(problem, arguments.calibration)
+            for problem in problem_list(arguments.models).values()
+        ]
+        header = [
+            "model",
+            "NUTS runs",
+            "within 1 stderr",
+            "within 2 stderr",
+            "RMS error / stderr",
+            "mean error / stderr",
+        ]
+        report = "\n".join(
+            [
+                "#### Environment",
+                "",
+                *environment_lines(
+                    "bridge_benchmark.py", argv or sys.argv[1:], time.perf_counter() - start
+                ),
+                "",
+                "#### Calibration of the error bar (NUTS at its defaults, one run per seed)",
+                "",
+                markdown_table(header, rows),
+            ]
+        )
+        publish_report(report, arguments.output)
+        return
     rows = []
     for name, problem in problem_list(arguments.models).items():
         print(f"{name}: {problem['truth'][0]:.4f}", file=sys.stderr, flush=True)
