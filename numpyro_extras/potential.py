@@ -28,7 +28,10 @@ from numpyro.infer.util import (
 )
 from numpyro.primitives import Messenger
 
+from numpyro_extras.validation import check_model_arguments
+
 __all__ = [
+    "check_observed_data",
     "FlatModel",
     "SplitModel",
     "split_model",
@@ -180,6 +183,40 @@ def _discrete_latent_names(model_trace) -> list[str]:
     ]
 
 
+def check_observed_data(model_trace, who="The model"):
+    """Raise a clear error when an observed site's data hold NaN or infinite values (the
+    model's density is then not finite anywhere, and samplers fail far from the cause).
+
+    :param model_trace: a concrete trace of the model (not under ``jit``).
+    :param str who: how the error names the caller.
+    :raises ValueError: naming each observed site with non-finite data and how many values.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_observed_data(trace(seed(model, 0)).get_trace(y))
+    """
+    problems = []
+    for name, site in model_trace.items():
+        if site["type"] != "sample" or not site["is_observed"]:
+            continue
+        value = site["value"]
+        if isinstance(value, jax.core.Tracer) or not jnp.issubdtype(
+            jnp.result_type(value), jnp.inexact
+        ):
+            continue
+        non_finite = int(np.sum(~np.isfinite(np.asarray(value))))
+        if non_finite:
+            problems.append(f"{name!r} ({non_finite} of {np.size(value)} values)")
+    if problems:
+        raise ValueError(
+            f"{who}: the observed data of site {', '.join(problems)} contain NaN or infinite "
+            "values, so the model's density is not finite anywhere; drop or impute them, or "
+            "leave them out of the likelihood (numpyro.handlers.mask)."
+        )
+
+
 def flatten_model(
     rng_key,
     model,
@@ -220,7 +257,7 @@ def flatten_model(
         flat = nx.flatten_model(jax.random.PRNGKey(0), model, (jnp.array([0.5, 1.5]),))
         flat.potential_fn(flat.initial_position)  # -log p(loc, y) at a prior draw
     """
-    model_kwargs = {} if model_kwargs is None else model_kwargs
+    model_args, model_kwargs = check_model_arguments(model_args, model_kwargs)
     site_kinds = _names_from_trace(_latent_site_enumerability, model, model_args, model_kwargs)
     discrete = [
         name
@@ -254,14 +291,22 @@ def flatten_model(
         )
     # A batch of one key: NumPyro then finds the initial point in one compiled loop, where for
     # a single key it runs the model and its gradient op by op, compiling each operation.
-    model_info = initialize_model(
-        jnp.asarray(rng_key)[None],
-        model,
-        model_args=model_args,
-        model_kwargs=model_kwargs,
-        init_strategy=init_strategy,
-        dynamic_args=False,
-    )
+    try:
+        model_info = initialize_model(
+            jnp.asarray(rng_key)[None],
+            model,
+            model_args=model_args,
+            model_kwargs=model_kwargs,
+            init_strategy=init_strategy,
+            dynamic_args=False,
+        )
+    except RuntimeError:
+        # NumPyro finds no initial point; non-finite data is the commonest cause, and the one
+        # its message does not name.
+        check_observed_data(
+            trace(seed(model, 0)).get_trace(*model_args, **model_kwargs), kernel_name
+        )
+        raise
     # In the model's order (the batched result's dict is sorted by name), for latent_sites.
     batched_values = model_info.param_info.z
     names = [name for name, *_ in site_kinds if name in batched_values]
@@ -661,6 +706,7 @@ def split_model(
     if model_trace is None:
         model_trace = trace(seed(model, rng_key)).get_trace(*model_args, **model_kwargs)
     _check_marginalizable(model_trace, marginalize)
+    check_observed_data(model_trace)
     latent = {
         name: site
         for name, site in model_trace.items()

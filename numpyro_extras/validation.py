@@ -14,12 +14,90 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["check_count", "check_real", "is_flag"]
+__all__ = [
+    "check_count",
+    "check_real",
+    "check_flag",
+    "check_init_strategy",
+    "check_model_arguments",
+    "is_flag",
+]
 
 
 def is_flag(value) -> bool:
     """Whether ``value`` is a Python or NumPy boolean."""
     return isinstance(value, (bool, np.bool_))
+
+
+def check_flag(name, value) -> bool:
+    """``value`` as a ``bool`` if it is a Python or NumPy boolean (a string such as ``"no"``
+    would otherwise count as true).
+
+    :param str name: the argument's name, for the error message.
+    :param value: the value to check.
+    :return: ``bool(value)``.
+    :raises TypeError: if ``value`` is not a boolean.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_flag("adapt_log_zeta", np.True_)  # True
+    """
+    if not is_flag(value):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
+    return bool(value)
+
+
+def check_init_strategy(value):
+    """``value`` if it is a NumPyro init strategy (a callable such as ``init_to_median``).
+
+    :param value: the value to check.
+    :return: ``value``.
+    :raises TypeError: for a string (``"uniform"``) or anything else not callable.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_init_strategy(numpyro.infer.init_to_median)
+    """
+    if not callable(value):
+        hint = f" (numpyro.infer.init_to_{value})" if isinstance(value, str) else ""
+        raise TypeError(
+            "init_strategy must be a NumPyro init strategy, a callable such as "
+            f"numpyro.infer.init_to_uniform{hint}; got {value!r} ({type(value).__name__})."
+        )
+    return value
+
+
+def check_model_arguments(model_args, model_kwargs):
+    """``(tuple(model_args), dict(model_kwargs))`` if they are a sequence of positional
+    arguments and a mapping (or ``None``): ``model_args=y`` for ``(y,)`` is a common slip,
+    which otherwise fails deep in the model with an unrelated count of arguments.
+
+    :param model_args: the model's positional arguments.
+    :param model_kwargs: the model's keyword arguments, or ``None``.
+    :return: ``(model_args, model_kwargs)`` as a tuple and a dict.
+    :raises TypeError: for anything else.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_model_arguments([x, y], None)  # ((x, y), {})
+    """
+    if not isinstance(model_args, (tuple, list)):
+        raise TypeError(
+            "model_args must be a tuple of the model's positional arguments, e.g. (y,) for "
+            f"model(y); got a {type(model_args).__name__}."
+        )
+    if model_kwargs is not None and not isinstance(model_kwargs, dict):
+        raise TypeError(
+            "model_kwargs must be a dict of the model's keyword arguments, got a "
+            f"{type(model_kwargs).__name__}."
+        )
+    return tuple(model_args), dict(model_kwargs or {})
 
 
 def check_count(name, value, minimum=1) -> int:

@@ -46,7 +46,7 @@ from numpyro_extras.evidence import Evidence
 from numpyro_extras.metropolis import metropolis_accept, select
 from numpyro_extras.potential import SplitModel, arguments_fingerprint, split_model
 from numpyro_extras.tempering.base_fit import fit_base
-from numpyro_extras.validation import check_count, check_real, is_flag
+from numpyro_extras.validation import check_count, check_model_arguments, check_real, is_flag
 
 __all__ = [
     "BaseParameters",
@@ -955,9 +955,15 @@ def ais(
     reverse = checked["reverse"]
     progress_bar = checked["progress_bar"]
     betas = checked["betas"]
-    model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+    model_args, model_kwargs = check_model_arguments(model_args, model_kwargs)
     fit_key, init_key, anneal_key = jax.random.split(rng_key, 3)
     split, model_key = _model_split(model, model_args, model_kwargs, checked["marginalize"])
+    if not (split.continuous_sites or split.discrete_sites or split.marginalized_sites):
+        raise ValueError(
+            "nx.ais needs a model with at least one latent sample site; every site of this "
+            "model is observed, so its log Z is its log density at the data (numpyro.infer.util."
+            "log_density), with nothing to integrate."
+        )
     path_base = _resolve_base(
         base, fit_key, model, model_args, model_kwargs, split, model_key, progress_bar
     )

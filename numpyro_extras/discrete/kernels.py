@@ -47,7 +47,7 @@ from numpyro_extras.kernel import (
 )
 from numpyro_extras.metropolis import running_accept_mean
 from numpyro_extras.potential import discrete_latent_model
-from numpyro_extras.validation import check_count
+from numpyro_extras.validation import check_count, check_real
 
 __all__ = ["ACS", "ACSState", "DMALA", "DiscreteTarget", "GRAD_MODES"]
 
@@ -283,12 +283,14 @@ class ACS(ExtrasKernel):
             raise ValueError(f"Unknown arguments {sorted(inner_kwargs)} (no inner kernel).")
         self._schedule = None if schedule is None else check_schedule(schedule)
         self._settings = TuningSettings(
-            steps_per_cycle=int(steps_per_cycle),
-            target_accept_prob=float(target_accept_prob),
-            beta_max=None if beta_max is None else float(beta_max),
-            beta_min=float(beta_min),
-            alpha_ceil=None if alpha_ceil is None else float(alpha_ceil),
-            alpha_floor=float(alpha_floor),
+            steps_per_cycle=check_count("steps_per_cycle", steps_per_cycle),
+            target_accept_prob=check_real(
+                "target_accept_prob", target_accept_prob, "a probability in (0, 1)", low=0, high=1
+            ),
+            beta_max=None if beta_max is None else check_real("beta_max", beta_max),
+            beta_min=check_real("beta_min", beta_min),
+            alpha_ceil=None if alpha_ceil is None else check_real("alpha_ceil", alpha_ceil),
+            alpha_floor=check_real("alpha_floor", alpha_floor),
             **(tuning_settings or {}),
         )
         if self._schedule is None:
@@ -894,6 +896,5 @@ class DMALA(ACS):
     def __init__(self, model=None, step_size=0.2, **kwargs):
         if "schedule" in kwargs:
             raise ValueError("DMALA has a fixed step size; use ACS for a schedule.")
-        if not float(step_size) > 0:
-            raise ValueError(f"step_size must be positive, got {step_size}.")
-        super().__init__(model, schedule=([float(step_size)], [0.5]), **kwargs)
+        step_size = check_real("step_size", step_size, "a positive finite number", low=0.0)
+        super().__init__(model, schedule=([step_size], [0.5]), **kwargs)

@@ -70,6 +70,11 @@ def cosine_balancing(beta_max, beta_min, steps_per_cycle):
 def check_schedule(schedule) -> CyclicalSchedule:
     """Validate a user schedule (concrete arrays): same length, ``alpha > 0``, ``beta`` in
     ``[0.5, 1]``; returns it as float arrays."""
+    if isinstance(schedule, str) or not hasattr(schedule, "__len__") or len(schedule) != 2:
+        raise TypeError(
+            "schedule must be a pair (step sizes, balancing exponents) of equal-length arrays, "
+            f"or None to tune one; got {schedule!r}."
+        )
     step_sizes = np.atleast_1d(np.asarray(schedule[0], dtype=float))
     balancing = np.atleast_1d(np.asarray(schedule[1], dtype=float))
     if step_sizes.ndim != 1 or step_sizes.shape != balancing.shape or step_sizes.size == 0:

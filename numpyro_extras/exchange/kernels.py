@@ -64,8 +64,12 @@ from numpyro_extras.potential import (
     split_model,
 )
 from numpyro_extras.progress import run_chunks
-from numpyro_extras.tempering.base_fit import fit_base, fit_base_for_kernel
-from numpyro_extras.validation import check_count
+from numpyro_extras.tempering.base_fit import (
+    check_fit_base_settings,
+    fit_base,
+    fit_base_for_kernel,
+)
+from numpyro_extras.validation import check_count, check_init_strategy
 
 __all__ = [
     "ReplicaExchange",
@@ -289,7 +293,8 @@ class ReplicaExchange(ExtrasKernel):
     :param init_strategy: NumPyro init strategy for the fallback start of a replica whose
         reference draw is not in the target's support.
     :param dict fit_base_kwargs: keyword arguments of :func:`~numpyro_extras.fit_base` for
-        ``reference="fit"`` or ``"stabilized"``.
+        ``reference="fit"`` or ``"stabilized"``, checked (names and values) when the kernel is
+        built.
     :param int fit_base_seed: seed of the fit and of the pilot run, the same for every chain
         method.
     :param inner_kwargs: settings of the HMC/NUTS move (``step_size``, ``dense_mass``,
@@ -396,8 +401,10 @@ class ReplicaExchange(ExtrasKernel):
             if self._acs is not None
             else hmc_settings(inner_kernel, owner_model=model, **inner_kwargs)
         )
-        self._init_strategy = init_strategy
-        self._fit_base_kwargs = dict(fit_base_kwargs or {})
+        self._init_strategy = check_init_strategy(init_strategy)
+        self._fit_base_kwargs = check_fit_base_settings(
+            f"{type(self).__name__}(fit_base_kwargs=...)", **dict(fit_base_kwargs or {})
+        )
         self._fit_base_seed = fit_base_seed
         self._flat_model: FlatModel | None = None
         # The model's prior/likelihood split, for the prior path (or the prior leg).

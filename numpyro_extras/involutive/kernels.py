@@ -31,6 +31,7 @@ from numpyro_extras.potential import (
     flat_potential_for,
     flatten_model,
 )
+from numpyro_extras.validation import check_init_strategy
 
 __all__ = ["AiSampler", "check_params_match"]
 
@@ -119,7 +120,7 @@ class AiSampler(ExtrasKernel):
         self._params = params
         self._train_kwargs = dict(train_kwargs or {})
         self._fit_seed = fit_seed
-        self._init_strategy = init_strategy
+        self._init_strategy = check_init_strategy(init_strategy)
         self._flat_model: FlatModel | None = None
         self._prepared_arguments = ((), {})
 

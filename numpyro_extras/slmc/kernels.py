@@ -33,7 +33,7 @@ from numpyro_extras.potential import (
 from numpyro_extras.slmc.annealing import fit_vae_proposal
 from numpyro_extras.slmc.chains import check_acceptance, check_latents, draw_proposal, vae_slmc
 from numpyro_extras.slmc.vae import VAEProposal, isometry_factors, sample_extended
-from numpyro_extras.validation import check_count
+from numpyro_extras.validation import check_count, check_init_strategy
 
 __all__ = ["VAESLMC", "check_proposal_matches", "ISOMETRY_TOLERANCE", "IsometryWarning"]
 
@@ -201,7 +201,7 @@ class VAESLMC(ExtrasKernel):
         self._num_models = check_count("num_models", num_models)
         self._fit_kwargs = dict(fit_kwargs or {})
         self._fit_seed = fit_seed
-        self._init_strategy = init_strategy
+        self._init_strategy = check_init_strategy(init_strategy)
         self._isometry_samples = check_count("isometry_samples", isometry_samples)
         self._isometry_factors = None
         self._expected_accept_rate = None

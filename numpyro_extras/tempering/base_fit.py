@@ -32,10 +32,11 @@ from numpyro_extras.bases import (
 )
 from numpyro_extras.evidence import UNRELIABLE_PARETO_K
 from numpyro_extras.kernel import hmc_settings
-from numpyro_extras.potential import flatten_model
+from numpyro_extras.potential import FlatModel, flatten_model
 from numpyro_extras.progress import run_chunks
 from numpyro_extras.tempering.chains import gibbs_tempering, unreached_ends
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
+from numpyro_extras.validation import check_count, check_model_arguments, check_real, is_flag
 
 __all__ = [
     "MixtureEstimate",
@@ -48,6 +49,7 @@ __all__ = [
     "LocalOptima",
     "posterior_modes",
     "same_basin",
+    "check_fit_base_settings",
 ]
 
 
@@ -649,6 +651,76 @@ def _new_starts(positions, log_weights, existing, scale_tril, num_starts, rng):
     return positions[np.asarray(chosen)]
 
 
+# fit_base's settings, each with its check: (kind, minimum) for counts, (kind, low, high) for
+# real numbers in an open interval, the accepted values for choices.
+_FIT_BASE_SETTINGS = {
+    "method": ("choice", ("mixture", "gaussian")),
+    "num_starts": ("count", 1),
+    "num_steps": ("count", 1),
+    "learning_rate": ("real", 0.0, None),
+    "num_particles": ("count", 1),
+    "elbo_particles": ("count", 1),
+    "guide": ("choice", ("multivariate", "diagonal")),
+    "init_radius": ("real", 0.0, None),
+    "duplicate_tolerance": ("real", 0.0, None),
+    "importance_draws": ("count", 1),
+    "defensive_weight": ("real", 0.0, 1.0),
+    "num_optima": ("count", 0),
+    "bootstrap_rounds": ("count or None", 0),
+    "bootstrap_num_warmup": ("count", 0),
+    "bootstrap_num_samples": ("count", 1),
+    "bootstrap_num_chains": ("count", 1),
+    "progress_bar": ("flag",),
+    "flat_model": ("flat model",),
+}
+
+
+def check_fit_base_settings(owner="fit_base", **settings):
+    """Check settings of :func:`fit_base` by name before any work: unknown names, and values of
+    the wrong kind or out of range, raise an error that names the setting and what it accepts.
+
+    :param str owner: how the error names where the settings came from (a kernel's
+        ``fit_base_kwargs``, say).
+    :param settings: the settings, by :func:`fit_base`'s keyword names.
+    :return: the settings, unchanged.
+    :raises TypeError: for an unknown name or a value of the wrong kind.
+    :raises ValueError: for a value out of range.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_fit_base_settings("fit_base_kwargs", num_starts=8, num_steps=500)
+    """
+    unknown = sorted(set(settings) - set(_FIT_BASE_SETTINGS))
+    if unknown:
+        raise TypeError(
+            f"{owner}: unknown fit_base setting{'s' * (len(unknown) > 1)} {unknown}; the "
+            f"settings are {sorted(_FIT_BASE_SETTINGS)}."
+        )
+    for name, value in settings.items():
+        kind, *limits = _FIT_BASE_SETTINGS[name]
+        label = f"{owner}: {name}" if owner != "fit_base" else name
+        if kind == "choice" and value not in limits[0]:
+            raise ValueError(f"{label} must be one of {limits[0]}, got {value!r}.")
+        if kind == "count" or (kind == "count or None" and value is not None):
+            check_count(label, value, minimum=limits[0])
+        if kind == "real":
+            low, high = limits
+            requirement = (
+                "a positive number" if high is None else f"a number in ({low:g}, {high:g})"
+            )
+            check_real(label, value, requirement, low=low, high=high)
+        if kind == "flag" and not is_flag(value):
+            raise TypeError(f"{label} must be True or False, got {value!r}.")
+        if kind == "flat model" and value is not None and not isinstance(value, FlatModel):
+            raise TypeError(
+                f"{label} must be a FlatModel (nx.flatten_model) or None, got "
+                f"{type(value).__name__}."
+            )
+    return settings
+
+
 def fit_base(
     rng_key,
     model,
@@ -750,15 +822,27 @@ def fit_base(
         base = nx.fit_base(jax.random.PRNGKey(0), model, (x, y))
         kernel = nx.GibbsContinuousTempering(model, base=base)
     """
-    model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-    if method not in ("mixture", "gaussian"):
-        raise ValueError(f"method must be 'mixture' or 'gaussian', got {method!r}.")
-    if guide not in ("multivariate", "diagonal"):
-        raise ValueError(f"guide must be 'multivariate' or 'diagonal', got {guide!r}.")
-    if not 0.0 < defensive_weight < 1.0:
-        raise ValueError(f"defensive_weight must be in (0, 1), got {defensive_weight!r}.")
-    if isinstance(num_optima, bool) or not isinstance(num_optima, int) or num_optima < 0:
-        raise ValueError(f"num_optima must be a non-negative integer, got {num_optima!r}.")
+    model_args, model_kwargs = check_model_arguments(model_args, model_kwargs)
+    check_fit_base_settings(
+        method=method,
+        num_starts=num_starts,
+        num_steps=num_steps,
+        learning_rate=learning_rate,
+        num_particles=num_particles,
+        elbo_particles=elbo_particles,
+        guide=guide,
+        init_radius=init_radius,
+        duplicate_tolerance=duplicate_tolerance,
+        importance_draws=importance_draws,
+        defensive_weight=defensive_weight,
+        num_optima=num_optima,
+        bootstrap_rounds=bootstrap_rounds,
+        bootstrap_num_warmup=bootstrap_num_warmup,
+        bootstrap_num_samples=bootstrap_num_samples,
+        bootstrap_num_chains=bootstrap_num_chains,
+        progress_bar=progress_bar,
+        flat_model=flat_model,
+    )
     if bootstrap_rounds is None:
         bootstrap_rounds = 4 if method == "mixture" else 0
     # Keys as NumPy arrays: slicing them then compiles nothing.

@@ -34,9 +34,13 @@ from numpyro_extras.potential import (
     flat_model_from_potential,
     flatten_model,
 )
-from numpyro_extras.tempering.base_fit import fit_base, fit_base_for_kernel
+from numpyro_extras.tempering.base_fit import (
+    check_fit_base_settings,
+    fit_base,
+    fit_base_for_kernel,
+)
 from numpyro_extras.tempering.chains import gibbs_tempering, joint_tempering, moves_per_draw_step
-from numpyro_extras.validation import check_count, check_real
+from numpyro_extras.validation import check_count, check_flag, check_init_strategy, check_real
 
 __all__ = [
     "AUTO_MOVES_PER_DRAW",
@@ -92,11 +96,13 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         self._user_base = self._base is not None
         self._base_fit_problems = ()
         self._unfinished_search_modes = 0
-        self._adapt_log_zeta = bool(adapt_log_zeta)
-        self._base_proposals = bool(base_proposals)
-        self._replica_moves = bool(replica_moves)
-        self._init_strategy = init_strategy
-        self._fit_base_kwargs = dict(fit_base_kwargs or {})
+        self._adapt_log_zeta = check_flag("adapt_log_zeta", adapt_log_zeta)
+        self._base_proposals = check_flag("base_proposals", base_proposals)
+        self._replica_moves = check_flag("replica_moves", replica_moves)
+        self._init_strategy = check_init_strategy(init_strategy)
+        self._fit_base_kwargs = check_fit_base_settings(
+            f"{type(self).__name__}(fit_base_kwargs=...)", **dict(fit_base_kwargs or {})
+        )
         self._fit_base_seed = fit_base_seed
         if moves_per_draw != "auto":
             moves_per_draw = check_count("moves_per_draw", moves_per_draw)
@@ -263,7 +269,8 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
         its own warm-up: about twice the gradient evaluations of a transition, for posterior
         draws that mix like the inner kernel's between the swaps that carry them across modes.
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
-    :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`.
+    :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`,
+        checked (names and values) when the kernel is built.
     :param int fit_base_seed: seed of the base fit, the same for every chain method.
     :param moves_per_draw: tempering transitions per kept draw after warm-up (every one exact;
         the sampling phase takes that many times longer). ``"auto"``: 8 when the kernel fits
@@ -369,7 +376,8 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
         its own warm-up: about twice the gradient evaluations of a transition, for posterior
         draws that mix like the inner kernel's between the swaps that carry them across modes.
     :param init_strategy: NumPyro init strategy (only used to build the model's flat view).
-    :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`.
+    :param dict fit_base_kwargs: keyword arguments for :func:`~numpyro_extras.fit_base`,
+        checked (names and values) when the kernel is built.
     :param int fit_base_seed: seed of the base fit, the same for every chain method.
     :param moves_per_draw: tempering transitions per kept draw after warm-up (every one exact;
         the sampling phase takes that many times longer). ``"auto"``: 8 when the kernel fits

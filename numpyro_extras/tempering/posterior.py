@@ -23,6 +23,7 @@ from numpyro_extras.tempering.run import (
     tempering_kernel,
     unnormalised_target_log_weights,
 )
+from numpyro_extras.validation import check_count
 
 __all__ = ["tempered_samples", "posterior_samples", "to_inference_data"]
 
@@ -75,7 +76,9 @@ def posterior_samples(mcmc, rng_key, num_samples=None):
         Predictive(model, draws)(jax.random.PRNGKey(2), x)["y"]  # posterior predictive draws of y
     """
     probabilities = np.exp(target_log_weights(mcmc)).ravel()
-    num_samples = probabilities.size if num_samples is None else int(num_samples)
+    num_samples = (
+        probabilities.size if num_samples is None else check_count("num_samples", num_samples)
+    )
     indices = np.asarray(systematic(rng_key, jnp.asarray(probabilities), num_samples))
     # Systematic resampling returns sorted indices; shuffle so that slices are not biased.
     indices = numpy_rng(jax.random.fold_in(rng_key, 1)).permutation(indices)

@@ -389,8 +389,19 @@ def test_bad_input():
     # An inner kernel on a model whose latent sites are all discrete has nothing to move.
     with pytest.raises(ValueError, match=r"has none .*nx\.ACS\(model\) without inner_kernel"):
         _run(nx.ACS(_tiny_model, inner_kernel=NUTS), num_samples=2, num_chains=1)
-    with pytest.raises(ValueError, match="step_size must be positive"):
+    with pytest.raises(ValueError, match="step_size must be a positive finite number, got 0.0"):
         nx.DMALA(_tiny_model, step_size=0.0)
+    with pytest.raises(ValueError, match="step_size must be a positive finite number, got inf"):
+        nx.DMALA(_tiny_model, step_size=float("inf"))
+    for taken_as_a_number in ("0.2", True):
+        with pytest.raises(TypeError, match="step_size must be a positive finite number"):
+            nx.DMALA(_tiny_model, step_size=taken_as_a_number)
+    with pytest.raises(TypeError, match="steps_per_cycle must be a positive integer, got 2.5"):
+        nx.ACS(_tiny_model, steps_per_cycle=2.5)
+    with pytest.raises(TypeError, match="schedule must be a pair .* got 'bogus'"):
+        nx.ACS(_tiny_model, schedule="bogus")
+    with pytest.raises(ValueError, match=r"target_accept_prob must be a probability in \(0, 1\)"):
+        nx.ACS(_tiny_model, target_accept_prob=1.5)
     with pytest.raises(ValueError, match="num_tuning_sweeps must be >= 0"):
         nx.ACS(_tiny_model, num_tuning_sweeps=-1)
     with pytest.raises(ValueError, match="beta must lie in"):

@@ -82,14 +82,46 @@ def test_fit_base_rejects_discrete_sites():
         nx.fit_base(jax.random.PRNGKey(0), mixture_with_assignments, (jnp.zeros(3),))
 
 
-@pytest.mark.parametrize("num_optima", [-1, 2.5, "512", True])
-def test_fit_base_rejects_a_bad_number_of_minimisations(num_optima):
-    with pytest.raises(ValueError, match="num_optima must be a non-negative integer"):
-        nx.fit_base(
-            jax.random.PRNGKey(0),
-            lambda: numpyro.sample("x", dist.Normal(0.0, 1.0)),
-            num_optima=num_optima,
-        )
+def _one_site():
+    numpyro.sample("x", dist.Normal(0.0, 1.0))
+
+
+@pytest.mark.parametrize(
+    "setting, value, error, words",
+    [
+        ("num_optima", -1, ValueError, "num_optima must be an integer >= 0, got -1"),
+        ("num_optima", 2.5, TypeError, "num_optima must be an integer >= 0, got 2.5"),
+        ("num_optima", "512", TypeError, "num_optima must be an integer >= 0, got '512'"),
+        ("num_optima", True, TypeError, "num_optima must be an integer >= 0, got True"),
+        ("num_starts", 0, ValueError, "num_starts must be a positive integer, got 0"),
+        ("num_starts", -2, ValueError, "num_starts must be a positive integer, got -2"),
+        ("num_steps", 50.5, TypeError, "num_steps must be a positive integer, got 50.5"),
+        ("num_steps", "10", TypeError, "num_steps must be a positive integer, got '10'"),
+        ("importance_draws", 0, ValueError, "importance_draws must be a positive integer"),
+        ("learning_rate", -1.0, ValueError, "learning_rate must be a positive number, got -1.0"),
+        ("learning_rate", "0.1", TypeError, "learning_rate must be a positive number"),
+        ("defensive_weight", 1.5, ValueError, r"defensive_weight must be a number in \(0, 1\)"),
+        ("init_radius", float("inf"), ValueError, "init_radius must be a positive number"),
+        ("bootstrap_rounds", -1, ValueError, "bootstrap_rounds must be an integer >= 0"),
+        ("progress_bar", "no", TypeError, "progress_bar must be True or False, got 'no'"),
+        ("method", "laplace", ValueError, "method must be one of"),
+        ("guide", "full", ValueError, "guide must be one of"),
+        ("flat_model", 3, TypeError, "flat_model must be a FlatModel"),
+    ],
+)
+def test_fit_base_checks_every_setting_before_any_work(setting, value, error, words):
+    with pytest.raises(error, match=words):
+        nx.fit_base(jax.random.PRNGKey(0), _one_site, **{setting: value})
+
+
+@pytest.mark.parametrize("kernel_class", [nx.JointContinuousTempering, nx.ReplicaExchange])
+def test_fit_base_kwargs_are_checked_when_the_kernel_is_built(kernel_class):
+    with pytest.raises(
+        TypeError, match=r"fit_base_kwargs=...\): unknown fit_base setting \['num_start'\]"
+    ):
+        kernel_class(_one_site, fit_base_kwargs={"num_start": 8})
+    with pytest.raises(ValueError, match=r"fit_base_kwargs=...\): num_steps must be a positive"):
+        kernel_class(_one_site, fit_base_kwargs={"num_steps": 0})
 
 
 def test_potential_fn_needs_base():
@@ -230,3 +262,9 @@ def test_parallel_reruns_reuse_the_built_kernel(kernel_class):
     for seed, shift in [(0, 0.5), (1, 0.5), (2, 1.5)]:
         mcmc.run(jax.random.PRNGKey(seed), shift)
         assert mcmc.get_samples()["x"].shape == (40,)
+
+
+@pytest.mark.parametrize("flag", ["adapt_log_zeta", "base_proposals", "replica_moves"])
+def test_a_flag_given_as_a_string_is_refused(flag):
+    with pytest.raises(TypeError, match=f"{flag} must be True or False, got 'no'"):
+        nx.JointContinuousTempering(_one_site, **{flag: "no"})

@@ -3,6 +3,7 @@
 import arviz as az
 import jax
 import numpy as np
+import pytest
 
 import numpyro_extras as nx
 
@@ -15,6 +16,12 @@ def test_posterior_samples_are_the_target(bimodal_run):
     assert abs(np.mean(x < 0) - 0.6) < 0.05
     assert abs(np.mean(x[x < 0]) + 8) < 0.2 and abs(np.std(x[x < 0]) - 1) < 0.15
     assert abs(np.mean(x[x >= 0]) - 8) < 0.4 and abs(np.std(x[x >= 0]) - 2) < 0.3
+
+
+@pytest.mark.parametrize("num_samples", [-1, 0, 2.5])
+def test_a_bad_number_of_posterior_samples_is_named(bimodal_run, num_samples):
+    with pytest.raises((TypeError, ValueError), match="num_samples must be a positive integer"):
+        nx.posterior_samples(bimodal_run, jax.random.PRNGKey(0), num_samples=num_samples)
 
 
 def test_inference_data(bimodal_run, bimodal_log_z):
