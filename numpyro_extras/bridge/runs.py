@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -139,6 +140,10 @@ def bridge_sampling(
     dispersed starts, the mass of each uncovered mode from Laplace's approximation, so that
     chains stuck together in one mode give a warning, not a confident number.
 
+    A second call on the same finished run with the same arguments and settings (as
+    :func:`~numpyro_extras.compare` makes after a user's call) returns the estimate of the
+    first, and warns again; a new ``mcmc.run`` is estimated afresh.
+
     :param mcmc: a finished :class:`~numpyro.infer.MCMC` run of a kernel built on a model.
     :param tuple model_args: the model's arguments (default: those of the run).
     :param dict model_kwargs: its keyword arguments (default: those of the run).
@@ -163,6 +168,46 @@ def bridge_sampling(
         print(f"log Z = {evidence.log_z:.3f} +- {evidence.stderr:.3f}")
     """
     model, model_args, model_kwargs = _run_model(mcmc, model_args, model_kwargs)
+    settings = (method, check_modes, seed, max_iterations, tolerance)
+    cached = _CACHE.get(mcmc)
+    if cached is not None and _same_run(cached, mcmc, model_args, model_kwargs, settings):
+        evidence = cached[-1]
+    else:
+        evidence = _bridge_run(mcmc, model, model_args, model_kwargs, *settings)
+        _CACHE[mcmc] = (mcmc.last_state, model_args, model_kwargs, settings, evidence)
+    if warn and evidence.problems:
+        warnings.warn(
+            "bridge_sampling: the estimate may be unreliable: "
+            + "; ".join(evidence.problems)
+            + ".",
+            stacklevel=2,
+        )
+    return evidence
+
+
+# A finished run's estimate by its MCMC, so that a second call on the same run with the same
+# settings (nx.compare after nx.bridge_sampling) returns it instead of computing it again.
+_CACHE = weakref.WeakKeyDictionary()
+
+
+def _same_run(cached, mcmc, model_args, model_kwargs, settings):
+    """Whether ``cached`` is the estimate of this run (its last state, the very same argument
+    objects) with these settings."""
+    last_state, cached_args, cached_kwargs, cached_settings, _ = cached
+    return (
+        last_state is mcmc.last_state
+        and cached_settings == settings
+        and len(cached_args) == len(model_args)
+        and all(a is b for a, b in zip(cached_args, model_args, strict=True))
+        and cached_kwargs.keys() == model_kwargs.keys()
+        and all(cached_kwargs[name] is model_kwargs[name] for name in model_kwargs)
+    )
+
+
+def _bridge_run(
+    mcmc, model, model_args, model_kwargs, method, check_modes, seed, max_iterations, tolerance
+):
+    """The estimate of :func:`bridge_sampling` and its checks, its problems not yet warned of."""
     flatten_key, evidence_key, modes_key = jax.random.split(jax.random.PRNGKey(seed), 3)
     flat_model = flatten_model(
         flatten_key,
@@ -202,13 +247,7 @@ def bridge_sampling(
                 "chains saw, so it is too low by about that share; run a kernel that crosses "
                 "between modes (nx.ReplicaExchange) and bridge its draws"
             )
-    evidence = evidence._replace(problems=tuple(problems))
-    if warn and problems:
-        warnings.warn(
-            "bridge_sampling: the estimate may be unreliable: " + "; ".join(problems) + ".",
-            stacklevel=2,
-        )
-    return evidence
+    return evidence._replace(problems=tuple(problems))
 
 
 def _site_values(flat_model, position):

@@ -134,6 +134,16 @@ def test_chains_stuck_in_one_mode_warn():
     assert any("never visited" in problem for problem in evidence.problems)
 
 
+def test_a_second_call_on_the_same_run_reuses_the_estimate():
+    mcmc = nuts_run(scale_model, SCALE_DATA)
+    first = nx.bridge_sampling(mcmc, warn=False)
+    assert nx.bridge_sampling(mcmc, warn=False) is first
+    assert nx.bridge_sampling(mcmc, warn=False, seed=1) is not first
+    mcmc.run(jax.random.PRNGKey(5), SCALE_DATA)
+    rerun = nx.bridge_sampling(mcmc, warn=False)
+    assert rerun is not first and rerun.log_z != first.log_z
+
+
 def test_compare_bridges_a_nuts_run(regression_run):
     table = nx.compare({"nuts": regression_run, "fixed": nx.Evidence(-80.0, 0.1)})
     exact = regression_log_z(*regression_data())
