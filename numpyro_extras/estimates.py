@@ -14,6 +14,7 @@ from numpyro_extras.exchange.diagnostics import (
     exchange_log_marginal_likelihood,
 )
 from numpyro_extras.exchange.kernels import ReplicaExchange
+from numpyro_extras.potential import check_proper_prior
 from numpyro_extras.runs import inference_data
 from numpyro_extras.slmc.evidence import slmc_inference_data, slmc_log_marginal_likelihood
 from numpyro_extras.slmc.kernels import VAESLMC
@@ -66,6 +67,8 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
     :param bool check_base: (continuous tempering) include the base-moment check (eq. 22).
     :param bool warn: emit the warnings.
     :return: :class:`~numpyro_extras.Evidence` (``log_z``, ``stderr``, ...).
+    :raises ValueError: for a model with an improper prior (``ImproperUniform``), whose
+        marginal likelihood is not defined.
 
     **Example:**
 
@@ -75,6 +78,14 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
         nx.log_marginal_likelihood(exchange_mcmc)  # replica exchange: stepping stone
     """
     _check_estimating_kernel(mcmc)
+    if mcmc.sampler.model is not None:
+        # NumPyro's MCMC keeps the arguments of its last run (ArviZ's from_numpyro reads them).
+        check_proper_prior(
+            mcmc.sampler.model,
+            getattr(mcmc, "_args", ()),
+            getattr(mcmc, "_kwargs", {}),
+            "nx.log_marginal_likelihood",
+        )
     if isinstance(mcmc.sampler, ReplicaExchange):
         return exchange_log_marginal_likelihood(mcmc, warn=warn)
     if isinstance(mcmc.sampler, VAESLMC):

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 from jax.flatten_util import ravel_pytree
 from numpyro.handlers import condition, infer_config, seed, substitute, trace
 from numpyro.infer import Predictive
@@ -32,6 +33,8 @@ from numpyro_extras.validation import check_model_arguments
 
 __all__ = [
     "check_observed_data",
+    "check_proper_prior",
+    "improper_prior_sites",
     "FlatModel",
     "SplitModel",
     "split_model",
@@ -127,6 +130,55 @@ def continuous_latent_sites(model, model_args=(), model_kwargs=None) -> list[str
         return [name for name in _latent_names(model_trace) if name not in discrete]
 
     return _names_from_trace(continuous_names, model, model_args, model_kwargs or {})
+
+
+def improper_prior_sites(model, model_args=(), model_kwargs=None) -> list[str]:
+    """Names of the latent sites of ``model`` whose prior is improper (``ImproperUniform``,
+    directly or wrapped by ``expand``, ``to_event`` or a mask): with one, the marginal
+    likelihood ``log Z`` is not defined, though the posterior may be.
+
+    :param model: a NumPyro model.
+    :param tuple model_args: its positional arguments.
+    :param dict model_kwargs: its keyword arguments.
+    :return: list of site names, in the model's order.
+
+    **Example:**
+
+    .. code-block:: python
+
+        def model():
+            numpyro.sample("x", dist.ImproperUniform(dist.constraints.real, (), ()))
+
+        improper_prior_sites(model)  # ["x"]
+    """
+
+    def improper_names(model_trace):
+        names = []
+        for name in _latent_names(model_trace):
+            fn = model_trace[name]["fn"]
+            while not isinstance(fn, dist.ImproperUniform) and hasattr(fn, "base_dist"):
+                fn = fn.base_dist
+            if isinstance(fn, dist.ImproperUniform):
+                names.append(name)
+        return names
+
+    return _names_from_trace(improper_names, model, model_args, model_kwargs or {})
+
+
+def check_proper_prior(model, model_args, model_kwargs, who):
+    """Raise a clear error when ``model`` has a latent site with an improper prior, for a
+    caller that estimates ``log Z``.
+
+    :raises ValueError: naming the sites and ``who``.
+    """
+    improper = improper_prior_sites(model, model_args, model_kwargs)
+    if improper:
+        raise ValueError(
+            f"{who} estimates the marginal likelihood log Z, which an improper prior leaves "
+            f"undefined: the sites {improper} have one (ImproperUniform). Give them a proper "
+            "prior to compare models by evidence; the posterior draws of a sampler do not need "
+            "one."
+        )
 
 
 def _names_from_trace(names_of, model, model_args, model_kwargs) -> list:

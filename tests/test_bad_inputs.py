@@ -73,3 +73,20 @@ def test_ais_of_a_model_without_latent_sites_says_so():
 
     with pytest.raises(ValueError, match="needs a model with at least one latent sample site"):
         nx.ais(jax.random.PRNGKey(0), observed_only, num_particles=8, num_temperatures=4)
+
+
+def test_ais_refuses_an_improper_prior():
+    def improper_location(y):
+        a = numpyro.sample("a", dist.ImproperUniform(dist.constraints.real, (), ()))
+        numpyro.sample("obs", dist.Normal(a, 1.0), obs=y)
+
+    for base in ("auto", "prior"):
+        with pytest.raises(ValueError, match=r"nx.ais estimates .* sites \['a'\] have one"):
+            nx.ais(
+                jax.random.PRNGKey(0),
+                improper_location,
+                (1.5,),
+                base=base,
+                num_particles=8,
+                num_temperatures=4,
+            )

@@ -44,7 +44,12 @@ from numpyro_extras.annealing.driver import (
 from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase, validate_base
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.metropolis import metropolis_accept, select
-from numpyro_extras.potential import SplitModel, arguments_fingerprint, split_model
+from numpyro_extras.potential import (
+    SplitModel,
+    arguments_fingerprint,
+    check_proper_prior,
+    split_model,
+)
 from numpyro_extras.tempering.base_fit import fit_base
 from numpyro_extras.validation import check_count, check_model_arguments, check_real, is_flag
 
@@ -956,6 +961,7 @@ def ais(
     progress_bar = checked["progress_bar"]
     betas = checked["betas"]
     model_args, model_kwargs = check_model_arguments(model_args, model_kwargs)
+    check_proper_prior(model, model_args, model_kwargs, "nx.ais")
     fit_key, init_key, anneal_key = jax.random.split(rng_key, 3)
     split, model_key = _model_split(model, model_args, model_kwargs, checked["marginalize"])
     if not (split.continuous_sites or split.discrete_sites or split.marginalized_sites):

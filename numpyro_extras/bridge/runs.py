@@ -16,7 +16,7 @@ from scipy.special import logsumexp
 from numpyro_extras.bridge.estimator import bridge_estimate
 from numpyro_extras.bridge.proposals import component_log_densities
 from numpyro_extras.evidence import Evidence
-from numpyro_extras.potential import flatten_model
+from numpyro_extras.potential import check_proper_prior, flatten_model
 from numpyro_extras.tempering.base_fit import posterior_modes, same_basin, vectorized_potential
 
 __all__ = ["bridge_sampling", "missed_modes", "MISSED_MASS"]
@@ -155,8 +155,9 @@ def bridge_sampling(
     :param float tolerance: relative change of ``Z`` that ends the iteration.
     :return: :class:`~numpyro_extras.Evidence`.
     :raises TypeError: for a run built on a ``potential_fn``.
-    :raises ValueError: for a model with discrete latent sites that cannot be summed out
-        (an infinite support) or no continuous site, a run not yet made, or too few draws.
+    :raises ValueError: for a model with an improper prior, discrete latent sites that cannot
+        be summed out (an infinite support) or no continuous site, a run not yet made, or too
+        few draws.
 
     **Example:**
 
@@ -168,6 +169,7 @@ def bridge_sampling(
         print(f"log Z = {evidence.log_z:.3f} +- {evidence.stderr:.3f}")
     """
     model, model_args, model_kwargs = _run_model(mcmc, model_args, model_kwargs)
+    check_proper_prior(model, model_args, model_kwargs, "nx.bridge_sampling")
     settings = (method, check_modes, seed, max_iterations, tolerance)
     cached = _CACHE.get(mcmc)
     if cached is not None and _same_run(cached, mcmc, model_args, model_kwargs, settings):
