@@ -177,7 +177,9 @@ def check_proper_prior(model, model_args, model_kwargs, who):
             f"{who} estimates the marginal likelihood log Z, which an improper prior leaves "
             f"undefined: the sites {improper} have one (ImproperUniform). Give them a proper "
             "prior to compare models by evidence; the posterior draws of a sampler do not need "
-            "one."
+            "one. For the normalising constant of a density written as ImproperUniform sites "
+            "plus numpyro.factor, build the kernel on potential_fn= (a potential's constant is "
+            "defined)."
         )
 
 
