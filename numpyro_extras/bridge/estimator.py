@@ -99,15 +99,21 @@ def iterate_bridge(posterior_terms, proposal_terms, posterior_size, max_iteratio
     return log_r, False, (log_s1, log_s2)
 
 
+def _log_bridge_terms(log_z, terms: BridgeTerms, log_s1, log_s2):
+    """``log f1`` at the proposal's draws and ``log f2`` at the posterior's (same shapes as
+    ``terms``): ``f1 = p / (s1 p + s2 g)``, ``f2 = g / (s1 p + s2 g)``, ``p`` the target
+    normalised by ``exp(log_z)``; both depend on the draws only through ``log q / g``."""
+    log_f1 = -np.logaddexp(log_s1, log_s2 - (terms.proposal - log_z))
+    log_f2 = -np.logaddexp(log_s1 + terms.posterior - log_z, log_s2)
+    return log_f1, log_f2
+
+
 def _relative_error(log_z, terms: BridgeTerms, log_s1, log_s2):
     """``sqrt(RE^2)``, the relative error of ``Z``, hence the error of ``log Z`` to first order
     (Fruehwirth-Schnatter 2004, eq. 15): the proposal draws' term with their independence, the
     posterior draws' with their autocorrelation and the spread between chains (ArviZ's MCSE of
     the mean). Returns ``(stderr, ess of the posterior term)``."""
-    # f1 = p / (s1 p + s2 g) at the proposal's draws, f2 = g / (s1 p + s2 g) at the posterior's,
-    # p the normalised target: both depend on the draws only through l = log q / g - log Z.
-    f1 = np.exp(-np.logaddexp(log_s1, log_s2 - (terms.proposal - log_z)))
-    f2 = np.exp(-np.logaddexp(log_s1 + terms.posterior - log_z, log_s2))
+    f1, f2 = (np.exp(values) for values in _log_bridge_terms(log_z, terms, log_s1, log_s2))
     proposal_part = np.var(f1) / np.mean(f1) ** 2 / f1.size
     if terms.posterior.shape[-1] < 4 or not np.std(f2) > 0:
         posterior_part, ess = 0.0, float(f2.size)
@@ -119,15 +125,13 @@ def _relative_error(log_z, terms: BridgeTerms, log_s1, log_s2):
 
 def _overlap_draws(log_z, terms: BridgeTerms, log_s1, log_s2):
     """The effective number of draws, ``(sum f)^2 / sum f^2``, in the smaller of the bridge's
-    two sums: the proposal's draws' ``f1`` and the posterior draws' ``f2`` (see
-    :func:`_relative_error`)."""
+    two sums (:func:`_log_bridge_terms`)."""
 
     def effective(log_terms):
+        log_terms = np.ravel(log_terms)
         return math.exp(2 * logsumexp(log_terms) - logsumexp(2 * log_terms))
 
-    log_f1 = -np.logaddexp(log_s1, log_s2 - (terms.proposal - log_z))
-    log_f2 = -np.logaddexp(log_s1 + terms.posterior.ravel() - log_z, log_s2)
-    return min(effective(log_f1), effective(log_f2))
+    return min(map(effective, _log_bridge_terms(log_z, terms, log_s1, log_s2)))
 
 
 def _log_potentials(batched_potential, points):
