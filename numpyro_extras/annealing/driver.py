@@ -306,7 +306,8 @@ def evidence_from_log_weights(log_weights, log_z0=0.0, *, reverse=False) -> Evid
 
     The stderr is the delta-method error of the log of a mean, ``sd(w) / (sqrt(N) mean(w))``
     with ``w`` the normalised weights; the ESS is ``(sum w)^2 / sum w^2``. Both are unreliable
-    when the weights are heavy-tailed (a small ESS says so).
+    when the weights are heavy-tailed (a small ESS says so), and below an ESS of 10 the stderr
+    is infinite: so few weights say nothing of their spread.
 
     :param log_weights: array ``(N,)``; ``-inf`` entries are particles with zero weight.
     :param float log_z0: ``log Z_0`` of the starting density.
@@ -326,15 +327,19 @@ def evidence_from_log_weights(log_weights, log_z0=0.0, *, reverse=False) -> Evid
     normalised = np.exp(log_weights - np.max(log_weights))
     ess = float(effective_sample_size(jnp.asarray(log_weights)))
     relative = normalised / normalised.mean()
+    # Weights carried by a handful of particles estimate their own spread no better than the
+    # mean: with one dominant weight the delta method gives exactly 1 whatever the error.
     stderr = (
         float(np.std(relative, ddof=1) / math.sqrt(num_particles))
-        if num_particles > 1
+        if num_particles > 1 and ess >= MIN_ESS_FOR_STDERR
         else math.inf
     )
     log_z = float(log_z0) - log_mean if reverse else float(log_z0) + log_mean
     return Evidence(log_z, stderr, jnp.asarray(log_weights), ess)
 
 
+# Fewer effective particles than this give no standard error (it is infinite).
+MIN_ESS_FOR_STDERR = 10.0
 # Below this fraction of the particles a few weights carry the estimate, and the sample variance
 # of those few weights understates the error: a wrong log Z would come with a small error bar.
 MIN_ESS_FRACTION = 0.05

@@ -1,6 +1,8 @@
 """nx.ais checks every setting before any work: a bad value is an error naming the argument, never
 a silently coerced run or another run's cached result."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 
 import numpyro_extras as nx
 from numpyro_extras.annealing import ais
-from numpyro_extras.annealing.driver import inverse_temperature_schedule
+from numpyro_extras.annealing.driver import evidence_from_log_weights, inverse_temperature_schedule
 
 GOOD = dict(num_particles=20, num_temperatures=5, base="prior", progress_bar=False)
 
@@ -129,3 +131,13 @@ def test_gaussian_base_of_the_wrong_dimension_is_named():
     base = nx.GaussianBase(jnp.zeros(2), jnp.eye(2), jnp.asarray(0.0))
     with pytest.raises(ValueError, match="dimension 2 but the model has 1"):
         ais(jax.random.PRNGKey(0), tiny_model, (jnp.array(0.3),), **(GOOD | dict(base=base)))
+
+
+def test_weights_carried_by_few_particles_give_no_standard_error():
+    """One dominant weight: the delta method would give exactly 1 whatever the error."""
+    one_dominant = np.concatenate([[0.0], np.full(999, -50.0)])
+    evidence = evidence_from_log_weights(one_dominant)
+    assert evidence.ess == pytest.approx(1.0) and evidence.stderr == math.inf
+    even = np.random.default_rng(0).normal(0.0, 0.1, 1000)
+    evidence = evidence_from_log_weights(even)
+    assert evidence.ess > 900 and 0 < evidence.stderr < 0.01
