@@ -242,40 +242,33 @@ def main(argv=None):
             "RMS error / stderr",
             "mean error / stderr",
         ]
-        report = "\n".join(
-            [
-                "#### Environment",
-                "",
-                *environment_lines(
-                    "bridge_benchmark.py", argv or sys.argv[1:], time.perf_counter() - start
-                ),
-                "",
-                "#### Calibration of the error bar (NUTS at its defaults, one run per seed)",
-                "",
-                markdown_table(header, rows),
-            ]
-        )
-        publish_report(report, arguments.output)
+        title = "Calibration of the error bar (NUTS at its defaults, one run per seed)"
+        publish_report(_report(argv, start, title, header, rows), arguments.output)
         return
     rows = []
     for name, problem in problem_list(arguments.models).items():
         print(f"{name}: {problem['truth'][0]:.4f}", file=sys.stderr, flush=True)
         rows += rows_for(problem, arguments.kernels)
         print(markdown_table(HEADER, rows[-1:]), file=sys.stderr, flush=True)
-    report = "\n".join(
+    title = "log Z from each run (reference: closed form, quadrature or importance sampling)"
+    publish_report(_report(argv, start, title, HEADER, rows), arguments.output)
+
+
+def _report(argv, start, title, header, rows):
+    """The Markdown report: the run's environment, then one titled table."""
+    return "\n".join(
         [
             "#### Environment",
             "",
             *environment_lines(
-                "benchmarks/bridge_benchmark.py", argv or sys.argv[1:], time.perf_counter() - start
+                "bridge_benchmark.py", argv or sys.argv[1:], time.perf_counter() - start
             ),
             "",
-            "#### log Z from each run (reference: closed form, quadrature or importance sampling)",
+            f"#### {title}",
             "",
-            markdown_table(HEADER, rows),
+            markdown_table(header, rows),
         ]
     )
-    publish_report(report, arguments.output)
 
 
 HEADER = [
