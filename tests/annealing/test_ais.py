@@ -200,6 +200,27 @@ def test_linear_regression_log_z_from_prior_and_fitted_base(regression):
     assert_within_error(base_run, truth, 0.05)
 
 
+def vague_prior_model(y=3.0):
+    x = numpyro.sample("x", dist.Normal(0.0, 1e4))
+    numpyro.sample("y", dist.Normal(x, 1e4), obs=y)
+
+
+def test_a_posterior_as_wide_as_a_vague_prior_gets_its_log_z():
+    """The default base follows a posterior of sd 7071 (a vague prior, a vague likelihood):
+    from a base too narrow, AIS's particles never spread to its width, and log Z is low with a
+    small standard error."""
+    exact = float(norm(0.0, math.sqrt(2e8)).logpdf(3.0))  # -10.476
+    estimate = ais(
+        jax.random.PRNGKey(0),
+        vague_prior_model,
+        num_particles=128,
+        num_temperatures=50,
+        progress_bar=False,
+    )
+    assert float(estimate.stderr) < 0.05
+    assert abs(float(estimate.log_z) - exact) < 4 * float(estimate.stderr) + 1e-3
+
+
 def test_repeated_calls_reuse_the_compiled_run_and_new_data_rebuild_it():
     y = jnp.array([1.3, -0.4])
     other_y = jnp.array([4.0, 2.5])

@@ -9,6 +9,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from scipy.stats import norm
 
 import numpyro_extras as nx
 from numpyro_extras import targets
@@ -198,3 +199,19 @@ def test_fit_base_gaussian_keeps_the_best_of_its_starts():
         base = nx.fit_base(jax.random.PRNGKey(seed), model, method="gaussian", progress_bar=False)
         assert abs(float(base.loc[0]) - 3.0) < 0.05
         assert abs(float(base.log_zeta) - np.log(0.9)) < 0.02
+
+
+def test_the_fit_reaches_a_posterior_as_wide_as_a_vague_prior():
+    """x ~ N(0, 1e4), y = 3 ~ N(x, 1e4): the posterior is N(1.5, 7071^2). Each fit's scale
+    starts at 0.1; it must grow 70,000-fold within the fit's steps."""
+
+    def model(y=3.0):
+        x = numpyro.sample("x", dist.Normal(0.0, 1e4))
+        numpyro.sample("y", dist.Normal(x, 1e4), obs=y)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        base = nx.fit_base(jax.random.PRNGKey(0), model, progress_bar=False)
+    sds = np.asarray(base.component_scale_trils)[..., 0, 0]
+    assert np.allclose(sds, 1e4 / np.sqrt(2.0), rtol=0.1)
+    assert abs(float(base.log_zeta) - norm(0.0, np.sqrt(2e8)).logpdf(3.0)) < 0.05
