@@ -7,10 +7,10 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from arviz_checks import loo_elpd
 from numpyro.infer import MCMC, NUTS
 
 import numpyro_extras as nx
-from tests.arviz_checks import loo_elpd
 
 
 def _chain_model():
