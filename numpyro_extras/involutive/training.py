@@ -424,6 +424,17 @@ def train_ai_sampler(
     config = InvolutionConfig(dimension, num_layers, hidden, discriminator_hidden, swap)
     init_optimizers, train = _trainer(config, settings)
     sites = site_shapes(flat_model)
+    # The batches are made apart from the updates, and of one shape for the seed draws and the
+    # bootstrap draws when they need as many, so that one compiled update serves every epoch;
+    # fewer seed draws than bootstrap draws are then topped up with repeats of some of them, so
+    # that one compiled batching serves too.
+    num_kept_points = settings.num_chains * settings.num_kept
+    seed_shape = _batch_shape(seed.shape[0], settings.batch_size)
+    kept_shape = _batch_shape(num_kept_points, settings.batch_size)
+    seed_rows = seed.shape[0]
+    if seed_shape[0] == kept_shape[0]:
+        seed_shape = kept_shape = (kept_shape[0], max(seed_shape[1], kept_shape[1]))
+        seed_rows = max(seed_rows, num_kept_points)
 
     @jax.jit
     def initial_networks(init_key, loc, scale, seed):
@@ -439,15 +450,11 @@ def train_ai_sampler(
             *init_optimizers(proposal.params, discriminator_params),
         )
         positions = seed[jax.random.choice(chains_key, seed.shape[0], (settings.num_chains,))]
-        return proposal, networks, proposal.standardize(seed), positions
+        order = jax.random.permutation(jax.random.fold_in(chains_key, 1), seed.shape[0])
+        seed_standardized = proposal.standardize(seed[jnp.resize(order, seed_rows)])
+        return proposal, networks, seed_standardized, positions
 
     proposal, networks, seed_standardized, positions = initial_networks(init_key, loc, scale, seed)
-    # The batches are made apart from the updates, and of one shape for the seed draws and the
-    # bootstrap draws when they need as many, so that one compiled update serves every epoch.
-    seed_shape = _batch_shape(seed.shape[0], settings.batch_size)
-    kept_shape = _batch_shape(settings.num_chains * settings.num_kept, settings.batch_size)
-    if seed_shape[0] == kept_shape[0]:
-        seed_shape = kept_shape = (kept_shape[0], max(seed_shape[1], kept_shape[1]))
     train = jax.jit(train)
     batches = jax.jit(_extended_batches, static_argnums=(2, 3))
     run_bootstrap = _bootstrap(proposal, potential_fn, settings)
@@ -455,7 +462,20 @@ def train_ai_sampler(
     @jax.jit
     def bootstrap(flow_params, positions, rng_key):
         positions, kept, accept_rate = run_bootstrap(flow_params, positions, rng_key)
-        return positions, proposal.standardize(kept.reshape(-1, dimension)), accept_rate
+        standardized = proposal.standardize(kept.reshape(-1, dimension))
+        return positions, standardized, accept_rate, kept
+
+    def learned_check_draws(flow_params, starts, rng_key):
+        """The mixing check's draws of the learned map, ``(len(starts), MIXING_CHECK_STEPS,
+        D)``, from the bootstrap's compiled chains: ``num_chains`` chains from ``starts`` (tiled)
+        run blocks of ``burn_in`` steps, then ``num_kept`` kept ones, and the chains started at
+        ``starts`` themselves are returned."""
+        positions = jnp.resize(starts, (settings.num_chains, dimension))
+        blocks = []
+        for block_key in jax.random.split(rng_key, -(-MIXING_CHECK_STEPS // settings.num_kept)):
+            positions, _, _, kept = bootstrap(flow_params, positions, block_key)
+            blocks.append(np.asarray(kept[:, : len(starts)], dtype=np.float64))
+        return np.swapaxes(np.concatenate(blocks)[:MIXING_CHECK_STEPS], 0, 1)
 
     # The flow kept is the one whose bootstrap accepted most (the reference code's checkpoint
     # choice): adversarial updates do not raise the acceptance monotonically, and the flow of the
@@ -479,7 +499,7 @@ def train_ai_sampler(
             data = batches(train_key, seed_standardized, *seed_shape)
             networks, losses = train(networks, data)
             return (networks, positions, key), (np.nan, *losses)
-        positions, kept, accept_rate = bootstrap(networks[0], positions, bootstrap_key)
+        positions, kept, accept_rate, _ = bootstrap(networks[0], positions, bootstrap_key)
         rate = float(accept_rate)
         if rate > best["rate"]:
             best.update(params=networks[0], rate=rate)
@@ -538,8 +558,10 @@ def train_ai_sampler(
             stacklevel=2,
         )
     proposal = proposal.replace(params=flow_params, starts=positions, history=history)
+    learned_draws = learned_check_draws
     if swap_probability is not None:
         proposal = _with_swap_probability(proposal, swap_probability)
+        learned_draws = None
     if init_samples is None:
         proposal = _mixing_checked(
             proposal,
@@ -548,6 +570,7 @@ def train_ai_sampler(
             jax.random.fold_in(rng_key, 1),
             settings,
             choose=swap_probability is None,
+            learned_draws=learned_draws,
         )
     return proposal
 
@@ -633,7 +656,9 @@ def _mode_weight_ess(draws, mixture):
     return float(np.min(np.nan_to_num(ess, nan=0.0)))
 
 
-def _mixing_checked(proposal, potential_fn, seed_draws, rng_key, settings, choose=True):
+def _mixing_checked(
+    proposal, potential_fn, seed_draws, rng_key, settings, choose=True, learned_draws=None
+):
     """``proposal``, or it with independence proposals mixed in, after the mixing check: chains
     of the kernel started at the NUTS seed chains' last states (each in the region, or mode, its
     seed chain found) run ``MIXING_CHECK_STEPS`` steps.
@@ -648,12 +673,18 @@ def _mixing_checked(proposal, potential_fn, seed_draws, rng_key, settings, choos
 
     :param seed_draws: the seed chains' draws ``(chains, draws, D)``.
     :param bool choose: consider mixing in independence proposals (else only check and warn).
+    :param learned_draws: ``(flow_params, starts, rng_key) -> draws`` of ``proposal``'s own
+        kernel, as :func:`_check_draws` gives them, from a program already compiled (the
+        training's bootstrap chains); ``None`` compiles one.
     """
     starts = jnp.asarray(seed_draws[:, -1, :])
     mixture = seed_mixture(seed_draws) if choose else None
     if mixture is not None:
         mixture = jax.tree.map(lambda leaf: leaf.astype(starts.dtype), mixture)
-    draws = _check_draws(proposal, potential_fn, starts, rng_key, settings)
+    if learned_draws is None:
+        draws = _check_draws(proposal, potential_fn, starts, rng_key, settings)
+    else:
+        draws = learned_draws(proposal.params, starts, rng_key)
     rhat = _mixing_rhat(draws)
     if choose and (mixture is not None or not rhat <= MAX_MIXING_RHAT):
         mixed = _with_swap_probability(proposal.replace(mixture=mixture), FALLBACK_SWAP_PROBABILITY)
