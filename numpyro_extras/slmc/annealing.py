@@ -5,10 +5,8 @@ Jacobians of the constraining transforms are tempered too, and ``beta = 1`` is e
 driver follows Algorithms 3-5 of Ichikawa et al.:
 
 1. ``J`` models are trained on draws of NUTS at ``beta_0`` (the local sampler of the first rung),
-   whose chains start from draws of a Gaussian mixture fitted to ``p~^beta_0``
-   (:func:`~numpyro_extras.fit_base`) or, without a model or when that fit was still finding
-   modes, of a replica exchange to ``p~^beta_0`` (with a reference fitted to a first exchange's
-   draws), so that they begin in every mode found;
+   whose chains start from the draws of a replica exchange to ``p~^beta_0`` (with a reference
+   fitted to a first exchange's draws) so that they begin in every mode it reaches;
 2. each round, every model searches its next ``beta`` (Algorithm 4, vectorised: one batch of
    proposals and shared uniforms scores every candidate ``beta_final, beta_final - eps, ...``
    at once, and the largest whose acceptance rate lies in ``[AR_min, AR_max]`` is taken; with
@@ -39,7 +37,7 @@ import numpy as np
 from numpyro.infer import MCMC
 from tqdm.auto import tqdm
 
-from numpyro_extras.bases import GaussianBase, ModeSearchWarning
+from numpyro_extras.bases import GaussianBase
 from numpyro_extras.exchange import ReplicaExchange
 from numpyro_extras.pilot import dispersed_starts, nuts_draws
 from numpyro_extras.potential import flat_target, site_shapes
@@ -61,7 +59,6 @@ from numpyro_extras.slmc.vae import (
     latent_information,
     train_vae,
 )
-from numpyro_extras.tempering.base_fit import fit_base
 from numpyro_extras.validation import check_count, check_real
 
 __all__ = [
@@ -158,18 +155,14 @@ class AnnealingSettings(NamedTuple):
     :param int initial_chains: NUTS chains of the first rung.
     :param int initial_warmup: their warm-up steps.
     :param int initial_exchange_scans: scans (and as many warm-up scans) of each chain of the
-        two replica exchanges that start the first rung's NUTS chains where no fit does (0:
-        uniform starts in ``[-2, 2]^D``, as NumPyro's ``init_to_uniform``, and no fit). With a
-        model the chains start from draws of :func:`~numpyro_extras.fit_base`'s mixture fitted to
-        ``p~^beta_0``, whose mode search finds the modes at a fraction of an exchange's cost;
-        the exchanges run only without a model or when that search was still finding modes.
-        NUTS chains stay in the mode they start in: at ``beta_0 = 0.1`` the barrier between
-        two modes of a mixture in D = 100 is still ten nats. The first exchange runs from a
-        broad Gaussian, ``initial_spread`` times the spread of a short NUTS run, to
-        ``p~^beta_0``, so its states travel between the modes within that reach; the second
-        runs from a Gaussian fitted to the first's draws (a variational reference, Surjanovic
-        et al. 2022), which spans the modes found, so its states cross between them many
-        times; the NUTS chains start from its draws.
+        two replica exchanges that start the first rung's NUTS chains (0: uniform starts in
+        ``[-2, 2]^D``, as NumPyro's ``init_to_uniform``). NUTS chains stay in the mode they
+        start in: at ``beta_0 = 0.1`` the barrier between two modes of a mixture in D = 100
+        is still ten nats. The first exchange runs from a broad Gaussian, ``initial_spread``
+        times the spread of a short NUTS run, to ``p~^beta_0``, so its states travel between
+        the modes within that reach; the second runs from a Gaussian fitted to the first's
+        draws (a variational reference, Surjanovic et al. 2022), which spans the modes found,
+        so its states cross between them many times; the NUTS chains start from its draws.
     :param int initial_exchange_chains: independent (vectorised) chains of each exchange; the
         NUTS chains' starts are spread evenly over every chain of the second.
     :param float initial_spread: that Gaussian's standard deviations over the short run's.
@@ -500,76 +493,21 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
     return jnp.asarray(spread_draws[: starts.shape[0]], starts.dtype), evaluations
 
 
-def _fitted_starts(rng_key, model, model_args, model_kwargs, tempered_flat_model, count):
-    """``count`` draws of :func:`~numpyro_extras.fit_base`'s Gaussian mixture fitted to
-    ``p~^beta_0`` (``tempered_flat_model``), and whether its search was still finding modes.
-
-    The fit starts half its Gaussians from the model's prior draws and searches the local minima
-    of the tempered potential, which are those of the target (tempering scales the potential), so
-    each mode it finds gets a share of the starts in proportion to its mass under ``p~^beta_0``.
-    """
-    fit_key, draw_key = jax.random.split(rng_key)
-    # The fit's warnings speak of a tempering base; here its draws only start chains. A search
-    # still finding modes hands them to the replica exchanges, which warn for themselves; a heavy
-    # tail of its importance weights is the tempered target's tails, which the NUTS chains
-    # started in each mode explore.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        mixture = fit_base(
-            fit_key,
-            model,
-            model_args,
-            model_kwargs,
-            progress_bar=False,
-            flat_model=tempered_flat_model,
-        )
-    searching = any(issubclass(w.category, ModeSearchWarning) for w in caught)
-    dtype = tempered_flat_model.initial_position.dtype
-    return jnp.asarray(mixture.sample(draw_key, (count,)), dtype), searching
-
-
-def initial_draws(
-    rng_key,
-    flat_model,
-    settings,
-    num_models,
-    progress_bar,
-    model=None,
-    model_args=(),
-    model_kwargs=None,
-):
+def initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
     """Per model, ``initial_size`` NUTS draws at ``beta_0``, shape ``(J, N, D)``: each model gets
     its own chains (round-robin) when there are at least as many chains as models; and the
-    density evaluations of the run (warm-up and the starts' replica exchange included).
-
-    The NUTS chains start from draws of a Gaussian mixture fitted to ``p~^beta_0``
-    (:func:`~numpyro_extras.fit_base`, with the model's prior draws among its starts) when
-    ``model`` is given; without a model, or when that fit's search was still finding modes, from
-    the draws of two replica exchanges to ``p~^beta_0`` (``initial_exchange_scans`` scans each).
-    """
+    density evaluations of the run (warm-up and the starts' replica exchange included)."""
     beta_0 = settings.beta_0
     potential_fn = flat_model.potential_fn
     tempered_potential_fn = lambda x: beta_0 * potential_fn(x)  # noqa: E731
     chains = settings.initial_chains
     start_key, exchange_key, run_key, pick_key = jax.random.split(rng_key, 4)
     dimension = flat_model.dimension
+    starts = dispersed_starts(
+        start_key, potential_fn, flat_model.initial_position, chains, INITIAL_RADIUS
+    )
     evaluations = 0
-    needs_exchange = bool(settings.initial_exchange_scans)
-    if model is not None and needs_exchange:
-        starts, in_doubt = _fitted_starts(
-            start_key,
-            model,
-            model_args,
-            model_kwargs,
-            flat_model._replace(potential_fn=tempered_potential_fn),
-            chains,
-        )
-        needs_exchange = in_doubt
-    else:
-        starts = dispersed_starts(
-            start_key, potential_fn, flat_model.initial_position, chains, INITIAL_RADIUS
-        )
-    if needs_exchange:
+    if settings.initial_exchange_scans:
         starts, evaluations = _exchange_starts(
             exchange_key, tempered_potential_fn, starts, settings, progress_bar
         )
@@ -745,7 +683,6 @@ def fit_vae_proposal(
     acceptance="exact",
     initial_data=None,
     progress_bar=True,
-    flat_model=None,
     **settings,
 ) -> VAEProposal:
     """Train a VAE proposal for ``model`` by parallel adaptive annealing (Algorithms 3-6).
@@ -764,9 +701,6 @@ def fit_vae_proposal(
     :param initial_data: optional flat draws at ``beta_0``, ``(N, D)`` or per model
         ``(J, N, D)``, used instead of the first rung's NUTS run.
     :param bool progress_bar: show progress bars.
-    :param FlatModel flat_model: the model's flat potential
-        (:func:`~numpyro_extras.flatten_model` of these arguments) when the caller has built it
-        already, as :class:`~numpyro_extras.VAESLMC` has; ``None`` builds it.
     :param settings: any field of :class:`AnnealingSettings` (``beta_0``, ``ar_min``,
         ``epochs``, ``beta_vae``, ``encoder_sizes``, ...).
     :return: the :class:`~numpyro_extras.slmc.vae.VAEProposal` of the model whose proposals
@@ -799,10 +733,9 @@ def fit_vae_proposal(
         )
     settings = AnnealingSettings(**settings)
     init_key, data_key, loop_key, whiten_key = jax.random.split(rng_key, 4)
-    if flat_model is None:
-        flat_model = flat_target(
-            init_key, model, model_args, model_kwargs, potential_fn, initial_position, "VAE-SLMC"
-        )
+    flat_model = flat_target(
+        init_key, model, model_args, model_kwargs, potential_fn, initial_position, "VAE-SLMC"
+    )
     settings = settings.checked(num_models, flat_model.dimension)
     log_density_fn = lambda x: -flat_model.potential_fn(x)  # noqa: E731
     dimension = flat_model.dimension
@@ -824,16 +757,7 @@ def fit_vae_proposal(
     sites = site_shapes(flat_model)
     round_start = time.perf_counter()
     if initial_data is None:
-        data, evaluations = initial_draws(
-            data_key,
-            flat_model,
-            settings,
-            num_models,
-            progress_bar,
-            model,
-            model_args,
-            model_kwargs or {},
-        )
+        data, evaluations = initial_draws(data_key, flat_model, settings, num_models, progress_bar)
     else:
         data, evaluations = _checked_data(initial_data, num_models, dimension), 0
     # Each check chain evaluates its start and one proposal per step.

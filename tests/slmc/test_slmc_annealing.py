@@ -234,52 +234,6 @@ def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans, exchange
         assert far_share == 0.0
 
 
-def test_with_the_model_the_first_rung_starts_from_a_fit_of_the_tempered_target(monkeypatch):
-    """Given the model, the NUTS chains start from draws of fit_base's mixture fitted to
-    p~^beta_0 (prior draws among its starts): both modes get chains, no exchange runs."""
-    flat_model = flatten_model(jax.random.PRNGKey(0), far_mode_model)
-    settings = nx.AnnealingSettings(initial_size=3200, initial_warmup=200).checked(
-        1, flat_model.dimension
-    )
-    ran_exchange = []
-    original = annealing._exchange_starts
-    monkeypatch.setattr(
-        annealing, "_exchange_starts", lambda *args: ran_exchange.append(1) or original(*args)
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        draws, _ = initial_draws(
-            jax.random.PRNGKey(1), flat_model, settings, 1, False, far_mode_model
-        )
-    far_share = float(np.mean(np.mean(draws[0], -1) > 2.0))
-    assert not ran_exchange
-    # 32 chains, each in one mode: a binomial share has sd 0.09 around 0.5.
-    assert 0.2 < far_share < 0.8
-
-
-def test_a_fit_still_finding_modes_hands_its_draws_to_the_exchange(monkeypatch):
-    """When the fit's search was still finding modes, its draws start the replica exchanges,
-    whose draws then start the NUTS chains: from a fit of one mode, both modes get chains."""
-    flat_model = flatten_model(jax.random.PRNGKey(0), far_mode_model)
-    settings = nx.AnnealingSettings(
-        initial_size=3200, initial_warmup=200, initial_exchange_scans=300
-    ).checked(1, flat_model.dimension)
-
-    def fit_finding_one_mode(rng_key, model, model_args, model_kwargs, **kwargs):
-        warnings.warn(nx.ModeSearchWarning("fit_base: still finding modes", 1), stacklevel=2)
-        return nx.GaussianBase(jnp.zeros(10), 0.3 * jnp.eye(10), 0.0)
-
-    monkeypatch.setattr(annealing, "fit_base", fit_finding_one_mode)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        draws, evaluations = initial_draws(
-            jax.random.PRNGKey(1), flat_model, settings, 1, False, far_mode_model
-        )
-    far_share = float(np.mean(np.mean(draws[0], -1) > 2.0))
-    assert evaluations > 32 * (200 + 100)  # the exchanges' evaluations on top of NUTS's
-    assert 0.2 < far_share < 0.8
-
-
 def test_the_first_rung_needs_an_exchange_chain():
     with pytest.raises(ValueError, match="initial_exchange_chains"):
         nx.AnnealingSettings(initial_exchange_chains=0).checked(1, dimension=2)
