@@ -10,7 +10,15 @@ import jax.numpy as jnp
 from numpyro_extras.bases import MixtureBase
 from numpyro_extras.involutive.networks import InvolutionConfig, InvolutiveProposal, init_proposal
 from numpyro_extras.involutive.training import TrainingHistory
-from numpyro_extras.serialization import read_header, restore_arrays, save_arrays
+from numpyro_extras.serialization import (
+    header_field,
+    read_header,
+    restore_arrays,
+    save_arrays,
+    saved_config,
+    saved_record,
+    saved_sites,
+)
 
 __all__ = ["save_involution", "load_involution", "FORMAT"]
 
@@ -81,16 +89,22 @@ def load_involution(path) -> InvolutiveProposal:
         nx.save_involution("involution.msgpack", params)
         kernel = nx.AiSampler(model, params=nx.load_involution("involution.msgpack"))
     """
-    header, payload = read_header(path, FORMAT, "nx.save_involution")
+    saved_by = "nx.save_involution"
+    header, payload = read_header(path, FORMAT, saved_by)
     # Files written before the swap option hold the plain flow, whose parameters mean another map.
-    config = InvolutionConfig(**{"swap": False, **header["config"]})
-    sites = tuple((name, tuple(shape)) for name, shape in header["sites"])
+    config = saved_config(
+        path, InvolutionConfig, header_field(path, header, "config", saved_by), {"swap": False}
+    )
+    sites = saved_sites(path, header_field(path, header, "sites", saved_by), config.dimension)
+    num_starts = header_field(path, header, "num_starts", saved_by)
+    if not isinstance(num_starts, int) or num_starts < 1:
+        raise ValueError(f"{path}: its saved num_starts {num_starts!r} is not a positive count.")
     n = config.dimension
     template = init_proposal(
         jax.random.PRNGKey(0),
         config,
         scale=jnp.zeros((n, n) if header.get("full_scale", False) else (n,)),
-        starts=jnp.zeros((header["num_starts"], n)),
+        starts=jnp.zeros((num_starts, n)),
         sites=sites,
     )
     templates = {
@@ -116,11 +130,15 @@ def load_involution(path) -> InvolutiveProposal:
         )
     history = header.get("history")
     if history is not None:
-        history = TrainingHistory(
-            **{
-                name: tuple(value) if isinstance(value, list) else value
-                for name, value in history.items()
-            }
+        history = saved_record(
+            path,
+            "training history",
+            lambda: TrainingHistory(
+                **{
+                    name: tuple(value) if isinstance(value, list) else value
+                    for name, value in history.items()
+                }
+            ),
         )
     return InvolutiveProposal(
         arrays["params"],

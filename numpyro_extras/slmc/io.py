@@ -12,7 +12,15 @@ import dataclasses
 
 import jax
 
-from numpyro_extras.serialization import read_header, restore_arrays, save_arrays
+from numpyro_extras.serialization import (
+    header_field,
+    read_header,
+    restore_arrays,
+    save_arrays,
+    saved_config,
+    saved_record,
+    saved_sites,
+)
 from numpyro_extras.slmc.annealing import AnnealingHistory, AnnealingRung
 from numpyro_extras.slmc.vae import VAEConfig, VAEProposal, init_proposal
 
@@ -68,28 +76,36 @@ def load_proposal(path) -> VAEProposal:
         nx.save_proposal("proposal.msgpack", proposal)
         kernel = nx.VAESLMC(model, proposal=nx.load_proposal("proposal.msgpack"))
     """
-    header, payload = read_header(path, FORMAT, "nx.save_proposal")
-    config = header["config"]
-    config = VAEConfig(
-        **{
-            **config,
-            "encoder_sizes": tuple(config["encoder_sizes"]),
-            "decoder_sizes": tuple(config["decoder_sizes"]),
+    saved_by = "nx.save_proposal"
+    header, payload = read_header(path, FORMAT, saved_by)
+    fields = header_field(path, header, "config", saved_by)
+    if isinstance(fields, dict):
+        fields = {
+            **fields,
+            **{
+                name: tuple(fields[name])
+                for name in ("encoder_sizes", "decoder_sizes")
+                if isinstance(fields.get(name), list)
+            },
         }
-    )
-    sites = tuple((name, tuple(shape)) for name, shape in header["sites"])
+    config = saved_config(path, VAEConfig, fields)
+    sites = saved_sites(path, header_field(path, header, "sites", saved_by), config.dimension)
     template = init_proposal(jax.random.PRNGKey(0), config, sites=sites)
     target = {"params": template.params, "loc": template.loc, "scale": template.scale}
     arrays = restore_arrays(path, target, payload)
     history = header.get("history")
     if history is not None:
-        history = AnnealingHistory(
-            **{
-                **history,
-                "rungs": tuple(AnnealingRung(*rung) for rung in history["rungs"]),
-                "final_accept_rates": tuple(history["final_accept_rates"]),
-                "final_log_z": tuple(history["final_log_z"]),
-            }
+        history = saved_record(
+            path,
+            "annealing history",
+            lambda: AnnealingHistory(
+                **{
+                    **history,
+                    "rungs": tuple(AnnealingRung(*rung) for rung in history["rungs"]),
+                    "final_accept_rates": tuple(history["final_accept_rates"]),
+                    "final_log_z": tuple(history["final_log_z"]),
+                }
+            ),
         )
     return VAEProposal(
         arrays["params"], arrays["loc"], arrays["scale"], config, sites, history=history
