@@ -49,6 +49,8 @@ Usage::
 ``--experiment first-rung --configs 100:5 --seeds 0 1 2 3 4`` runs the first rung alone
 (``initial_draws``: the replica exchanges and the NUTS chains at ``beta_0``) and prints the
 cluster shares of its draws: a cluster with no share is one the annealing never learns.
+``--vague-prior`` makes the mixture a likelihood under a vague prior, whose draws lie far from
+every cluster (a start from them, or from a fit seeded by them, misses the outer clusters).
 
 ``--experiment acceptance`` separates the network from the annealing: per ``D:C`` it trains a
 VAE (``train_vae``, every epoch, no early stopping) on 15,000 exact draws of the mixture at
@@ -133,6 +135,21 @@ def mixture_model(centres, scale, log_weights, log_z):
     mixture = dist.MixtureSameFamily(dist.Categorical(logits=log_weights), components)
     numpyro.sample("x", mixture)
     numpyro.factor("evidence", log_z)
+
+
+# The prior scale of ``vague_prior_mixture_model``: its draws lie far from every cluster.
+VAGUE_PRIOR_SCALE = 5.0
+
+
+def vague_prior_mixture_model(centres, scale, log_weights, log_z):
+    """The posterior of ``mixture_model`` with a vague prior on ``x``, ``N(0, 5^2 I)``, and the
+    mixture over it as a likelihood term: the same target, whose prior draws lie far from every
+    cluster instead of in them."""
+    prior = dist.Normal(0.0, VAGUE_PRIOR_SCALE).expand([centres.shape[-1]]).to_event(1)
+    x = numpyro.sample("x", prior)
+    components = dist.Independent(dist.Normal(centres, scale), 1)
+    mixture = dist.MixtureSameFamily(dist.Categorical(logits=log_weights), components)
+    numpyro.factor("evidence", mixture.log_prob(x) - prior.log_prob(x) + log_z)
 
 
 class Mixture:
@@ -723,13 +740,17 @@ def acceptance_table(results):
     return [markdown_table(header, rows)]
 
 
-def first_rung_experiment(configs, seeds, fit_kwargs):
+def first_rung_experiment(configs, seeds, fit_kwargs, vague_prior=False):
     """The first rung alone (``initial_draws`` with the defaults and ``fit_kwargs``, one model,
     keyed by ``PRNGKey(seed)``): per ``D:C`` and seed, the cluster shares of its NUTS draws,
-    which are the shares of its chains' starts, since a NUTS chain stays in its cluster."""
+    which are the shares of its chains' starts, since a NUTS chain stays in its cluster. With
+    ``vague_prior``, the model is :func:`vague_prior_mixture_model`."""
     results = []
     for dimension, clusters in configs:
         target = Mixture(dimension, clusters)
+        if vague_prior:
+            target.model = vague_prior_mixture_model
+            target.name += " (vague prior)"
         flat_model = flatten_model(jax.random.PRNGKey(0), target.model, target.model_args)
         settings = nx.AnnealingSettings(**fit_kwargs).checked(1, dimension)
         for seed in seeds:
@@ -893,6 +914,11 @@ def main(argv=None):
     parser.add_argument("--fit-kwargs", default="{}", help="JSON settings of fit_vae_proposal")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="first-rung seeds")
+    parser.add_argument(
+        "--vague-prior",
+        action="store_true",
+        help="first rung: the mixture as a likelihood under a vague N(0, 5^2) prior",
+    )
     parser.add_argument("--output", default=None, help="also write the report here")
     parser.add_argument("--json", default=None, help="append one JSON line per run here")
     parser.add_argument(
@@ -923,7 +949,9 @@ def main(argv=None):
     if args.experiment in ("acceptance", "training", "schedule", "collapse", "first-rung"):
         if args.experiment == "first-rung":
             configs = [parse_config(c) for c in args.configs]
-            results = first_rung_experiment(configs, args.seeds or [args.seed], fit_kwargs)
+            results = first_rung_experiment(
+                configs, args.seeds or [args.seed], fit_kwargs, args.vague_prior
+            )
             lines = first_rung_table(results)
         elif args.experiment in ("schedule", "collapse"):
             experiment = (

@@ -683,6 +683,7 @@ def fit_vae_proposal(
     acceptance="exact",
     initial_data=None,
     progress_bar=True,
+    flat_model=None,
     **settings,
 ) -> VAEProposal:
     """Train a VAE proposal for ``model`` by parallel adaptive annealing (Algorithms 3-6).
@@ -701,6 +702,9 @@ def fit_vae_proposal(
     :param initial_data: optional flat draws at ``beta_0``, ``(N, D)`` or per model
         ``(J, N, D)``, used instead of the first rung's NUTS run.
     :param bool progress_bar: show progress bars.
+    :param FlatModel flat_model: the model's flat potential
+        (:func:`~numpyro_extras.flatten_model` of these arguments) when the caller has built it
+        already, as :class:`~numpyro_extras.VAESLMC` has; ``None`` builds it.
     :param settings: any field of :class:`AnnealingSettings` (``beta_0``, ``ar_min``,
         ``epochs``, ``beta_vae``, ``encoder_sizes``, ...).
     :return: the :class:`~numpyro_extras.slmc.vae.VAEProposal` of the model whose proposals
@@ -733,9 +737,10 @@ def fit_vae_proposal(
         )
     settings = AnnealingSettings(**settings)
     init_key, data_key, loop_key, whiten_key = jax.random.split(rng_key, 4)
-    flat_model = flat_target(
-        init_key, model, model_args, model_kwargs, potential_fn, initial_position, "VAE-SLMC"
-    )
+    if flat_model is None:
+        flat_model = flat_target(
+            init_key, model, model_args, model_kwargs, potential_fn, initial_position, "VAE-SLMC"
+        )
     settings = settings.checked(num_models, flat_model.dimension)
     log_density_fn = lambda x: -flat_model.potential_fn(x)  # noqa: E731
     dimension = flat_model.dimension

@@ -271,6 +271,7 @@ class VAESLMC(ExtrasKernel):
                 model_kwargs,
                 num_models=self._num_models,
                 acceptance=self._acceptance,
+                flat_model=self._flat_model,
                 **fit_kwargs,
             )
         else:
