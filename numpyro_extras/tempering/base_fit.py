@@ -340,7 +340,7 @@ def _cholesky(covariance):
 
 def _prior_positions(rng_key, model, model_args, model_kwargs, flat_model, num_draws):
     """Prior draws on the flat unconstrained space, rows with a non-finite entry dropped; none
-    for a model whose prior cannot be sampled (an improper prior, for example)."""
+    for a model whose prior cannot be sampled (an improper prior; any other failure warns)."""
 
     def prior_positions(key):
         draws = Predictive(model, num_samples=num_draws, parallel=True)(
@@ -350,7 +350,16 @@ def _prior_positions(rng_key, model, model_args, model_kwargs, flat_model, num_d
 
     try:
         positions = np.asarray(jax.jit(prior_positions)(rng_key), dtype=np.float64)
-    except Exception:  # noqa: BLE001 -- a prior that cannot be sampled only loses the prior's help
+    except NotImplementedError:
+        # An improper prior (ImproperUniform) has no sampler: the fits start from uniform draws.
+        return np.zeros((0, flat_model.dimension))
+    except Exception as error:  # noqa: BLE001 -- any other failure is the model's, and said
+        warnings.warn(
+            f"fit_base could not draw from the model's prior ({type(error).__name__}: "
+            f"{error}); its fits start from uniform draws in [-init_radius, init_radius] only, "
+            "which may miss modes that prior draws would reach.",
+            stacklevel=3,
+        )
         return np.zeros((0, flat_model.dimension))
     return positions[np.all(np.isfinite(positions), axis=-1)]
 

@@ -215,3 +215,24 @@ def test_the_fit_reaches_a_posterior_as_wide_as_a_vague_prior():
     sds = np.asarray(base.component_scale_trils)[..., 0, 0]
     assert np.allclose(sds, 1e4 / np.sqrt(2.0), rtol=0.1)
     assert abs(float(base.log_zeta) - norm(0.0, np.sqrt(2e8)).logpdf(3.0)) < 0.05
+
+
+def test_a_prior_that_fails_to_sample_is_said_not_swallowed(monkeypatch):
+    """An error while drawing from the prior (other than an improper prior's missing sampler)
+    is named in a warning; the fit goes on from uniform starts."""
+    from numpyro_extras.tempering import base_fit
+
+    class BrokenPredictive:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __call__(self, *args, **kwargs):
+            raise RuntimeError("the model's sampler broke")
+
+    def model():
+        numpyro.sample("x", dist.Normal(0.0, 1.0))
+
+    monkeypatch.setattr(base_fit, "Predictive", BrokenPredictive)
+    with pytest.warns(UserWarning, match="could not draw from the model's prior.*sampler broke"):
+        base = nx.fit_base(jax.random.PRNGKey(0), model, progress_bar=False, num_starts=4)
+    assert np.all(np.isfinite(np.asarray(base.component_locs)))
