@@ -326,8 +326,8 @@ def train_ai_sampler(
        shuffles its data into minibatches; per minibatch ``kernel_steps`` Adam updates of the
        flow, then ``discriminator_steps`` of the discriminator (eq. 23).
     3. The flow whose bootstrap accepted most is returned, frozen; the discriminator is dropped.
-    4. Chains of the trained kernel started at the NUTS seed chains' last states run 1000
-       steps. An involution pairs regions, and can tie a heavy mode to one light mode and
+    4. Chains of the trained kernel started at the NUTS seed chains' last states keep 1000
+       steps (the bootstrap's chains, in blocks). An involution pairs regions, and can tie a heavy mode to one light mode and
        leave a third unreached; where the seed chains found several modes, the kernel with
        three quarters of its steps proposed from a Gaussian mixture over them
        (:func:`seed_mixture`) runs too, and the one whose chains agree and know the modes'
@@ -558,7 +558,9 @@ def train_ai_sampler(
             stacklevel=2,
         )
     proposal = proposal.replace(params=flow_params, starts=positions, history=history)
-    learned_draws = learned_check_draws
+    # The bootstrap's program runs the learned map itself, for at least as many chains as the
+    # check starts.
+    learned_draws = learned_check_draws if settings.num_chains >= settings.seed_chains else None
     if swap_probability is not None:
         proposal = _with_swap_probability(proposal, swap_probability)
         learned_draws = None
