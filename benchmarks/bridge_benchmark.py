@@ -47,7 +47,7 @@ from scipy import integrate, stats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import environment_lines, markdown_table, publish_report  # noqa: E402
+from common import environment_lines, markdown_table, publish_report, readme_ais  # noqa: E402
 from exchange_benchmark import problems as exchange_problems  # noqa: E402
 from german_credit_benchmark import reference_log_evidence  # noqa: E402
 
@@ -157,15 +157,7 @@ def rows_for(problem, kernels):
     for kernel_name in kernels:
         if kernel_name == "ais":
             evidence, seconds, caught = measured(
-                lambda: nx.ais(
-                    jax.random.PRNGKey(0),
-                    model,
-                    problem["args"],
-                    problem["kwargs"],
-                    num_particles=1000,
-                    num_temperatures=200,
-                    progress_bar=False,
-                )
+                lambda: readme_ais(0, model, problem["args"], problem["kwargs"])
             )
             rows.append(_row(problem, "nx.ais", "AIS", evidence, seconds, float("nan"), caught))
             continue

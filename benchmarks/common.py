@@ -33,6 +33,20 @@ _STARTED = time.perf_counter()
 RADON_LOG_Z = -1043.6029
 
 
+def readme_ais(seed, model, model_args=(), model_kwargs=None):
+    """``nx.ais`` as the README calls it (1000 particles x 200 temperatures, every other
+    setting at its default), keyed by ``PRNGKey(seed)``, without a progress bar."""
+    return nx.ais(
+        jax.random.PRNGKey(seed),
+        model,
+        model_args,
+        model_kwargs,
+        num_particles=1000,
+        num_temperatures=200,
+        progress_bar=False,
+    )
+
+
 def log(message):
     """A progress line on stderr (stdout holds only the Markdown report), with the seconds since
     the script started."""

@@ -53,7 +53,14 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from common import environment_lines, log, markdown_table, publish_report, read_runs
+from common import (
+    environment_lines,
+    log,
+    markdown_table,
+    publish_report,
+    read_runs,
+    readme_ais,
+)
 from numpyro.infer import MCMC, NUTS
 from scipy import stats
 from scipy.special import logsumexp
@@ -161,14 +168,7 @@ def seed_records(target_name, estimator, seeds, vary_fit):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if estimator == "ais":
-                evidence = nx.ais(
-                    jax.random.PRNGKey(seed),
-                    model,
-                    args,
-                    num_particles=1000,
-                    num_temperatures=200,
-                    progress_bar=False,
-                )
+                evidence = readme_ais(seed, model, args)
             else:
                 if mcmc is None or vary_fit:
                     kernel = _kernel(estimator, model, discrete, seed if vary_fit else 0)

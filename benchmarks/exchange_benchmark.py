@@ -60,6 +60,7 @@ from common import (  # noqa: E402
     markdown_table,
     publish_report,
     read_runs,
+    readme_ais,
     save_run,
 )
 from numpyro.infer import MCMC, NUTS  # noqa: E402
@@ -156,15 +157,7 @@ def evidence_row(method, problem, seed):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if method == "ais":
-            evidence = nx.ais(
-                jax.random.PRNGKey(seed),
-                problem["model"],
-                problem["args"],
-                problem["kwargs"],
-                num_particles=1000,
-                num_temperatures=200,
-                progress_bar=False,
-            )
+            evidence = readme_ais(seed, problem["model"], problem["args"], problem["kwargs"])
         elif method == "joint CT":
             kernel = nx.JointContinuousTempering(
                 problem["model"], fit_base_kwargs={"progress_bar": False}

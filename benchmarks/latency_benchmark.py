@@ -271,17 +271,12 @@ def run_pair(kernel_name, model_name, sizes, reference, error_keys=1):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if kernel_name == "ais":
+            from common import readme_ais
+
             seconds = []
             for seed in (0, 1):
                 start = time.perf_counter()
-                evidence = nx.ais(
-                    jax.random.PRNGKey(seed),
-                    model,
-                    args,
-                    num_particles=1000,
-                    num_temperatures=200,
-                    progress_bar=False,
-                )
+                evidence = readme_ais(seed, model, args)
                 seconds.append(time.perf_counter() - start)
             return dict(
                 first=seconds[0],

@@ -327,12 +327,12 @@ def train_ai_sampler(
        flow, then ``discriminator_steps`` of the discriminator (eq. 23).
     3. The flow whose bootstrap accepted most is returned, frozen; the discriminator is dropped.
     4. Chains of the trained kernel started at the NUTS seed chains' last states keep 1000
-       steps (the bootstrap's chains, in blocks). An involution pairs regions, and can tie a heavy mode to one light mode and
-       leave a third unreached; where the seed chains found several modes, the kernel with
-       three quarters of its steps proposed from a Gaussian mixture over them
-       (:func:`seed_mixture`) runs too, and the one whose chains agree and know the modes'
-       weights best is kept. Where they found one, the plain swap is mixed in only when the
-       map's chains disagree.
+       steps (the bootstrap's chains, in blocks). An involution pairs regions, and can tie a
+       heavy mode to one light mode and leave a third unreached; where the seed chains found
+       several modes, the kernel with three quarters of its steps proposed from a Gaussian
+       mixture over them (:func:`seed_mixture`) runs too, and the one whose chains agree and
+       know the modes' weights best is kept. Where they found one, the plain swap is mixed in
+       only when the map's chains disagree.
 
     The losses never evaluate the target, so a mode that no seed draw visits cannot be learned:
     seed widely (more ``seed_chains``, a larger ``seed_radius``, or ``init_samples`` from a
