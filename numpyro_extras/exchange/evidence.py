@@ -82,8 +82,7 @@ def chain_stepping_stone(log_likelihood, betas):
     :param log_likelihood: ``l`` at every rung and draw, shape ``(num_draws, N)``.
     :param betas: the chain's ladder, shape ``(N,)``.
     :return: ``(forward, reverse, stderr, gap_log_ratios, gap_stderr, ess)``: ``stderr`` is the
-        Monte Carlo error of the bracket's midpoint (the larger of the two sums' errors, since
-        they are correlated), each sum's from its draws' influences summed over the gaps;
+        Monte Carlo error of the bracket's midpoint, from each draw's influence on both sums;
         ``gap_stderr`` the gaps' own errors; ``ess`` the smallest of the gaps'.
     """
     log_likelihood = np.asarray(log_likelihood, dtype=np.float64)
@@ -97,28 +96,35 @@ def chain_stepping_stone(log_likelihood, betas):
     gap_stderr = np.array([term[1] for term in forward_terms])
     forward = float(np.sum(gap_log_ratios))
     reverse = -float(np.sum([term[0] for term in reverse_terms]))
-    forward_stderr = _sum_stderr(gaps[None, :] * log_likelihood[:, :-1])
-    reverse_stderr = _sum_stderr(-gaps[None, :] * log_likelihood[:, 1:])
     ess = float(np.min([term[2] for term in forward_terms + reverse_terms]))
-    stderr = max(forward_stderr, reverse_stderr)
-    return forward, reverse, stderr, gap_log_ratios, gap_stderr, ess
+    # The reverse sum enters the midpoint with a minus sign, so a draw that raises one sum
+    # raises the other: the influences are combined per draw before the Monte Carlo error.
+    influence = 0.5 * (
+        _summed_influence(gaps[None, :] * log_likelihood[:, :-1])
+        - _summed_influence(-gaps[None, :] * log_likelihood[:, 1:])
+    )
+    return forward, reverse, _influence_stderr(influence), gap_log_ratios, gap_stderr, ess
 
 
-def _sum_stderr(log_weights):
-    """Delta-method standard error of ``sum_i log mean_t exp(a_ti)`` from one chain's draws.
-
-    To first order the sum's error is the mean over draws of ``sum_i (influence of draw t on
-    gap i)``; ArviZ's MCSE of that one series counts the correlation between gaps as well as
-    along the chain.
+def _summed_influence(log_weights):
+    """Per draw, its influence on ``sum_i log mean_t exp(a_ti)`` summed over the gaps: to first
+    order the sum's error is the mean of this series over draws.
 
     :param log_weights: ``a``, shape ``(num_draws, num_gaps)``.
-    :return: the standard error (NaN with fewer than 4 draws, 0 when no weight varies).
+    :return: shape ``(num_draws,)``.
     """
-    if log_weights.shape[0] < 4:
-        return float("nan")
     influence = np.zeros(log_weights.shape[0])
     for gap_log_weights in log_weights.T:
         influence += log_mean_and_influence(gap_log_weights)[1]
+    return influence
+
+
+def _influence_stderr(influence):
+    """Standard error of the mean of one chain's influence series: ArviZ's MCSE, which counts
+    the correlation between gaps (draws at one time share a swap history) as well as along the
+    chain. NaN with fewer than 4 draws, 0 when no weight varies."""
+    if influence.shape[0] < 4:
+        return float("nan")
     if not np.std(influence) > 0:
         return 0.0
     return arviz_adapter.mcse(influence)

@@ -53,7 +53,6 @@ def test_gaps_that_move_together_add_their_errors():
     one_rung = _exact_draws([0.0], 1, 2000, 3)[0, :, 0]
     log_likelihood = np.repeat(one_rung[:, None], len(betas), axis=1)
     estimate = stepping_stone(log_likelihood, betas)
-    # the chain's Monte Carlo error is the larger of the forward and reverse sums' errors
     monte_carlo = estimate.chain_stderr[0]
     assert monte_carlo >= np.sum(estimate.gap_stderr) * (1 - 1e-9)
     assert monte_carlo > 1.9 * np.sqrt(np.sum(estimate.gap_stderr**2))
@@ -77,3 +76,19 @@ def test_the_error_covers_the_spread_of_correlated_chains():
     # the reported errors match the chains' actual scatter within the scatter's own noise
     ratio = np.std(errors) / np.sqrt(np.mean(stderrs**2))
     assert 0.8 < ratio < 1.25, ratio
+
+
+def test_the_error_of_a_geometric_ladder_matches_the_scatter_of_independent_chains():
+    """Gaps that grow along the ladder weigh a rung's draws differently in the forward and the
+    reverse sum: the midpoint's error is neither sum's, and over many chains the estimates
+    scatter as the midpoint's reported errors say."""
+    betas = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 8)])
+    num_chains = 400
+    log_likelihood = _exact_draws(betas, num_chains, 500, 5)
+    estimates = [stepping_stone(log_likelihood[c], betas) for c in range(num_chains)]
+    errors = np.array([e.log_z for e in estimates]) - LOG_Z
+    stderrs = np.array([e.stderr for e in estimates])
+    assert np.sqrt(np.mean(stderrs**2)) < 0.02
+    # the scatter's own relative noise over 400 chains is about 3.5%
+    ratio = np.std(errors) / np.sqrt(np.mean(stderrs**2))
+    assert 0.88 < ratio < 1.12, ratio
