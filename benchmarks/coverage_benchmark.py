@@ -13,13 +13,16 @@ Every target has an exact ``log Z`` (closed form, quadrature or enumeration):
   prior (``gaussian_mixture_target``, closed form);
 * ``sign_product``: four sign-ambiguous parameters, 16 modes (``sign_product_target``,
   quadrature);
-* ``ising_chain``: twelve +-1 spins with coupling 1.2 (cold), enumeration of the 4,096 states.
+* ``ising_chain``: twelve +-1 spins with coupling 1.2 (cold), enumeration of the 4,096 states;
+* ``rbm``: a random 12 x 20 restricted Boltzmann machine at 1/T = 4 (``nx.random_rbm``), its
+  ``log Z`` by enumeration of the visible layer.
 
 The estimators: ``joint`` and ``gibbs`` (the continuous tempering kernels' estimator),
 ``exchange`` (replica exchange's stepping stones; with ``nx.ACS`` inside on the discrete
 target), ``ais`` (the README's call, 1000 particles x 200 temperatures), ``vaeslmc`` (the
-importance weights of the trained proposal) and ``bridge`` (``nx.bridge_sampling`` of a NUTS
-run). The MCMC runs are 4 chains x (500 + 1000) draws, vectorized.
+importance weights of the trained proposal), ``bridge`` (``nx.bridge_sampling`` of a NUTS
+run) and, on the RBM only, ``mais`` (``nx.marginalized_ais_boltzmann`` at the README's 1000
+particles x 100 temperatures). The MCMC runs are 4 chains x (500 + 1000) draws, vectorized.
 
 A row reports the seeds run, the share within 1.96 standard errors (the promise of a 95%
 interval; goal 0.90-0.98), the mean and standard deviation of error / stderr, the seeds that
@@ -73,8 +76,9 @@ from numpyro_extras.targets import (
     sign_product_target,
 )
 
-ESTIMATORS = ("joint", "gibbs", "exchange", "ais", "vaeslmc", "bridge")
+ESTIMATORS = ("joint", "gibbs", "exchange", "ais", "vaeslmc", "bridge", "mais")
 DISCRETE_ESTIMATORS = ("exchange", "ais")
+BOLTZMANN_ESTIMATORS = ("mais",)
 MCMC_SIZES = dict(num_warmup=500, num_samples=1000, num_chains=4)
 COVERAGE_Z = 1.96
 SILENT_WRONG_Z = 4.0
@@ -87,6 +91,7 @@ TARGETS = (
     "unequal_mixture",
     "sign_product",
     "ising_chain",
+    "rbm",
 )
 
 
@@ -118,29 +123,37 @@ def ising_chain_log_z():
 
 
 def targets():
-    """``name -> (model, args, exact log Z, discrete)``."""
+    """``name -> (model, args, exact log Z, kind)``, the kind ``"continuous"``, ``"discrete"``
+    or ``"boltzmann"`` (a :class:`~numpyro_extras.BipartiteBoltzmann` in place of the model)."""
     rng = np.random.default_rng(0)
     features = rng.standard_normal((50, 3))
     responses = features @ np.array([0.5, -1.0, 0.3]) + rng.standard_normal(50)
     mixture = gaussian_mixture_target(0, 2)
     signs = sign_product_target(0, 4)
+    machine = nx.random_rbm(jax.random.PRNGKey(0), 12, 20, inverse_temperature=4.0)
     return {
         "regression": (
             linear_regression_model,
             (jnp.asarray(features), jnp.asarray(responses)),
             linear_regression_log_evidence(features, responses),
-            False,
+            "continuous",
         ),
-        "wide_prior": (wide_prior_model, (), float(stats.norm(0, 2**0.5 * 1e4).logpdf(3.0)), False),
+        "wide_prior": (
+            wide_prior_model,
+            (),
+            float(stats.norm(0, 2**0.5 * 1e4).logpdf(3.0)),
+            "continuous",
+        ),
         "narrow_likelihood": (
             narrow_likelihood_model,
             (),
             float(stats.norm(0, (1 + 1e-8) ** 0.5).logpdf(0.5)),
-            False,
+            "continuous",
         ),
-        "unequal_mixture": (mixture.model, mixture.model_args, mixture.log_z, False),
-        "sign_product": (signs.model, signs.model_args, signs.log_z, False),
-        "ising_chain": (ising_chain_model, (), ising_chain_log_z(), True),
+        "unequal_mixture": (mixture.model, mixture.model_args, mixture.log_z, "continuous"),
+        "sign_product": (signs.model, signs.model_args, signs.log_z, "continuous"),
+        "ising_chain": (ising_chain_model, (), ising_chain_log_z(), "discrete"),
+        "rbm": (machine, (), float(machine.log_partition()), "boltzmann"),
     }
 
 
@@ -160,7 +173,7 @@ def _kernel(estimator, model, discrete, fit_seed):
 
 def seed_records(target_name, estimator, seeds, vary_fit):
     """One record per seed: the estimate, its error in standard errors, and what warned."""
-    model, args, exact, discrete = targets()[target_name]
+    model, args, exact, kind = targets()[target_name]
     mcmc = None
     records = []
     for seed in seeds:
@@ -169,9 +182,13 @@ def seed_records(target_name, estimator, seeds, vary_fit):
             warnings.simplefilter("always")
             if estimator == "ais":
                 evidence = readme_ais(seed, model, args)
+            elif estimator == "mais":
+                evidence = nx.marginalized_ais_boltzmann(
+                    jax.random.PRNGKey(seed), model, num_particles=1000, num_temperatures=100
+                )
             else:
                 if mcmc is None or vary_fit:
-                    kernel = _kernel(estimator, model, discrete, seed if vary_fit else 0)
+                    kernel = _kernel(estimator, model, kind == "discrete", seed if vary_fit else 0)
                     mcmc = MCMC(kernel, chain_method="vectorized", progress_bar=False, **MCMC_SIZES)
                 mcmc.run(jax.random.PRNGKey(seed), *args)
                 if estimator == "bridge":
@@ -272,9 +289,11 @@ def main(argv=None):
         path = Path(arguments.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         for target_name in arguments.targets:
-            discrete = targets()[target_name][3]
+            kind = targets()[target_name][3]
             for estimator in arguments.estimators:
-                if discrete and estimator not in DISCRETE_ESTIMATORS:
+                if (estimator in BOLTZMANN_ESTIMATORS) != (kind == "boltzmann"):
+                    continue
+                if kind == "discrete" and estimator not in DISCRETE_ESTIMATORS:
                     continue
                 new = seed_records(target_name, estimator, arguments.seeds, arguments.vary_fit)
                 with path.open("a") as stream:
