@@ -60,6 +60,10 @@ __all__ = ["ACS", "ACSState", "DMALA", "DiscreteTarget", "GRAD_MODES"]
 #             differentiated in them); Categorical sites still use exact differences
 #   exact     exact differences everywhere: d (K - 1) extra evaluations of the model per step
 GRAD_MODES = ("auto", "gradient", "exact")
+# What tracing a model with float values for a discrete site raises when the model reads the
+# value as an integer (an index, a count, a Python int). Any other error is the model's own and
+# propagates; one of these raised whatever the dtype is raised again by the exact differences.
+NOT_DIFFERENTIABLE_ERRORS = (TypeError, ValueError, IndexError)
 
 
 class ACSState(NamedTuple):
@@ -552,7 +556,7 @@ class ACS(ExtrasKernel):
 
         try:
             jax.eval_shape(jax.grad(log_density_in), float_value)
-        except Exception:  # noqa: BLE001 - any tracing failure means "not differentiable"
+        except NOT_DIFFERENTIABLE_ERRORS:
             return False
         return layout.kind in ("binary", "one_hot")
 
@@ -860,7 +864,7 @@ def _first_order_is_faithful(latent, layout) -> bool:
     # would compile every sampling operation of the model separately.
     try:
         errors = jax.jit(errors_from)(jax.random.PRNGKey(0))
-    except Exception:  # noqa: BLE001 - any tracing failure means "not differentiable"
+    except NOT_DIFFERENTIABLE_ERRORS:
         return False
     if not not_jax_tracer(errors):
         # Conditioning values traced by pmap (a Gibbs block under chain_method="parallel"):

@@ -461,6 +461,30 @@ def test_auto_gradient_mode_keeps_gradients_only_where_they_are_faithful():
     assert gradient == {"linear": True, "compared": False, "scaled": False}
 
 
+def test_auto_gradient_mode_falls_back_to_exact_differences_for_a_site_used_as_an_index():
+    weights = jnp.array([0.2, -0.4, 1.0])
+
+    def indexed():
+        with numpyro.plate("units", 3):
+            z = numpyro.sample("z", dist.Bernoulli(0.5))
+        numpyro.factor("lookup", jnp.sum(weights[z]))
+
+    kernel = nx.ACS(indexed, schedule=CYCLE)
+    _run(kernel, num_samples=2, num_chains=1)
+    assert kernel.variables["z"].gradient is False
+
+
+def test_a_model_error_while_probing_for_gradients_is_not_taken_for_non_differentiability():
+    def broken_for_floats():
+        z = numpyro.sample("z", dist.Bernoulli(0.5).expand([3]).to_event(1))
+        if jnp.issubdtype(jnp.result_type(z), jnp.floating):
+            raise RuntimeError("the model's own bug")
+        numpyro.factor("energy", jnp.sum(z))
+
+    with pytest.raises(RuntimeError, match="the model's own bug"):
+        _run(nx.ACS(broken_for_floats, schedule=CYCLE), num_samples=2, num_chains=1)
+
+
 def _signal_model(observations):
     """Binary sites on a ring observed as ``N(2 (2 z - 1), 1)``: quadratic in each coordinate,
     so every first-order flip difference is off by the same 8 nats."""
