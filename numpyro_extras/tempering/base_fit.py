@@ -108,6 +108,21 @@ def _scale_tril(raw_scale, unit_lower):
     return scale[:, None] * unit
 
 
+# The fixed-point steps that finish a fit Adam left unsettled (see ``polish`` below): their
+# number, the draws their expectations average over, the draws that judge them, and the largest
+# dimension where a Hessian per draw is cheap.
+POLISH_STEPS = 3
+POLISH_DRAWS = 32
+POLISH_CHECK_DRAWS = 256
+MAX_POLISH_DIMENSION = 100
+# A fit is unsettled where phi's curvature at its mean and its own precision differ more than
+# UNSETTLED_RATIO-fold along a coordinate where phi is quadratic (its curvature the same within
+# QUADRATIC_TOLERANCE a posterior standard deviation away): a posterior much narrower (or wider)
+# than Adam's steps could resolve, on which the fixed-point steps are exact.
+UNSETTLED_RATIO = 9.0
+QUADRATIC_TOLERANCE = 1.3
+
+
 def _variational_fitter(flat_model, full_rank, settings):
     """``fit(rng_key, starts, steps) -> list[_LocalFit]``: Gaussian VI fits side by side from the
     flat points ``starts``.
@@ -174,6 +189,57 @@ def _variational_fitter(flat_model, full_rank, settings):
         # progress: each step's share of the fit's steps done, the same for every fit.
         return jax.lax.scan(jax.vmap(one_step, (0, None)), states, progress)
 
+    def polish(params):
+        """Fixed-point steps of the Gaussian ELBO's stationarity conditions,
+        ``E_q[grad phi] = 0`` and ``Sigma^-1 = E_q[hess phi]`` (diagonal of it for a diagonal
+        ``q``), with the expectations over fixed draws; each step is kept only where it raises
+        the ELBO on other fixed draws. Adam moves the mean by about its step size whatever the
+        posterior's width, so a posterior much narrower than the last steps is left unresolved;
+        these steps are exact for a Gaussian posterior and scale-free."""
+        noise = jax.random.normal(jax.random.PRNGKey(0), (POLISH_DRAWS, dimension), dtype)
+        # Judged on draws of their own, so that a step fitted to the first draws' noise is not
+        # kept for it.
+        check_noise = jax.random.normal(
+            jax.random.PRNGKey(1), (POLISH_CHECK_DRAWS, dimension), dtype
+        )
+        hessian_fn = jax.vmap(jax.hessian(potential_fn))
+        gaussian_entropy_constant = 0.5 * dimension * (1.0 + math.log(2.0 * math.pi))
+        gradient_fn = jax.vmap(jax.grad(potential_fn))
+
+        def elbo_on_draws(loc, scale_tril):
+            potentials = jax.vmap(potential_fn)(loc + check_noise @ scale_tril.T)
+            entropy = jnp.sum(jnp.log(jnp.diagonal(scale_tril))) + gaussian_entropy_constant
+            return entropy - jnp.mean(potentials)
+
+        def step(fit_params, _):
+            loc, raw_scale, unit_lower = fit_params
+            scale_tril = _scale_tril(raw_scale, unit_lower)
+            draws = loc + noise @ scale_tril.T
+            mean_hessian = jnp.mean(hessian_fn(draws), axis=0)
+            mean_hessian = 0.5 * (mean_hessian + mean_hessian.T)
+            new_loc = loc - jnp.linalg.solve(mean_hessian, jnp.mean(gradient_fn(draws), axis=0))
+            if full_rank:
+                new_tril = jnp.linalg.cholesky(jnp.linalg.inv(mean_hessian))
+                new_raw_scale = jnp.log(jnp.diagonal(new_tril))
+                rows, columns = np.tril_indices(dimension, -1)
+                new_unit_lower = (new_tril / jnp.diagonal(new_tril)[:, None])[rows, columns]
+            else:
+                new_raw_scale = -0.5 * jnp.log(jnp.diagonal(mean_hessian))
+                new_unit_lower = unit_lower
+            candidate = (new_loc, new_raw_scale, new_unit_lower)
+            better = elbo_on_draws(new_loc, _scale_tril(new_raw_scale, new_unit_lower))
+            better = better > elbo_on_draws(loc, scale_tril)
+            keep = better & jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in candidate]))
+            return jax.tree.map(lambda a, b: jnp.where(keep, a, b), candidate, fit_params), None
+
+        polished = jax.lax.scan(step, params, None, length=POLISH_STEPS)[0]
+        check_elbo = elbo_on_draws(polished[0], _scale_tril(*polished[1:]))
+        return polished, check_elbo, check_elbo > elbo_on_draws(params[0], _scale_tril(*params[1:]))
+
+    @jax.jit
+    def polish_all(params):
+        return jax.vmap(polish)(params)
+
     @jax.jit
     def moments_and_elbos(params, seed):
         rng_keys = jax.random.split(jax.random.key(seed, impl="unsafe_rbg"), len(params[0]))
@@ -187,9 +253,38 @@ def _variational_fitter(flat_model, full_rank, settings):
                 if settings["elbo_particles"]
                 else jnp.zeros((), dtype)
             )
-            return fit_params[0], scale_tril @ scale_tril.T, elbo
+            return fit_params[0], scale_tril @ scale_tril.T, elbo, unsettled(fit_params)
 
         return jax.vmap(moments)(params, rng_keys)
+
+    def unsettled(fit_params):
+        """Whether Adam left the fit short of a posterior that is Gaussian on its own scale:
+        along some coordinate, phi's curvature at the fit's mean differs from the fit's
+        conditional precision more than ``UNSETTLED_CURVATURE_RATIO``-fold, and is the same
+        (within ``QUADRATIC_TOLERANCE``) a posterior standard deviation away, so that the
+        fixed-point steps of :func:`polish` apply."""
+        loc = fit_params[0]
+        scale_tril = _scale_tril(*fit_params[1:])
+        identity = jnp.eye(dimension, dtype=dtype)
+        conditional_precision = jnp.diagonal(
+            jax.scipy.linalg.cho_solve((scale_tril, True), identity)
+        )
+        centre = potential_fn(loc)
+
+        def curvature(steps):
+            offsets = jnp.diag(steps)
+            up = jax.vmap(potential_fn)(loc + offsets)
+            down = jax.vmap(potential_fn)(loc - offsets)
+            return (up + down - 2.0 * centre) / steps**2
+
+        near = curvature(0.1 / jnp.sqrt(conditional_precision))
+        positive = near > 0
+        far = curvature(1.0 / jnp.sqrt(jnp.where(positive, near, conditional_precision)))
+        mismatch = jnp.abs(jnp.log(jnp.where(positive, near, 1.0) / conditional_precision))
+        quadratic = jnp.abs(jnp.log(jnp.where(positive & (far > 0), far / near, 0.0))) < jnp.log(
+            QUADRATIC_TOLERANCE
+        )
+        return jnp.any(positive & (far > 0) & quadratic & (mismatch > jnp.log(UNSETTLED_RATIO)))
 
     @jax.jit
     def start_states(starts, seed):
@@ -217,11 +312,27 @@ def _variational_fitter(flat_model, full_rank, settings):
         )
         final_losses = np.concatenate([np.asarray(losses) for losses in all_losses])[-10:]
         final_losses = final_losses.astype(np.float64)
-        means, covariances, precise_elbos = (
-            np.asarray(value, dtype=np.float64)
-            for value in moments_and_elbos(states[0], rng.integers(2**31 - 1))
+        params = states[0]
+        seed = rng.integers(2**31 - 1)
+        means, covariances, precise_elbos, to_polish = (
+            np.asarray(value) for value in moments_and_elbos(params, seed)
         )
         elbos = precise_elbos if settings["elbo_particles"] else -final_losses.mean(0)
+        if np.any(to_polish) and dimension <= MAX_POLISH_DIMENSION:
+            polished, check_elbos, improved = polish_all(params)
+            polished_moments = moments_and_elbos(polished, seed)
+            keep = to_polish & np.asarray(improved)
+            means, covariances = (
+                np.where(keep.reshape((-1,) + (1,) * (np.ndim(old) - 1)), new, old)
+                for new, old in zip(polished_moments[:2], (means, covariances), strict=True)
+            )
+            # A polished fit is ranked by its ELBO on the check draws where no precise ELBO
+            # is computed: its last losses were the unpolished fit's.
+            new_elbos = polished_moments[2] if settings["elbo_particles"] else check_elbos
+            elbos = np.where(keep, new_elbos, elbos)
+        means, covariances, elbos = (
+            np.asarray(value, dtype=np.float64) for value in (means, covariances, elbos)
+        )
         fits = []
         for index in range(num_fits):
             values = (elbos[index], means[index], covariances[index], final_losses[:, index])

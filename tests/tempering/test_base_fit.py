@@ -217,6 +217,25 @@ def test_the_fit_reaches_a_posterior_as_wide_as_a_vague_prior():
     assert abs(float(base.log_zeta) - norm(0.0, np.sqrt(2e8)).logpdf(3.0)) < 0.05
 
 
+def test_the_fit_resolves_a_posterior_far_narrower_than_its_steps():
+    """x ~ N(0, 1), y = 0.5 ~ N(x, 1e-4): the posterior is N(0.5, 1e-4^2), narrower than the
+    last steps of Adam on the mean. The fit still finds its mean, scale and mass."""
+
+    def model(y=0.5):
+        x = numpyro.sample("x", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(x, 1e-4), obs=y)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        base = nx.fit_base(jax.random.PRNGKey(0), model, progress_bar=False)
+    posterior_sd = 1e-4 / np.sqrt(1.0 + 1e-8)
+    sds = np.asarray(base.component_scale_trils)[..., 0, 0]
+    assert np.allclose(sds, posterior_sd, rtol=0.01)
+    assert np.all(np.abs(np.asarray(base.component_locs)[:, 0] - 0.5) < 0.1 * posterior_sd)
+    exact = norm(0.0, np.sqrt(1.0 + 1e-8)).logpdf(0.5)
+    assert abs(float(base.log_zeta) - exact) < 0.01
+
+
 def test_a_prior_that_fails_to_sample_is_said_not_swallowed(monkeypatch):
     """An error while drawing from the prior (other than an improper prior's missing sampler)
     is named in a warning; the fit goes on from uniform starts."""
