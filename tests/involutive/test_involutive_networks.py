@@ -5,6 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 import numpyro_extras as nx
 from numpyro_extras.involutive.networks import (
@@ -160,3 +163,46 @@ def test_untrained_swap_is_an_independence_proposal_from_the_gaussian_fit(num_la
     np.testing.assert_allclose(swap_involution(proposal, swapped), states, atol=1e-12)
     jacobian = jax.jacfwd(lambda state: swap_involution(proposal, state))(states[0])
     assert abs(float(jnp.linalg.slogdet(jacobian)[1])) < 1e-12
+
+
+# One flow and one state size for every example, so that the round trip compiles once.
+HENON = HenonFlow(dimension=3, num_layers=3, hidden=16, zero_output=False)
+
+
+@jax.jit
+def _henon_parameters(rng_key, shifts):
+    # Glorot-normal kernels throughout (an untrained flow's zero output kernels and zero shifts
+    # would make every potential vanish), in float64 (flax creates float32 parameters).
+    params = HENON.init(rng_key, jnp.zeros(6))
+    params = jax.tree.map(lambda leaf: leaf.astype(jnp.float64), params)
+    for layer in range(HENON.num_layers):
+        params["params"][f"eta_{layer}"] = shifts[layer]
+    return params
+
+
+@jax.jit
+def _henon_round_trip(params, state):
+    image = HENON.apply(params, state)
+    back = HENON.apply(params, image, method=HenonFlow.inverse)
+    jacobian = jax.jacfwd(lambda s: HENON.apply(params, s))(state)
+    return image, back, jnp.linalg.det(jacobian)
+
+
+def _signed(magnitudes):
+    return st.tuples(st.sampled_from([-1.0, 1.0]), magnitudes).map(lambda pair: pair[0] * pair[1])
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    shifts=arrays(np.float64, (3, 3), elements=_signed(st.floats(0.1, 2.0))),
+    state=arrays(np.float64, (6,), elements=st.floats(-3.0, 3.0)),
+)
+def test_henon_flow_inverts_exactly_with_unit_determinant_for_any_parameters(seed, shifts, state):
+    params = _henon_parameters(jax.random.PRNGKey(seed), jnp.asarray(shifts))
+    image, back, determinant = _henon_round_trip(params, jnp.asarray(state))
+    assert image.dtype == jnp.float64
+    assert float(jnp.max(jnp.abs(image - state))) > 1e-3
+    scale = 1.0 + float(jnp.max(jnp.abs(image)))
+    np.testing.assert_allclose(np.asarray(back), state, rtol=0, atol=1e-9 * scale)
+    assert abs(float(determinant) - 1.0) < 1e-9
