@@ -21,6 +21,7 @@ from numpyro_extras.slmc.kernels import VAESLMC
 from numpyro_extras.tempering import diagnostics as tempering_diagnostics
 from numpyro_extras.tempering import posterior as tempering_posterior
 from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
+from numpyro_extras.validation import check_mcmc
 
 __all__ = ["log_marginal_likelihood", "to_inference_data", "has_own_log_z"]
 
@@ -77,6 +78,7 @@ def log_marginal_likelihood(mcmc, check_base=True, warn=True) -> Evidence:
         nx.log_marginal_likelihood(mcmc)  # a tempering run: Evidence(log_z=..., stderr=...)
         nx.log_marginal_likelihood(exchange_mcmc)  # replica exchange: stepping stone
     """
+    check_mcmc(mcmc, "nx.log_marginal_likelihood", finished=False)
     _check_estimating_kernel(mcmc)
     if mcmc.sampler.model is not None:
         # NumPyro's MCMC keeps the arguments of its last run (ArviZ's from_numpyro reads them).
@@ -115,7 +117,7 @@ def to_inference_data(mcmc, rng_key=None):
         az.summary(idata), az.loo(idata)  # as after NUTS
         idata.attrs["log_marginal_likelihood"]  # log Z, where the kernel gives one
     """
-    sampler = mcmc.sampler
+    sampler = check_mcmc(mcmc, "nx.to_inference_data").sampler
     if isinstance(sampler, ReplicaExchange):
         return exchange_inference_data(mcmc)
     if isinstance(sampler, VAESLMC):

@@ -29,7 +29,7 @@ from numpyro.infer.util import (
 )
 from numpyro.primitives import Messenger
 
-from numpyro_extras.validation import check_model_arguments
+from numpyro_extras.validation import check_model, check_model_arguments, check_rng_key
 
 __all__ = [
     "check_observed_data",
@@ -311,6 +311,8 @@ def flatten_model(
         flat = nx.flatten_model(jax.random.PRNGKey(0), model, (jnp.array([0.5, 1.5]),))
         flat.potential_fn(flat.initial_position)  # -log p(loc, y) at a prior draw
     """
+    check_rng_key(rng_key)
+    check_model(model)
     model_args, model_kwargs = check_model_arguments(model_args, model_kwargs)
     site_kinds = _names_from_trace(_latent_site_enumerability, model, model_args, model_kwargs)
     discrete = [

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 
 from numpyro_extras import arviz_adapter
+from numpyro_extras.validation import check_mcmc
 
 __all__ = [
     "finished_kernel",
@@ -47,7 +48,7 @@ def finished_kernel(mcmc, kernel_types, names, ran=None):
 
         kernel = finished_kernel(mcmc, nx.ReplicaExchange, "nx.ReplicaExchange")
     """
-    kernel = mcmc.sampler
+    kernel = check_mcmc(mcmc, finished=False).sampler
     if not isinstance(kernel, kernel_types):
         raise TypeError(f"Expected an MCMC run with {names}, got {type(kernel).__name__}.")
     if mcmc.last_state is None or (ran is not None and not ran(kernel)):

@@ -7,12 +7,14 @@ wrongly parsed setting (and reach JAX as a string otherwise).
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpyro.infer import MCMC
 
 __all__ = [
     "check_count",
@@ -20,6 +22,10 @@ __all__ = [
     "check_flag",
     "check_init_strategy",
     "check_model_arguments",
+    "check_model",
+    "check_rng_key",
+    "check_mcmc",
+    "check_setting_names",
     "is_flag",
 ]
 
@@ -98,6 +104,123 @@ def check_model_arguments(model_args, model_kwargs):
             f"{type(model_kwargs).__name__}."
         )
     return tuple(model_args), dict(model_kwargs or {})
+
+
+def check_model(model, name="model"):
+    """``model`` if it is callable, a NumPyro model function.
+
+    :param model: the value to check.
+    :param str name: the argument's name, for the error message.
+    :return: ``model``.
+    :raises TypeError: for anything else (a model's name as a string, its return value).
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_model(my_model)
+    """
+    if not callable(model):
+        raise TypeError(
+            f"{name} must be a NumPyro model, a Python function whose body calls "
+            f"numpyro.sample; got {model!r:.60} ({type(model).__name__})."
+        )
+    return model
+
+
+def check_rng_key(rng_key, name="rng_key"):
+    """``rng_key`` if it is a JAX PRNG key: a typed key (``jax.random.key(0)``) or a raw
+    ``uint32`` key (``jax.random.PRNGKey(0)``).
+
+    :param rng_key: the value to check.
+    :param str name: the argument's name, for the error message.
+    :return: ``rng_key``.
+    :raises TypeError: for an integer seed, ``None`` or any other array.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_rng_key(jax.random.PRNGKey(0))
+    """
+    dtype = getattr(rng_key, "dtype", None)
+    typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    raw = dtype == np.uint32 and np.ndim(rng_key) >= 1 and np.shape(rng_key)[-1] in (2, 4)
+    if not (typed or raw):
+        seed = isinstance(rng_key, (int, np.integer)) and not is_flag(rng_key)
+        example = (
+            f"not a seed: jax.random.PRNGKey({rng_key})" if seed else "e.g. jax.random.PRNGKey(0)"
+        )
+        raise TypeError(
+            f"{name} must be a JAX PRNG key ({example}); got {rng_key!r:.60} "
+            f"({type(rng_key).__name__})."
+        )
+    return rng_key
+
+
+def check_mcmc(mcmc, who=None, finished=True):
+    """``mcmc`` if it is a :class:`~numpyro.infer.MCMC` (that has run, with ``finished``).
+
+    :param mcmc: the value to check.
+    :param str who: the function that reads it, for the error message.
+    :param bool finished: also require a finished run.
+    :return: ``mcmc``.
+    :raises TypeError: for anything but an ``MCMC`` (its draws, its kernel, ...).
+    :raises ValueError: for an ``MCMC`` that has not run, with ``finished``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_mcmc(mcmc, "nx.to_inference_data")
+    """
+    if not isinstance(mcmc, MCMC):
+        expected = f"{who}: expected" if who else "Expected"
+        raise TypeError(
+            f"{expected} a numpyro.infer.MCMC run (the object mcmc.run(...) was called on), "
+            f"got {type(mcmc).__name__}."
+        )
+    if finished and mcmc.last_state is None:
+        run = f"{who}: run" if who else "Run"
+        raise ValueError(f"{run} the MCMC first: `mcmc.run(rng_key, ...)`.")
+    return mcmc
+
+
+def check_setting_names(settings, function, fields, owner=None, set_by_kernel=()):
+    """Check the names of keyword arguments meant for ``function``: its settings ``fields``
+    (what its ``**settings`` takes) or, for a kernel's dict of them (``owner`` names it), those
+    and ``function``'s keyword-only arguments that the kernel does not set itself.
+
+    :param settings: the names given (a dict or any iterable of names).
+    :param function: the function the settings are for.
+    :param fields: the names its ``**settings`` takes.
+    :param str owner: how the error names where the settings came from, e.g.
+        ``"AiSampler(train_kwargs=...)"``; ``None`` for ``function``'s own ``**settings``.
+    :param set_by_kernel: keyword-only arguments the kernel passes itself.
+    :return: the accepted names, a list.
+    :raises TypeError: for an unknown name.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_setting_names({"epochs": 3}, train_ai_sampler, TrainingSettings._fields)
+    """
+    accepted = list(fields)
+    if owner is not None:
+        keywords = inspect.signature(function).parameters.items()
+        accepted = [
+            name
+            for name, parameter in keywords
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in set_by_kernel
+        ] + accepted
+    unknown = sorted(set(settings) - set(accepted))
+    if unknown:
+        raise TypeError(
+            f"{owner or function.__name__} got unknown settings {unknown}; the settings are "
+            f"{accepted}."
+        )
+    return accepted
 
 
 def check_count(name, value, minimum=1) -> int:

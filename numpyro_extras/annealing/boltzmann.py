@@ -20,11 +20,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
+
+from numpyro_extras.validation import check_count, check_rng_key
 
 __all__ = [
     "BipartiteBoltzmann",
@@ -346,8 +349,9 @@ def random_rbm(rng_key, num_visible, num_hidden, inverse_temperature=1.0, *, uni
         machine = nx.random_rbm(jax.random.PRNGKey(0), 20, 40, inverse_temperature=8.0)
         machine.free_energy() / machine.num_units   # about -3.8 (Table I)
     """
-    if int(num_visible) < 1 or int(num_hidden) < 1:
-        raise ValueError(f"Both layers need units, got |V|={num_visible}, |H|={num_hidden}.")
+    check_rng_key(rng_key)
+    num_visible = check_count("num_visible", num_visible)
+    num_hidden = check_count("num_hidden", num_hidden)
     if not float(inverse_temperature) > 0:
         raise ValueError(f"inverse_temperature must be positive, got {inverse_temperature}.")
     num_units = int(num_visible) + int(num_hidden)
@@ -408,7 +412,13 @@ def ising_lattice(size, coupling=1.0, field=0.0, *, temperature=1.0):
         lattice = nx.ising_lattice(4, temperature=1 / 0.44)
         lattice.log_partition()   # exact, 2^8 states enumerated
     """
-    size = int(size)
+    try:
+        size = operator.index(size)
+    except TypeError:
+        raise TypeError(
+            f"size must be an even integer >= 2 (a checkerboard split), got {size!r} "
+            f"({type(size).__name__})."
+        ) from None
     if size < 2 or size % 2:
         raise ValueError(f"A checkerboard split needs an even lattice size >= 2, got {size}.")
     dtype = jnp.result_type(float)

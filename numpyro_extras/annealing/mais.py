@@ -24,6 +24,7 @@ from numpyro_extras.annealing.driver import (
     warn_on_small_ess,
 )
 from numpyro_extras.evidence import Evidence
+from numpyro_extras.validation import check_rng_key
 
 __all__ = [
     "AIS_KERNELS",
@@ -355,6 +356,7 @@ def marginalized_ais_boltzmann(
             jax.random.PRNGKey(1), machine, num_particles=1000, num_temperatures=30)
         -evidence.log_z / machine.num_units, machine.free_energy() / machine.num_units
     """
+    check_rng_key(rng_key)
     _check_machine(machine)
     num_particles = _check_particles(num_particles)
     resolve_side(machine, side)
@@ -400,6 +402,7 @@ def ais_boltzmann(
         evidence = nx.ais_boltzmann(rng_key, machine, num_particles=1000, num_temperatures=30)
         evidence.log_z, machine.log_partition()
     """
+    check_rng_key(rng_key)
     _check_machine(machine)
     num_particles = _check_particles(num_particles)
     if kernel not in AIS_KERNELS:
@@ -479,6 +482,7 @@ def mais_vs_ais(
         (both.ais_free_energy - exact) / machine.num_units   # about 0.09 per spin
         (both.mais_free_energy - exact) / machine.num_units  # about 0.02 per spin
     """
+    check_rng_key(rng_key)
     _check_machine(machine)
     num_particles = _check_particles(num_particles)
     resolved_side = resolve_side(machine, side)

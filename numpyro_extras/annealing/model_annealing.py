@@ -51,7 +51,14 @@ from numpyro_extras.potential import (
     split_model,
 )
 from numpyro_extras.tempering.base_fit import fit_base
-from numpyro_extras.validation import check_count, check_model_arguments, check_real, is_flag
+from numpyro_extras.validation import (
+    check_count,
+    check_model,
+    check_model_arguments,
+    check_real,
+    check_rng_key,
+    is_flag,
+)
 
 __all__ = [
     "BaseParameters",
@@ -936,6 +943,8 @@ def ais(
                           num_temperatures=100)
         print(f"log Z = {evidence.log_z:.3f} +- {evidence.stderr:.3f} (ESS {evidence.ess:.0f})")
     """
+    check_rng_key(rng_key)
+    check_model(model)
     checked = _check_settings(
         num_particles=num_particles,
         num_temperatures=num_temperatures,

@@ -18,6 +18,7 @@ from numpyro_extras.bridge.proposals import component_log_densities
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.potential import check_proper_prior, flatten_model
 from numpyro_extras.tempering.base_fit import posterior_modes, same_basin, vectorized_potential
+from numpyro_extras.validation import check_mcmc
 
 __all__ = ["bridge_sampling", "missed_modes", "MISSED_MASS"]
 
@@ -31,7 +32,7 @@ _UNCOVERED_RATIO = 10.0
 
 def _run_model(mcmc, model_args, model_kwargs):
     """The run's model and the arguments it ran with."""
-    kernel = mcmc.sampler
+    kernel = check_mcmc(mcmc, "bridge_sampling", finished=False).sampler
     model = getattr(kernel, "model", None)
     if model is None:
         raise TypeError(

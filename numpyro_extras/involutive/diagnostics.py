@@ -12,6 +12,7 @@ import numpy as np
 
 from numpyro_extras.involutive.chains import involutive_proposal
 from numpyro_extras.involutive.networks import InvolutiveProposal, involution
+from numpyro_extras.validation import check_rng_key
 
 __all__ = ["InvolutionCheck", "involution_check", "mode_switch_rate", "plot_ai_sampler"]
 
@@ -54,6 +55,7 @@ def involution_check(params: InvolutiveProposal, rng_key, num_points=256, spread
         check = nx.involution_check(params, jax.random.PRNGKey(0))
         assert check.max_involution_error < 1e-4
     """
+    check_rng_key(rng_key)
     error, log_det = _check(params, rng_key, num_points, spread)
     return InvolutionCheck(float(error), float(log_det))
 
@@ -83,6 +85,14 @@ def mode_switch_rate(labels):
         nx.mode_switch_rate(labels)  # 4 switches in 6 transitions: 0.67
     """
     labels = np.atleast_2d(np.asarray(labels))
+    numeric = np.issubdtype(labels.dtype, np.number) or labels.dtype == np.bool_
+    if labels.ndim != 2 or not numeric:
+        raise TypeError(
+            "labels must be numeric mode labels of shape (num_chains, num_draws) or "
+            f"(num_draws,), got an array of {labels.dtype} and shape {labels.shape}."
+        )
+    if labels.shape[1] < 2:
+        raise ValueError(f"labels need at least 2 draws per chain, got shape {labels.shape}.")
     return float(np.mean(labels[:, 1:] != labels[:, :-1]))
 
 

@@ -18,7 +18,7 @@ from numpyro.util import not_jax_tracer
 
 from numpyro_extras.involutive.chains import ai_init, ai_step
 from numpyro_extras.involutive.networks import InvolutiveProposal
-from numpyro_extras.involutive.training import train_ai_sampler
+from numpyro_extras.involutive.training import check_train_kwargs, train_ai_sampler
 from numpyro_extras.kernel import (
     ExtrasKernel,
     calling_mcmc_progress_bar,
@@ -118,7 +118,9 @@ class AiSampler(ExtrasKernel):
             )
         self._user_params = params
         self._params = params
-        self._train_kwargs = dict(train_kwargs or {})
+        self._train_kwargs = check_train_kwargs(
+            dict(train_kwargs or {}), "AiSampler(train_kwargs=...)"
+        )
         self._fit_seed = fit_seed
         self._init_strategy = check_init_strategy(init_strategy)
         self._flat_model: FlatModel | None = None

@@ -36,12 +36,19 @@ from numpyro_extras.involutive.networks import (
 from numpyro_extras.pilot import dispersed_nuts_draws
 from numpyro_extras.potential import flat_target, site_shapes
 from numpyro_extras.progress import run_chunks
-from numpyro_extras.validation import check_count, check_real
+from numpyro_extras.validation import (
+    check_count,
+    check_model,
+    check_real,
+    check_rng_key,
+    check_setting_names,
+)
 
 __all__ = [
     "TrainingSettings",
     "TrainingHistory",
     "train_ai_sampler",
+    "check_train_kwargs",
     "seed_mixture",
     "LOW_ACCEPTANCE",
 ]
@@ -291,6 +298,46 @@ def _bootstrap(proposal: InvolutiveProposal, potential_fn, settings: TrainingSet
     return run
 
 
+def check_train_kwargs(train_kwargs, owner=None):
+    """Check keyword arguments of :func:`train_ai_sampler` by name and value before any work:
+    its training settings (what ``**settings`` takes) or, for a kernel's ``train_kwargs``, those
+    and the network's sizes and other keywords the kernel does not set itself.
+
+    :param dict train_kwargs: the keyword arguments.
+    :param str owner: how the error names where they came from, e.g.
+        ``"AiSampler(train_kwargs=...)"``; ``None`` for ``train_ai_sampler``'s own settings.
+    :return: ``train_kwargs``, unchanged.
+    :raises TypeError: for an unknown name or a value of the wrong kind.
+    :raises ValueError: for a value out of range.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_train_kwargs({"epochs": 20, "hidden": 64}, "AiSampler(train_kwargs=...)")
+    """
+    check_setting_names(
+        train_kwargs,
+        train_ai_sampler,
+        TrainingSettings._fields,
+        owner,
+        set_by_kernel=("potential_fn", "initial_position"),
+    )
+    settings = {
+        name: train_kwargs[name] for name in TrainingSettings._fields if name in train_kwargs
+    }
+    try:
+        TrainingSettings(**settings).validated()
+        for name in ("num_layers", "hidden", "discriminator_hidden"):
+            if name in train_kwargs:
+                check_count(name, train_kwargs[name])
+    except (TypeError, ValueError) as error:
+        if owner is None:
+            raise
+        raise type(error)(f"{owner}: {error}") from None
+    return train_kwargs
+
+
 def train_ai_sampler(
     rng_key,
     model=None,
@@ -377,13 +424,11 @@ def train_ai_sampler(
         params = nx.train_ai_sampler(jax.random.PRNGKey(0), model, (x, y), epochs=5)
         kernel = nx.AiSampler(model, params=params)
     """
+    check_rng_key(rng_key)
+    if model is not None:
+        check_model(model)
     start = time.perf_counter()
-    unknown = sorted(set(settings) - set(TrainingSettings._fields))
-    if unknown:
-        raise TypeError(
-            f"train_ai_sampler got unknown settings {unknown}; the settings are "
-            f"{list(TrainingSettings._fields)}."
-        )
+    check_train_kwargs(settings)
     settings = TrainingSettings(**settings).validated()
     model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
     flat_key, seed_key, init_key, rng_key = jax.random.split(rng_key, 4)

@@ -59,7 +59,13 @@ from numpyro_extras.slmc.vae import (
     latent_information,
     train_vae,
 )
-from numpyro_extras.validation import check_count, check_real
+from numpyro_extras.validation import (
+    check_count,
+    check_model,
+    check_real,
+    check_rng_key,
+    check_setting_names,
+)
 
 __all__ = [
     "AnnealingStalledWarning",
@@ -67,6 +73,7 @@ __all__ = [
     "AnnealingRung",
     "AnnealingHistory",
     "fit_vae_proposal",
+    "check_fit_kwargs",
     "candidate_betas",
     "select_beta",
 ]
@@ -671,6 +678,40 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
     )
 
 
+def check_fit_kwargs(fit_kwargs, owner=None):
+    """Check keyword arguments of :func:`fit_vae_proposal` by name before any work: its
+    annealing settings (what ``**settings`` takes) or, for a kernel's ``fit_kwargs``, those and
+    the keywords the kernel does not set itself. Their values are checked where the target's
+    dimension is known.
+
+    :param dict fit_kwargs: the keyword arguments.
+    :param str owner: how the error names where they came from, e.g.
+        ``"VAESLMC(fit_kwargs=...)"``; ``None`` for ``fit_vae_proposal``'s own settings.
+    :return: ``fit_kwargs``, unchanged.
+    :raises TypeError: for an unknown name.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_fit_kwargs({"epochs": 20}, "VAESLMC(fit_kwargs=...)")
+    """
+    check_setting_names(
+        fit_kwargs,
+        fit_vae_proposal,
+        AnnealingSettings._fields,
+        owner,
+        set_by_kernel=(
+            "potential_fn",
+            "initial_position",
+            "num_models",
+            "acceptance",
+            "flat_model",
+        ),
+    )
+    return fit_kwargs
+
+
 def fit_vae_proposal(
     rng_key,
     model=None,
@@ -727,14 +768,12 @@ def fit_vae_proposal(
         nx.plot_annealing(proposal)
         kernel = nx.VAESLMC(model, proposal=proposal)
     """
+    check_rng_key(rng_key)
+    if model is not None:
+        check_model(model)
     num_models = check_count("num_models", num_models)
     check_acceptance(acceptance)
-    unknown = sorted(set(settings) - set(AnnealingSettings._fields))
-    if unknown:
-        raise TypeError(
-            f"Unknown settings {unknown}; fit_vae_proposal accepts "
-            f"{list(AnnealingSettings._fields)}."
-        )
+    check_fit_kwargs(settings)
     settings = AnnealingSettings(**settings)
     init_key, data_key, loop_key, whiten_key = jax.random.split(rng_key, 4)
     if flat_model is None:

@@ -30,7 +30,7 @@ from numpyro_extras.potential import (
     flat_model_from_potential,
     flatten_model,
 )
-from numpyro_extras.slmc.annealing import fit_vae_proposal
+from numpyro_extras.slmc.annealing import check_fit_kwargs, fit_vae_proposal
 from numpyro_extras.slmc.chains import check_acceptance, check_latents, draw_proposal, vae_slmc
 from numpyro_extras.slmc.vae import VAEProposal, isometry_factors, sample_extended
 from numpyro_extras.validation import check_count, check_init_strategy
@@ -199,7 +199,7 @@ class VAESLMC(ExtrasKernel):
         check_latents(num_latents, acceptance)
         self._num_latents = num_latents
         self._num_models = check_count("num_models", num_models)
-        self._fit_kwargs = dict(fit_kwargs or {})
+        self._fit_kwargs = check_fit_kwargs(dict(fit_kwargs or {}), "VAESLMC(fit_kwargs=...)")
         self._fit_seed = fit_seed
         self._init_strategy = check_init_strategy(init_strategy)
         self._isometry_samples = check_count("isometry_samples", isometry_samples)

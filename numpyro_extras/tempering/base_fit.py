@@ -36,7 +36,14 @@ from numpyro_extras.potential import FlatModel, flatten_model
 from numpyro_extras.progress import run_chunks
 from numpyro_extras.tempering.chains import gibbs_tempering, unreached_ends
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
-from numpyro_extras.validation import check_count, check_model_arguments, check_real, is_flag
+from numpyro_extras.validation import (
+    check_count,
+    check_model,
+    check_model_arguments,
+    check_real,
+    check_rng_key,
+    is_flag,
+)
 
 __all__ = [
     "MixtureEstimate",
@@ -947,6 +954,9 @@ def fit_base(
         base = nx.fit_base(jax.random.PRNGKey(0), model, (x, y))
         kernel = nx.GibbsContinuousTempering(model, base=base)
     """
+    check_rng_key(rng_key)
+    if model is not None:
+        check_model(model)
     model_args, model_kwargs = check_model_arguments(model_args, model_kwargs)
     check_fit_base_settings(
         method=method,

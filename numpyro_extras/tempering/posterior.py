@@ -23,7 +23,7 @@ from numpyro_extras.tempering.run import (
     tempering_kernel,
     unnormalised_target_log_weights,
 )
-from numpyro_extras.validation import check_count
+from numpyro_extras.validation import check_count, check_rng_key
 
 __all__ = ["tempered_samples", "posterior_samples", "to_inference_data"]
 
@@ -75,6 +75,7 @@ def posterior_samples(mcmc, rng_key, num_samples=None):
         draws = nx.posterior_samples(mcmc, jax.random.PRNGKey(1))
         Predictive(model, draws)(jax.random.PRNGKey(2), x)["y"]  # posterior predictive draws of y
     """
+    check_rng_key(rng_key)
     probabilities = np.exp(target_log_weights(mcmc)).ravel()
     num_samples = (
         probabilities.size if num_samples is None else check_count("num_samples", num_samples)

@@ -126,7 +126,7 @@ def test_bad_arguments():
         nx.VAESLMC(potential_fn=lambda x: jnp.sum(x**2))
     with pytest.raises(TypeError, match="VAEProposal"):
         nx.VAESLMC(model, proposal={"params": 1})
-    with pytest.raises(TypeError, match="Unknown settings"):
+    with pytest.raises(TypeError, match=r"fit_vae_proposal got unknown settings \['epoch'\]"):
         nx.fit_vae_proposal(jax.random.PRNGKey(0), model, epoch=3)
     with pytest.raises(ValueError, match="num_latents must be a positive integer"):
         nx.VAESLMC(model, num_latents=0)
