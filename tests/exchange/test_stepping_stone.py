@@ -92,3 +92,30 @@ def test_the_error_of_a_geometric_ladder_matches_the_scatter_of_independent_chai
     # the scatter's own relative noise over 400 chains is about 3.5%
     ratio = np.std(errors) / np.sqrt(np.mean(stderrs**2))
     assert 0.88 < ratio < 1.12, ratio
+
+
+def _scatter_over_error(log_likelihoods, betas):
+    estimates = [stepping_stone(run, betas) for run in log_likelihoods]
+    errors = np.array([e.log_z for e in estimates]) - LOG_Z
+    return np.std(errors) / np.sqrt(np.mean([e.stderr**2 for e in estimates]))
+
+
+def test_the_error_of_four_agreeing_chains_is_not_widened_by_their_noisy_spread():
+    """Four chains of exact draws: the spread between them estimates the error no better than
+    their own errors do, so the larger of the two would overstate it."""
+    betas = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 16)])
+    runs = _exact_draws(betas, 4 * 300, 250, 6).reshape(300, 4, 250, len(betas))
+    ratio = _scatter_over_error(runs, betas)
+    # the scatter's relative noise over 300 runs is about 4%; the larger of the spread and the
+    # chains' errors gives 0.90 here
+    assert 0.92 < ratio < 1.12, ratio
+
+
+def test_chains_that_each_miss_part_of_the_posterior_get_their_spread_as_the_error():
+    """Each chain's draws carry an offset of their own (a mode it stays in), which no
+    within-chain error can see: the spread between chains covers it."""
+    betas = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 8)])
+    runs = _exact_draws(betas, 4 * 300, 250, 7).reshape(300, 4, 250, len(betas))
+    offsets = np.random.default_rng(8).normal(scale=0.05, size=(300, 4, 1, 1))
+    ratio = _scatter_over_error(runs + offsets - offsets.mean(axis=1, keepdims=True), betas)
+    assert ratio < 1.25, ratio
