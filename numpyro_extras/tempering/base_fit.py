@@ -126,7 +126,7 @@ MAX_POLISH_DIMENSION = 100
 # UNSETTLED_RATIO-fold along a coordinate where phi is quadratic (its curvature the same within
 # QUADRATIC_TOLERANCE a posterior standard deviation away): a posterior much narrower (or wider)
 # than Adam's steps could resolve, on which the fixed-point steps are exact.
-UNSETTLED_RATIO = 9.0
+UNSETTLED_RATIO = 100.0
 QUADRATIC_TOLERANCE = 1.3
 
 
