@@ -16,6 +16,7 @@ __all__ = [
     "ChainAgreement",
     "agreement_of",
     "chains_disagree",
+    "spread_floored_stderr",
     "log_mean_and_influence",
     "log_mean_exp",
     "CHAIN_AGREEMENT_LEVEL",
@@ -34,6 +35,10 @@ DISAGREEMENT_FACTOR = 1.5
 # guide (Vehtari et al., 2024, "Pareto smoothed importance sampling", section 3).
 UNRELIABLE_PARETO_K = 0.7
 INFINITE_VARIANCE_PARETO_K = 0.5
+# From this many chains on, the spread of their estimates bounds the standard error from below
+# where a chi-square test at this level finds it beyond the chains' own errors.
+MIN_CHAINS_FOR_SPREAD = 3
+SPREAD_FLOOR_LEVEL = 0.1
 
 
 class Evidence(NamedTuple):
@@ -189,3 +194,37 @@ def chains_disagree(agreement: ChainAgreement | None, stderr) -> bool:
         return False
     significant = agreement.p_value < CHAIN_AGREEMENT_LEVEL
     return bool(significant and not agreement.between_stderr <= DISAGREEMENT_FACTOR * stderr)
+
+
+def spread_floored_stderr(agreement: ChainAgreement | None, stderr) -> float:
+    """The standard error of a pooled estimate, raised to the spread between chains where that
+    spread says the chains' own errors are too small.
+
+    Within a chain, a state that moves between modes or temperatures rarely makes the draws'
+    weights correlated over more draws than an autocorrelation-based MCSE can see in one run,
+    while independent chains still differ by the true error. So the spread between chains is a
+    floor when the chains disagree (:func:`chains_disagree`), or when there are at least three
+    chains and a chi-square test at level 0.1 finds their spread beyond their own errors. Not
+    always: the spread of a few chains is itself so noisy that the larger of it and the chains'
+    errors would widen every error bar by about a fifth.
+
+    :param agreement: :class:`ChainAgreement` of the run, or ``None`` (``stderr`` unchanged).
+    :param float stderr: the standard error of the pooled estimate.
+    :return: the standard error as a float.
+
+    **Example:**
+
+    .. code-block:: python
+
+        agreement = agreement_of(np.array([0.0, 0.1, -0.1]), np.full(3, 0.01))
+        spread_floored_stderr(agreement, 0.01)  # 0.0577, the spread's standard error
+    """
+    stderr = float(stderr)
+    if agreement is None:
+        return stderr
+    spread_beyond_errors = agreement.p_value < SPREAD_FLOOR_LEVEL
+    if chains_disagree(agreement, stderr) or (
+        agreement.log_z.size >= MIN_CHAINS_FOR_SPREAD and spread_beyond_errors
+    ):
+        return max(stderr, agreement.between_stderr)
+    return stderr

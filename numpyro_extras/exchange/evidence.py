@@ -29,6 +29,7 @@ from numpyro_extras.evidence import (
     chains_disagree,
     log_mean_and_influence,
     log_mean_exp,
+    spread_floored_stderr,
 )
 
 __all__ = [
@@ -38,11 +39,6 @@ __all__ = [
     "joined_legs_evidence",
     "LEGS_DISAGREE_AT",
 ]
-
-# From this many chains on, the spread of their estimates bounds the standard error from below
-# where a chi-square test at this level finds it beyond the chains' own errors.
-MIN_CHAINS_FOR_SPREAD = 3
-SPREAD_FLOOR_LEVEL = 0.1
 
 
 class SteppingStone(NamedTuple):
@@ -181,15 +177,7 @@ def stepping_stone(log_likelihood, betas) -> SteppingStone:
     if num_chains >= 2 and log_likelihood.shape[1] >= 4:
         agreement = agreement_of(chain_log_z, np.sqrt(chain_stderr**2 + half_bracket**2))
         disagree = chains_disagree(agreement, stderr)
-        # Within a chain, a state that switches modes rarely makes the gaps' weights correlated
-        # over more draws than ArviZ's MCSE can see in one run, while independent chains still
-        # differ by the true error: with three or more chains their spread is a floor where it
-        # exceeds their own errors. Not always: a spread of a few chains is itself so noisy
-        # that the larger of it and the chains' errors would widen every error bar by about
-        # a fifth.
-        spread_beyond_errors = agreement.p_value < SPREAD_FLOOR_LEVEL
-        if disagree or (num_chains >= MIN_CHAINS_FOR_SPREAD and spread_beyond_errors):
-            stderr = max(stderr, agreement.between_stderr)
+        stderr = spread_floored_stderr(agreement, stderr)
     return SteppingStone(
         log_z=log_z,
         stderr=stderr,
