@@ -96,7 +96,7 @@ def check_model_arguments(model_args, model_kwargs):
     if not isinstance(model_args, (tuple, list)):
         raise TypeError(
             "model_args must be a tuple of the model's positional arguments, e.g. (y,) for "
-            f"model(y); got a {type(model_args).__name__}."
+            f"model(y); got a value of type {type(model_args).__name__}."
         )
     if model_kwargs is not None and not isinstance(model_kwargs, dict):
         raise TypeError(
