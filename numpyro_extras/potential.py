@@ -804,8 +804,11 @@ def split_model(
     discrete_names = tuple(all_discrete)
 
     def sample_prior_fn(key, num_samples):
+        # A sequential map over the draws' keys: XLA compiles a batch of per-key random draws
+        # (a vmap, often nested in the chains' own) several times more slowly on CPU than the
+        # loop, and the loop's run is short.
         draws = Predictive(
-            model, num_samples=num_samples, parallel=True, return_sites=list(latent)
+            model, num_samples=num_samples, parallel=False, return_sites=list(latent)
         )(key, *model_args, **model_kwargs)
         return jax.vmap(
             lambda draw: (

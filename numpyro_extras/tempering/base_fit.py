@@ -461,7 +461,9 @@ def _prior_positions(rng_key, model, model_args, model_kwargs, flat_model, num_d
     for a model whose prior cannot be sampled (an improper prior; any other failure warns)."""
 
     def prior_positions(key):
-        draws = Predictive(model, num_samples=num_draws, parallel=True)(
+        # A sequential map over the draws' keys: XLA compiles a batch of per-key random draws
+        # (a vmap) several times more slowly on CPU than the loop, and the loop's run is short.
+        draws = Predictive(model, num_samples=num_draws, parallel=False)(
             key, *model_args, **model_kwargs
         )
         return jax.vmap(flat_model.ravel_fn)(draws)
