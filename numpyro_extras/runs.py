@@ -16,6 +16,7 @@ __all__ = [
     "posterior_convergence",
     "inference_data",
     "run_report",
+    "divergence_problem",
     "MIN_ROUND_TRIPS",
     "MAX_DIVERGENT_FRACTION",
     "MAX_RHAT",
@@ -77,6 +78,31 @@ def posterior_convergence(mcmc):
         return ess, float("nan")
     rhat = np.nanmax([_rhat(draws[..., i]) for i in range(draws.shape[-1])])
     return ess, float(rhat)
+
+
+def divergence_problem(diverging, moves="transitions", max_fraction=MAX_DIVERGENT_FRACTION):
+    """The sentence reporting a run's divergent moves, or ``None`` when they are at most
+    ``max_fraction`` of its moves.
+
+    :param diverging: the run's ``diverging`` extra field, any shape.
+    :param str moves: what diverged, e.g. ``"moves of the posterior replica"``.
+    :param float max_fraction: the largest fraction of divergent moves that is not reported.
+    :return: one sentence, or ``None``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        divergence_problem(mcmc.get_extra_fields()["diverging"])
+    """
+    diverging = np.asarray(diverging, dtype=bool)
+    fraction = float(diverging.mean()) if diverging.size else 0.0
+    if not fraction > max_fraction:
+        return None
+    return (
+        f"{int(diverging.sum())} divergent {moves} ({fraction:.1%}): the sampler cannot follow "
+        "the posterior's geometry (a funnel?); reparameterise"
+    )
 
 
 def _rhat(draws):

@@ -11,12 +11,14 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpyro.infer import HMC
 from scipy.special import logsumexp
 
 from numpyro_extras.bridge.estimator import bridge_estimate
 from numpyro_extras.bridge.proposals import component_log_densities
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.potential import check_proper_prior, flatten_model
+from numpyro_extras.runs import MAX_DIVERGENT_FRACTION, divergence_problem
 from numpyro_extras.tempering.base_fit import posterior_modes, same_basin, vectorized_potential
 from numpyro_extras.validation import check_mcmc
 
@@ -235,6 +237,9 @@ def _bridge_run(
         tolerance=tolerance,
     )
     problems = list(evidence.problems)
+    diverged = _divergences_problem(mcmc)
+    if diverged:
+        problems.append(diverged)
     if check_modes and math.isfinite(evidence.log_z):
         # The proposal, fitted to the draws, stands for the region the chains covered.
         missed = missed_modes(
@@ -251,6 +256,28 @@ def _bridge_run(
                 "between modes (nx.ReplicaExchange) and bridge its draws"
             )
     return evidence._replace(problems=tuple(problems))
+
+
+def _divergences_problem(mcmc):
+    """The sentence reporting the run's divergent transitions, or ``None``.
+
+    Where NUTS or HMC diverges it cannot enter the region (a funnel's neck): the draws
+    under-represent it, and an evidence bridged from them is low by the mass they miss though
+    the chains agree. Any divergence of theirs is reported (Betancourt 2017, "A conceptual
+    introduction to Hamiltonian Monte Carlo", section 6.2); the other kernels' moves, of tempered
+    chains among them, above 1%.
+    """
+    diverging = mcmc.get_extra_fields().get("diverging")
+    if diverging is None:
+        return None
+    max_fraction = 0.0 if isinstance(mcmc.sampler, HMC) else MAX_DIVERGENT_FRACTION
+    problem = divergence_problem(diverging, max_fraction=max_fraction)
+    if problem is None:
+        return None
+    return problem + (
+        ", or run longer with a higher target_accept_prob: the draws under-represent the "
+        "region the sampler cannot enter, so log Z bridged from them is biased, usually low"
+    )
 
 
 def _site_values(flat_model, position):

@@ -16,9 +16,9 @@ from numpyro_extras.exchange.evidence import (
 )
 from numpyro_extras.exchange.kernels import ReplicaExchange
 from numpyro_extras.runs import (
-    MAX_DIVERGENT_FRACTION,
     MAX_RHAT,
     MIN_ROUND_TRIPS,
+    divergence_problem,
     finished_kernel,
     inference_data,
     posterior_convergence,
@@ -237,13 +237,9 @@ def exchange_diagnostics(mcmc) -> ExchangeDiagnostics:
             f"with probability {swap_rates[slow_chain, slow_gap]:.3f}: the ladder is too coarse "
             "there (more replicas, or a longer warm-up to tune it)"
         )
-    divergent_fraction = diverging.mean()
-    if divergent_fraction > MAX_DIVERGENT_FRACTION:
-        problems.append(
-            f"{int(divergences.sum())} divergent moves of the posterior replica "
-            f"({divergent_fraction:.1%}): the sampler cannot follow the posterior's geometry "
-            "(a funnel?); reparameterise"
-        )
+    divergences_problem = divergence_problem(diverging, "moves of the posterior replica")
+    if divergences_problem:
+        problems.append(divergences_problem)
     if np.isfinite(posterior_ess) and posterior_ess < MIN_POSTERIOR_ESS:
         problems.append(f"the posterior draws' effective sample size is only {posterior_ess:.0f}")
     if np.isfinite(posterior_rhat) and posterior_rhat > MAX_RHAT:

@@ -16,9 +16,9 @@ from blackjax.smc.ess import ess as effective_sample_size
 
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.runs import (
-    MAX_DIVERGENT_FRACTION,
     MAX_RHAT,
     MIN_ROUND_TRIPS,
+    divergence_problem,
     posterior_convergence,
     run_report,
 )
@@ -191,12 +191,9 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
             f"chains {few_trips.tolist()} made fewer than {MIN_ROUND_TRIPS} round trips between "
             "beta near 0 and near 1"
         )
-    divergent_fraction = diverging.mean()
-    if divergent_fraction > MAX_DIVERGENT_FRACTION:
-        problems.append(
-            f"{int(divergences.sum())} divergent transitions ({divergent_fraction:.1%}): the "
-            "sampler cannot follow the posterior's geometry (a funnel?); reparameterise"
-        )
+    divergences_problem = divergence_problem(diverging)
+    if divergences_problem:
+        problems.append(divergences_problem)
     if target_ess < MIN_TARGET_ESS:
         problems.append(f"the target weights' effective sample size is only {target_ess:.0f}")
     if chains_disagree(agreement, log_z_stderr):
