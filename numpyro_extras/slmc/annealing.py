@@ -359,6 +359,9 @@ class AnnealingHistory(NamedTuple):
     :param int density_evaluations: target-density evaluations the training spent (a gradient
         evaluation of the first rung's NUTS counts as one; -1 when unknown, in files saved
         before it was recorded).
+    :param tuple problems: what the training's final check found wrong with the proposal's
+        draws, one sentence each (warned at training, and listed again by every ``log Z`` of a
+        run with the proposal).
 
     **Example:**
 
@@ -374,6 +377,7 @@ class AnnealingHistory(NamedTuple):
     chosen_model: int
     ar_min: float
     density_evaluations: int = -1
+    problems: tuple = ()
 
     def betas(self, model=0) -> list[float]:
         """The beta path of ``model``, one entry per round."""
@@ -946,17 +950,18 @@ def fit_vae_proposal(
     score, coordinate = (
         (0.0, 0) if stalled_out else _largest_mean_score(log_density_fn, data[chosen])
     )
+    problems = []
     if score > MEAN_SCORE_LIMIT:
-        warnings.warn(
-            f"The trained VAE proposal's draws at beta = {settings.beta_final} are not where "
+        problems.append(
+            f"the trained VAE proposal's draws at beta = {settings.beta_final} are not where "
             f"the target's mass is: the mean gradient of its log density over them is "
             f"{score:.0f} standard errors from 0 in coordinate {coordinate} (0 for draws from "
             "the target). The annealing's chains stayed where its proposals reach, a region "
             "the target barely weighs (tempering can move a hierarchical model's mass to huge "
-            "scales, away from the posterior), so the sampler's draws will be wrong. Use "
-            "nx.ReplicaExchange or NUTS for this model.",
-            stacklevel=2,
+            "scales, away from the posterior), so the sampler's draws and its log Z will be "
+            "wrong. Use nx.ReplicaExchange or NUTS for this model"
         )
+        warnings.warn(problems[-1][0].upper() + problems[-1][1:] + ".", stacklevel=2)
     if final_rates[chosen] < settings.ar_min:
         warnings.warn(
             f"The trained VAE proposal's acceptance rate at beta = {settings.beta_final} is "
@@ -972,6 +977,7 @@ def fit_vae_proposal(
         chosen_model=chosen,
         ar_min=float(settings.ar_min),
         density_evaluations=evaluations + evaluations_per_search,
+        problems=tuple(problems),
     )
     proposal = jax.tree.map(lambda leaf: leaf[chosen], proposals)
     return proposal.replace(history=history)

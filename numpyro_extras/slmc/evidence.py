@@ -82,7 +82,8 @@ def slmc_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
     _, influence = log_mean_and_influence(log_weights)
     ess = float(influence.size / np.mean(influence**2))
     pareto_k = pareto_tail_index(log_weights)
-    problems = []
+    history = getattr(kernel.proposal, "history", None)
+    problems = list(history.problems) if history is not None else []
     if kernel.acceptance == "isometric":
         problems.append(
             "the isometric acceptance weighs proposals with Gamma (eq. 3), exact only for an "

@@ -104,6 +104,7 @@ def load_proposal(path) -> VAEProposal:
                     "rungs": tuple(AnnealingRung(*rung) for rung in history["rungs"]),
                     "final_accept_rates": tuple(history["final_accept_rates"]),
                     "final_log_z": tuple(history["final_log_z"]),
+                    "problems": tuple(history.get("problems", ())),
                 }
             ),
         )

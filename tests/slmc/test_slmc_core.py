@@ -12,7 +12,12 @@ from scipy.stats import multivariate_normal, norm
 from slmc_targets import correlated_gaussian
 
 import numpyro_extras as nx
-from numpyro_extras.slmc.annealing import candidate_betas, select_beta
+from numpyro_extras.slmc.annealing import (
+    AnnealingHistory,
+    AnnealingRung,
+    candidate_betas,
+    select_beta,
+)
 from numpyro_extras.slmc.chains import (
     draw_proposal,
     exchange_source,
@@ -343,6 +348,38 @@ def test_a_proposal_narrower_than_the_target_warns_of_its_heavy_weight_tail():
     with pytest.warns(UserWarning, match="Pareto k"):
         evidence = nx.log_marginal_likelihood(mcmc)
     assert evidence.pareto_k > 0.7
+
+
+def test_what_the_training_found_wrong_is_a_problem_of_every_log_z():
+    """The training's final check is warned of once, at training; every run of the proposal
+    then lists it among its estimate's problems, as the tempering kernels list their base
+    fit's. Its weights can look fine where its draws sat in the wrong region throughout."""
+    found = "the trained VAE proposal's draws at beta = 1.0 are not where the target's mass is"
+    history = AnnealingHistory(
+        rungs=(AnnealingRung(0, 0, 1.0, float("nan"), False, 1.5, float("nan")),),
+        num_models=1,
+        final_accept_rates=(0.4,),
+        final_log_z=(1.2,),
+        chosen_model=0,
+        ar_min=0.1,
+        problems=(found,),
+    )
+    config = two_d_config((8,))
+    proposal = init_proposal(
+        jax.random.PRNGKey(0), config, loc=jnp.asarray(MEAN), scale=jnp.array([2.0, 1.0])
+    ).replace(history=history)
+    mcmc = MCMC(
+        nx.VAESLMC(potential_fn=gaussian_potential, proposal=proposal),
+        num_warmup=50,
+        num_samples=500,
+        num_chains=2,
+        progress_bar=False,
+        chain_method="vectorized",
+    )
+    mcmc.run(jax.random.PRNGKey(0), init_params=jnp.tile(jnp.asarray(MEAN), (2, 1)))
+    with pytest.warns(UserWarning, match="not where the target's mass is"):
+        evidence = nx.log_marginal_likelihood(mcmc)
+    assert found in evidence.problems
 
 
 @pytest.mark.parametrize(
