@@ -13,6 +13,9 @@ Every target has an exact ``log Z`` (closed form, quadrature or enumeration):
   prior (``gaussian_mixture_target``, closed form);
 * ``sign_product``: four sign-ambiguous parameters, 16 modes (``sign_product_target``,
   quadrature);
+* ``funnel``: the centred hierarchy ``v ~ N(0, 3^2)``, ``x_i ~ N(0, e^v)``, ``y_i ~ N(x_i, 1)``
+  for five small observations, whose posterior pulls ``v`` into the funnel's neck (quadrature
+  over ``v``);
 * ``ising_chain``: twelve +-1 spins with coupling 1.2 (cold), enumeration of the 4,096 states;
 * ``rbm``: a random 12 x 20 restricted Boltzmann machine at 1/T = 4 (``nx.random_rbm``), its
   ``log Z`` by enumeration of the visible layer.
@@ -90,9 +93,11 @@ TARGETS = (
     "narrow_likelihood",
     "unequal_mixture",
     "sign_product",
+    "funnel",
     "ising_chain",
     "rbm",
 )
+FUNNEL_DATA = np.array([0.3, -0.5, 0.1, 0.8, -0.2])
 
 
 def wide_prior_model(y=3.0):
@@ -103,6 +108,22 @@ def wide_prior_model(y=3.0):
 def narrow_likelihood_model(y=0.5):
     x = numpyro.sample("x", dist.Normal(0.0, 1.0))
     numpyro.sample("y", dist.Normal(x, 1e-4), obs=y)
+
+
+def funnel_model(y=FUNNEL_DATA):
+    v = numpyro.sample("v", dist.Normal(0.0, 3.0))
+    x = numpyro.sample("x", dist.Normal(0.0, jnp.exp(v / 2)).expand([len(y)]).to_event(1))
+    numpyro.sample("y", dist.Normal(x, 1.0), obs=y)
+
+
+def funnel_log_z(y=FUNNEL_DATA):
+    """Quadrature over ``v`` of ``N(v; 0, 3^2) prod_i N(y_i; 0, e^v + 1)`` (``x`` integrated
+    out in closed form), on a grid fine enough that the trapezoid rule is exact to 1e-10."""
+    grid, step = np.linspace(-40.0, 40.0, 400_001, retstep=True)
+    log_integrand = stats.norm(0.0, 3.0).logpdf(grid) + np.sum(
+        stats.norm.logpdf(y[:, None], 0.0, np.sqrt(np.exp(grid) + 1.0)), axis=0
+    )
+    return float(logsumexp(log_integrand) + math.log(step))
 
 
 def ising_chain_model():
@@ -152,6 +173,7 @@ def targets():
         ),
         "unequal_mixture": (mixture.model, mixture.model_args, mixture.log_z, "continuous"),
         "sign_product": (signs.model, signs.model_args, signs.log_z, "continuous"),
+        "funnel": (funnel_model, (), funnel_log_z(), "continuous"),
         "ising_chain": (ising_chain_model, (), ising_chain_log_z(), "discrete"),
         "rbm": (machine, (), float(machine.log_partition()), "boltzmann"),
     }
