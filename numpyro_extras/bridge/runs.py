@@ -138,10 +138,12 @@ def bridge_sampling(
     1996, eq. 4.1) over the other half, the error with the draws' autocorrelation (Gronau et al.
     2017, eq. 17). The estimate is checked, and each problem is a ``UserWarning`` and in
     ``Evidence.problems``: halves or chains whose own estimates disagree, an overlap of proposal
-    and posterior carried by few draws, an iteration that did not converge, and
-    (``check_modes``) modes the draws never visited: 64 minimisations of the potential from
-    dispersed starts, the mass of each uncovered mode from Laplace's approximation, so that
-    chains stuck together in one mode give a warning, not a confident number.
+    and posterior carried by few draws, an iteration that did not converge, divergent
+    transitions of the run (any of NUTS or HMC: their draws then under-represent the region they
+    cannot enter), and (``check_modes``) modes the draws never visited: 64 minimisations of the
+    potential from dispersed starts, the mass of each uncovered mode from Laplace's
+    approximation, so that chains stuck together in one mode give a warning, not a confident
+    number.
 
     A second call on the same finished run with the same arguments and settings (as
     :func:`~numpyro_extras.compare` makes after a user's call) returns the estimate of the
@@ -264,8 +266,8 @@ def _divergences_problem(mcmc):
     Where NUTS or HMC diverges it cannot enter the region (a funnel's neck): the draws
     under-represent it, and an evidence bridged from them is low by the mass they miss though
     the chains agree. Any divergence of theirs is reported (Betancourt 2017, "A conceptual
-    introduction to Hamiltonian Monte Carlo", section 6.2); the other kernels' moves, of tempered
-    chains among them, above 1%.
+    introduction to Hamiltonian Monte Carlo"); the other kernels' moves, of tempered chains
+    among them, above 1%.
     """
     diverging = mcmc.get_extra_fields().get("diverging")
     if diverging is None:
