@@ -14,8 +14,8 @@ Every target has an exact ``log Z`` (closed form, quadrature or enumeration):
 * ``sign_product``: four sign-ambiguous parameters, 16 modes (``sign_product_target``,
   quadrature);
 * ``funnel``: the centred hierarchy ``v ~ N(0, 3^2)``, ``x_i ~ N(0, e^v)``, ``y_i ~ N(x_i, 1)``
-  for five small observations, whose posterior pulls ``v`` into the funnel's neck (quadrature
-  over ``v``);
+  for five small observations, whose posterior pulls ``v`` into the funnel's neck
+  (``centred_funnel_model``, quadrature over ``v``);
 * ``ising_chain``: twelve +-1 spins with coupling 1.2 (cold), enumeration of the 4,096 states;
 * ``rbm``: a random 12 x 20 restricted Boltzmann machine at 1/T = 4 (``nx.random_rbm``), its
   ``log Z`` by enumeration of the visible layer.
@@ -73,6 +73,9 @@ from scipy.special import logsumexp
 
 import numpyro_extras as nx
 from numpyro_extras.targets import (
+    FUNNEL_DATA,
+    centred_funnel_log_evidence,
+    centred_funnel_model,
     gaussian_mixture_target,
     linear_regression_log_evidence,
     linear_regression_model,
@@ -97,7 +100,6 @@ TARGETS = (
     "ising_chain",
     "rbm",
 )
-FUNNEL_DATA = np.array([0.3, -0.5, 0.1, 0.8, -0.2])
 
 
 def wide_prior_model(y=3.0):
@@ -108,22 +110,6 @@ def wide_prior_model(y=3.0):
 def narrow_likelihood_model(y=0.5):
     x = numpyro.sample("x", dist.Normal(0.0, 1.0))
     numpyro.sample("y", dist.Normal(x, 1e-4), obs=y)
-
-
-def funnel_model(y=FUNNEL_DATA):
-    v = numpyro.sample("v", dist.Normal(0.0, 3.0))
-    x = numpyro.sample("x", dist.Normal(0.0, jnp.exp(v / 2)).expand([len(y)]).to_event(1))
-    numpyro.sample("y", dist.Normal(x, 1.0), obs=y)
-
-
-def funnel_log_z(y=FUNNEL_DATA):
-    """Quadrature over ``v`` of ``N(v; 0, 3^2) prod_i N(y_i; 0, e^v + 1)`` (``x`` integrated
-    out in closed form), on a grid fine enough that the trapezoid rule is exact to 1e-10."""
-    grid, step = np.linspace(-40.0, 40.0, 400_001, retstep=True)
-    log_integrand = stats.norm(0.0, 3.0).logpdf(grid) + np.sum(
-        stats.norm.logpdf(y[:, None], 0.0, np.sqrt(np.exp(grid) + 1.0)), axis=0
-    )
-    return float(logsumexp(log_integrand) + math.log(step))
 
 
 def ising_chain_model():
@@ -173,7 +159,12 @@ def targets():
         ),
         "unequal_mixture": (mixture.model, mixture.model_args, mixture.log_z, "continuous"),
         "sign_product": (signs.model, signs.model_args, signs.log_z, "continuous"),
-        "funnel": (funnel_model, (), funnel_log_z(), "continuous"),
+        "funnel": (
+            centred_funnel_model,
+            (jnp.asarray(FUNNEL_DATA),),
+            centred_funnel_log_evidence(FUNNEL_DATA),
+            "continuous",
+        ),
         "ising_chain": (ising_chain_model, (), ising_chain_log_z(), "discrete"),
         "rbm": (machine, (), float(machine.log_partition()), "boltzmann"),
     }
@@ -194,10 +185,10 @@ def _kernel(estimator, model, discrete, fit_seed):
 
 
 def seed_records(target_name, estimator, seeds, vary_fit):
-    """One record per seed: the estimate, its error in standard errors, and what warned."""
+    """One record per seed, yielded as each seed finishes: the estimate, its error in standard
+    errors, and what warned."""
     model, args, exact, kind = targets()[target_name]
     mcmc = None
-    records = []
     for seed in seeds:
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
@@ -236,8 +227,7 @@ def seed_records(target_name, estimator, seeds, vary_fit):
             seconds=round(time.perf_counter() - start, 2),
         )
         log(f"{target_name} {estimator} seed {seed}: {log_z:.4f} +- {stderr:.4f}, z {z:+.2f}")
-        records.append(record)
-    return records
+        yield record
 
 
 def coverage_rows(records):
@@ -317,10 +307,14 @@ def main(argv=None):
                     continue
                 if kind == "discrete" and estimator not in DISCRETE_ESTIMATORS:
                     continue
-                new = seed_records(target_name, estimator, arguments.seeds, arguments.vary_fit)
-                with path.open("a") as stream:
-                    stream.writelines(json.dumps(record) + "\n" for record in new)
-                records += new
+                # Each record is written as its seed finishes, so a long study that stops
+                # keeps the seeds it ran.
+                for record in seed_records(
+                    target_name, estimator, arguments.seeds, arguments.vary_fit
+                ):
+                    with path.open("a") as stream:
+                        stream.write(json.dumps(record) + "\n")
+                    records.append(record)
     report = "\n".join(
         [
             "## Calibration of the log Z error bars",

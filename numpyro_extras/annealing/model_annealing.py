@@ -36,6 +36,7 @@ import numpy as np
 import scipy.linalg
 
 from numpyro_extras.annealing.driver import (
+    MIN_ESS_FRACTION,
     anneal,
     evidence_from_log_weights,
     inverse_temperature_schedule,
@@ -810,6 +811,74 @@ def _warn_on_small_ess(evidence, num_particles, path_base, reverse):
     )
 
 
+# Prior draws per particle for the check of a fitted base against plain importance sampling from
+# the prior: a likelihood evaluation each, about 1% of an annealing's model gradients.
+PRIOR_DRAWS_PER_PARTICLE = 10
+# How far (in combined standard errors) the prior's estimate may lie above the annealing's.
+MISSED_MASS_Z = 4.0
+
+
+def _prior_log_likelihoods_fn(split, model_key):
+    """``fn(rng_key, num_draws)``: ``log p(y | x)`` at ``num_draws`` prior draws, compiled once
+    per model and arguments (cached) so that a repeated call does not compile again."""
+    cache_key = None if model_key is None else (model_key, "prior log likelihoods")
+    fn = _cache_get(_FUNCTION_CACHE, cache_key)
+    if fn is None:
+
+        def prior_log_likelihoods(rng_key, num_draws):
+            x, discrete = split.sample_prior_fn(rng_key, num_draws)
+            return jax.lax.map(
+                lambda position: split.log_likelihood_fn(*position),
+                (x, discrete),
+                batch_size=min(num_draws, 1024),
+            )
+
+        fn = jax.jit(prior_log_likelihoods, static_argnums=1)
+        _cache_put(_FUNCTION_CACHE, cache_key, fn)
+    return fn
+
+
+def _check_against_prior(rng_key, split, model_key, evidence, num_draws):
+    """Compare a run from a fitted base with importance sampling from the prior.
+
+    ``mean_i p(y | x_i)`` over prior draws ``x_i`` is an unbiased estimate of ``Z`` whose error
+    is measurable whenever its ESS is not tiny, and prior draws reach everywhere the prior does.
+    The path from a fitted Gaussian reaches only where its HMC moves can carry the particles:
+    a mode the base does not cover, or a region where the posterior's scale shrinks (the neck
+    of a centred hierarchical model's funnel), stays empty, and ``log Z`` comes out low with a
+    small error bar. A prior estimate
+    well above the annealing's shows that missing mass. With too few effective prior draws
+    (a likelihood much narrower than the prior, the usual case) the check says nothing.
+
+    :return: ``evidence``, with a problem added (and a warning) when the prior's estimate lies
+        more than ``MISSED_MASS_Z`` combined standard errors above it.
+    """
+    log_likelihoods = _prior_log_likelihoods_fn(split, model_key)(rng_key, num_draws)
+    try:
+        prior = evidence_from_log_weights(log_likelihoods)
+    except ValueError:  # no prior draw with a finite likelihood
+        return evidence
+    if prior.ess < MIN_ESS_FRACTION * num_draws or not math.isfinite(evidence.stderr):
+        return evidence
+    combined_stderr = math.hypot(prior.stderr, evidence.stderr)
+    gap = (prior.log_z - evidence.log_z) / combined_stderr if combined_stderr > 0 else 0.0
+    if gap <= MISSED_MASS_Z:
+        return evidence
+    gap_text = "more than 1000" if gap > 1000 else f"{gap:.1f}"
+    problem = (
+        f"importance sampling from the prior ({num_draws} draws, ESS {prior.ess:.0f}) gives "
+        f"log Z = {prior.log_z:.3f} +- {prior.stderr:.3f}, {gap_text} standard errors above the "
+        f"annealing's {evidence.log_z:.3f} +- {evidence.stderr:.3f}: the path from the fitted "
+        "base misses posterior mass that the prior reaches (a mode the base does not cover, or "
+        "a region where the posterior's scale shrinks, as in the neck of a centred hierarchical "
+        "model's funnel, where its HMC moves cannot carry the particles), so the estimate is "
+        "low; use base='prior', a base that covers that mass (nx.fit_base with more "
+        "num_starts), or reparameterise a funnel (non-centred)"
+    )
+    warnings.warn(f"AIS {problem}.", UserWarning, stacklevel=3)
+    return evidence._replace(problems=(*evidence.problems, problem))
+
+
 def ais(
     rng_key,
     model,
@@ -862,7 +931,14 @@ def ais(
     **A warning when the answer is unreliable.** When the final effective sample size of the
     weights is below 5% of the particles, a few particles carry the estimate: its stderr
     understates the error and ``log Z`` is biased (low; high for a reverse run). ``ais`` then
-    warns (``UserWarning``) with the ESS; use more temperatures or a better base.
+    warns (``UserWarning``) with the ESS; use more temperatures or a better base. A run from a
+    fitted base is also compared with plain importance sampling from the prior
+    (``mean p(y | x)`` over ten prior draws per particle, one likelihood evaluation each): the
+    particles reach only where their HMC moves carry them, and where the posterior's scale
+    shrinks (the neck of a centred hierarchical model's funnel) no particle may arrive, with
+    weights that show nothing. When the prior's estimate lies more than 4 combined standard
+    errors above the annealing's, ``ais`` warns and records the problem. The check says nothing
+    when the prior's draws have an ESS below 5% (a likelihood much narrower than the prior).
 
     **Transitions.** Continuous sites: HMC with ``num_leapfrog_steps`` steps (BlackJAX's kernel,
     or for a continuous model without summed-out sites the same kernel keeping each particle's
@@ -932,8 +1008,9 @@ def ais(
         or continuous site in ``marginalize``, a schedule that does not run from 0 to 1,
         ``reverse=True`` without ``init_samples``, or a Gaussian base with discrete latent
         sites left.
-    :warns UserWarning: when the final ESS is below 5% of the particles, or when the default
-        base's fit diverged.
+    :warns UserWarning: when the final ESS is below 5% of the particles, when importance
+        sampling from the prior finds mass the run from a fitted base missed, or when the
+        default base's fit diverged.
 
     **Example:**
 
@@ -1023,4 +1100,14 @@ def ais(
         parameters=parameters,
     )
     evidence = evidence_from_log_weights(result.log_weights, 0.0, reverse=reverse)
-    return _warn_on_small_ess(evidence, num_particles, path_base, reverse)
+    evidence = _warn_on_small_ess(evidence, num_particles, path_base, reverse)
+    if path_base is not None and not reverse and split.log_likelihood_fn is not None:
+        # Its own key, so that the annealing's draws are those of a run without the check.
+        evidence = _check_against_prior(
+            jax.random.fold_in(rng_key, 1),
+            split,
+            model_key,
+            evidence,
+            PRIOR_DRAWS_PER_PARTICLE * num_particles,
+        )
+    return evidence

@@ -15,8 +15,8 @@ One module per family of targets; every public name is also available from this 
 
 * :mod:`~numpyro_extras.targets.gaussian` -- the one-dimensional bimodal toy of Sec. 7.1 of the
   continuous tempering paper (Graham & Storkey, 2017) and a multivariate normal, both with
-  :math:`\log Z` chosen by the caller, and Bayesian linear regression with its closed-form
-  evidence.
+  :math:`\log Z` chosen by the caller, Bayesian linear regression with its closed-form
+  evidence, and Neal's funnel (centred) with data, its evidence by quadrature.
 * :mod:`~numpyro_extras.targets.boltzmann_relaxation` -- the Gaussian-mixture relaxation of a
   Boltzmann machine (Sec. 7.2 and App. B of the paper) with exact :math:`\log Z`, mean and
   covariance obtained by enumerating all Boltzmann machine states.
@@ -56,8 +56,11 @@ from numpyro_extras.targets.gaussian import (
     BIMODAL_LOCS,
     BIMODAL_SCALES,
     BIMODAL_WEIGHTS,
+    FUNNEL_DATA,
     bimodal_mode_weights,
     bimodal_model,
+    centred_funnel_log_evidence,
+    centred_funnel_model,
     gaussian_model,
     linear_regression_log_evidence,
     linear_regression_model,
@@ -93,8 +96,11 @@ __all__ = [
     "BIMODAL_LOCS",
     "BIMODAL_SCALES",
     "BIMODAL_WEIGHTS",
+    "FUNNEL_DATA",
     "bimodal_mode_weights",
     "bimodal_model",
+    "centred_funnel_log_evidence",
+    "centred_funnel_model",
     "gaussian_model",
     "linear_regression_log_evidence",
     "linear_regression_model",

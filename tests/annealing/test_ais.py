@@ -24,7 +24,10 @@ from numpyro_extras.annealing.driver import compiled_annealing_chunk
 from numpyro_extras.annealing.model_annealing import annealing_path
 from numpyro_extras.potential import split_model
 from numpyro_extras.targets import (
+    FUNNEL_DATA,
     bimodal_model,
+    centred_funnel_log_evidence,
+    centred_funnel_model,
     linear_regression_log_evidence,
     linear_regression_model,
     load_german_credit,
@@ -159,8 +162,12 @@ def test_default_base_covers_both_modes_of_a_bimodal_target(monkeypatch):
     assert spy.calls == [dict(probe, progress_bar=False), dict(progress_bar=False)]
     assert_within_error(run, log_z, 0.05)
     one_mode = nx.GaussianBase(jnp.array([-8.0]), jnp.array([[1.0]]), jnp.asarray(0.0))
-    missed = ais(jax.random.PRNGKey(1), bimodal_model, (log_z,), base=one_mode, **RUN)
+    # The target is all prior, so importance sampling from the prior is exact and shows the
+    # missed mode.
+    with pytest.warns(UserWarning, match="misses posterior mass that the prior reaches"):
+        missed = ais(jax.random.PRNGKey(1), bimodal_model, (log_z,), base=one_mode, **RUN)
     assert missed.log_z < log_z + math.log(0.6) + 0.1
+    assert any("a mode the base does not cover" in problem for problem in missed.problems)
 
 
 @pytest.fixture(scope="module")
@@ -494,6 +501,38 @@ def test_good_run_is_quiet():
         )
     assert evidence.ess > 0.5 * 200
     assert evidence.problems == ()
+
+
+def test_a_fitted_base_that_misses_the_funnels_neck_is_caught_by_the_prior():
+    truth = centred_funnel_log_evidence(FUNNEL_DATA)
+    with pytest.warns(UserWarning, match="importance sampling from the prior") as caught:
+        evidence = ais(
+            jax.random.PRNGKey(3),
+            centred_funnel_model,
+            (jnp.asarray(FUNNEL_DATA),),
+            num_particles=300,
+            num_temperatures=50,
+            progress_bar=False,
+        )
+    # The warning is about a real failure: the estimate is low by many of its standard errors,
+    # with an ESS that alone would not flag it.
+    assert evidence.log_z < truth - 4.0 * evidence.stderr, (evidence, truth)
+    assert evidence.ess > 0.05 * 300
+    message = next(str(w.message) for w in caught if "from the prior" in str(w.message))
+    assert "base='prior'" in message and "reparameterise a funnel (non-centred)" in message
+    assert any(problem in message for problem in evidence.problems)
+    # The advice holds: annealing from the prior reaches the neck.
+    assert_within_error(
+        ais(
+            jax.random.PRNGKey(3),
+            centred_funnel_model,
+            (jnp.asarray(FUNNEL_DATA),),
+            base="prior",
+            **RUN,
+        ),
+        truth,
+        max_stderr=0.05,
+    )
 
 
 def test_progress_bar_false_prints_nothing(capfd):

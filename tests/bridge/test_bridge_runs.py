@@ -14,6 +14,7 @@ from numpyro.infer import MCMC, NUTS, init_to_value
 from scipy import integrate, stats
 
 import numpyro_extras as nx
+from numpyro_extras.targets import FUNNEL_DATA, centred_funnel_model
 
 NUM_FEATURES = 3
 PRIOR_SD = 2.0
@@ -178,33 +179,15 @@ def test_what_it_refuses():
         nx.bridge_sampling(MCMC(NUTS(regression), num_warmup=10, num_samples=10))
 
 
-FUNNEL_DATA = np.array([0.3, -0.5, 0.1, 0.8, -0.2])
-
-
-def centred_funnel(data):
-    log_variance = numpyro.sample("log_variance", dist.Normal(0.0, 3.0))
-    effects = numpyro.sample(
-        "effects", dist.Normal(0.0, jnp.exp(log_variance / 2)).expand([5]).to_event(1)
-    )
-    numpyro.sample("data", dist.Normal(effects, 1.0), obs=data)
-
-
-def centred_funnel_log_z():
-    """Quadrature over the log variance, the effects integrated out in closed form."""
-
-    def joint(log_variance):
-        sd = math.sqrt(math.exp(log_variance) + 1.0)
-        return stats.norm.pdf(log_variance, 0.0, 3.0) * np.prod(stats.norm.pdf(FUNNEL_DATA, 0, sd))
-
-    return math.log(integrate.quad(joint, -40, 40, epsabs=0, epsrel=1e-12, limit=500)[0])
-
-
 def test_divergent_transitions_of_nuts_warn():
     """The data pull the centred funnel's variance into its neck, where NUTS diverges a few
-    times in 6,000 transitions and under-samples: the bridged evidence is several standard
-    errors low while the chains agree, and only the divergences say so."""
-    mcmc = nuts_run(centred_funnel, jnp.asarray(FUNNEL_DATA))
+    times in 6,000 transitions and under-samples: on about half the seeds the bridged evidence
+    is 3-12 standard errors low while the chains agree (which seeds depends on the JAX
+    release), and only the divergences say so. Any divergence is a problem of the estimate."""
+    mcmc = nuts_run(centred_funnel_model, jnp.asarray(FUNNEL_DATA), seed=1)
+    # Fewer than 1% of the transitions: NUTS's divergences count however few they are.
     assert 0 < np.sum(mcmc.get_extra_fields()["diverging"]) < 60
-    with pytest.warns(UserWarning, match="divergent transitions"):
+    with pytest.warns(UserWarning, match="divergent transitions") as caught:
         evidence = nx.bridge_sampling(mcmc)
-    assert (centred_funnel_log_z() - evidence.log_z) > 3 * evidence.stderr
+    message = next(str(w.message) for w in caught if "divergent" in str(w.message))
+    assert any(problem in message for problem in evidence.problems)

@@ -15,6 +15,8 @@ from numpyro_extras.targets.gaussian import (
     BIMODAL_WEIGHTS,
     bimodal_mode_weights,
     bimodal_model,
+    centred_funnel_log_evidence,
+    centred_funnel_model,
     gaussian_model,
     linear_regression_log_evidence,
     linear_regression_model,
@@ -141,3 +143,36 @@ def test_linear_regression_log_evidence_by_quadrature():
     potentials = jax.vmap(lambda w: potential_fn({"w": w}))(jnp.asarray(grid)[:, None])
     log_evidence = linear_regression_log_evidence(features, targets, prior_scale, noise_scale)
     assert log_trapezoid(-np.asarray(potentials), spacing) == pytest.approx(log_evidence, abs=1e-8)
+
+
+# ------------------------------------------------------------------------------------------------
+# Centred funnel
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("v", [-6.0, 0.0, 2.5])
+def test_centred_funnel_effects_integrate_out_in_closed_form(v):
+    """At fixed v, the model's density integrated over one effect x is
+    N(v; 0, 3^2) N(y; 0, e^v + 1), the integrand that centred_funnel_log_evidence integrates."""
+    data = jnp.array([0.8])
+    potential_fn = model_potential(centred_funnel_model, data)
+    scale = math.exp(v / 2) / math.sqrt(1 + math.exp(v))  # the posterior sd of x at this v
+    grid, spacing = np.linspace(-12 * scale, 12 * scale, 20_001, retstep=True)
+    potentials = jax.vmap(lambda x: potential_fn({"v": jnp.asarray(v), "x": x[None]}))(
+        jnp.asarray(grid)
+    )
+    expected = scipy.stats.norm.logpdf(v, 0.0, 3.0) + scipy.stats.norm.logpdf(
+        0.8, 0.0, math.sqrt(math.exp(v) + 1.0)
+    )
+    assert log_trapezoid(-np.asarray(potentials), spacing) == pytest.approx(expected, abs=1e-8)
+
+
+def test_centred_funnel_log_evidence_by_quadrature_over_v():
+    data = np.array([0.3, -0.5, 0.1, 0.8, -0.2])
+    grid, spacing = np.linspace(-40.0, 40.0, 400_001, retstep=True)
+    log_integrand = scipy.stats.norm.logpdf(grid, 0.0, 3.0) + np.sum(
+        scipy.stats.norm.logpdf(data[:, None], 0.0, np.sqrt(np.exp(grid) + 1.0)), axis=0
+    )
+    assert centred_funnel_log_evidence(data) == pytest.approx(
+        log_trapezoid(log_integrand, spacing), abs=1e-9
+    )
