@@ -1,13 +1,14 @@
 """Benchmark the Automatic Cyclical Sampler (ACS) against DMALA and NumPyro's discrete kernels.
 
-Side by side in one run (issue 4, "Benchmark"; method spec ``/work/shared/specs/acs.md``):
+Side by side in one run (the ACS paper: Pynadath et al., 2024):
 
 * ``nx.ACS`` with its automatic tuner at its defaults (8 tuning copies per chain, budget 500,
   ``rho* = 0.5``, ``s = 20``; binary variables: ``beta_max = 0.95`` and the paper's
   acceptance rule for ``alpha_max``; ordinal ones: ``beta_max = 0.5`` and the jump rule), and
   with the other ``alpha_max`` rule for comparison;
-* ``nx.DMALA`` at the DMALA paper's RBM step size ``alpha = 0.2`` (Boltzmann targets) or at the
-  step size tuned to acceptance 0.574 (synthetic targets, spec E1);
+* ``nx.DMALA`` at the DMALA paper's (Zhang et al., 2022) RBM step size ``alpha = 0.2`` (Boltzmann
+  targets) or at the step size tuned to acceptance 0.574 (synthetic targets, as in the ACS
+  paper, App. D.1);
 * NumPyro's ``DiscreteGibbs`` (one Gibbs sweep per step), ``DiscreteHMCGibbs(NUTS)`` with Gibbs
   and with random-walk proposals, and ``MixedHMC(HMC)``.
 
@@ -19,12 +20,12 @@ mirror modes) and of every unit's mean, per energy evaluation and per second, an
 the means of ``U``, ``q``, ``q^2`` and every unit against exact enumeration (so a fast but wrong
 sampler shows up).
 
-Part 2, the ACS paper's synthetic 2-D ordinal target at the spec's CPU size (C8: 25 modes,
-spacing 25, 150 values per coordinate) and at the paper's size (spacing 75, 450 values), even
-and with the uneven modes of Table 3, and a variant with 5 modes on the diagonal (one per row
-and column, which a one-coordinate Gibbs update cannot walk along), every chain started in the
-top-left mode: modes visited (by any chain and per chain), KL(empirical || exact)
-and the mode-weight error against the exact distribution over all states.
+Part 2, the ACS paper's synthetic 2-D ordinal target (Sec. 4.1, App. D.1) at a size for a CPU
+(our choice: 25 modes, spacing 25, 150 values per coordinate) and at the paper's size (spacing
+75, 450 values), even and with the uneven modes of its Table 3, and a variant with 5 modes on the
+diagonal (one per row and column, which a one-coordinate Gibbs update cannot walk along), every
+chain started in the top-left mode: modes visited (by any chain and per chain), KL(empirical ||
+exact) and the mode-weight error against the exact distribution over all states.
 
 Energy evaluations (one evaluation of the model's log density, with or without its gradient),
 warm-up and tuning included:
@@ -92,7 +93,8 @@ GRID_TARGETS = (
 )
 TARGET_NAMES = BOLTZMANN_TARGETS + GRID_TARGETS
 QUICK_TARGETS = ("rbm_cold", "grid_even_paper")
-# The DMALA paper's RBM step size (spec E2) and the synthetic target's acceptance (spec E1).
+# The DMALA paper's RBM step size (as used for DMALA in the ACS paper, App. D.2) and the
+# acceptance DMALA is tuned to on the synthetic target (ACS paper, App. D.1).
 DMALA_STEP_SIZE = 0.2
 DMALA_TARGET_ACCEPT = 0.574
 # A draw within this fraction of the spacing from a mode centre counts as a visit of the mode.
@@ -539,10 +541,10 @@ def benchmark_boltzmann(name, settings, seed):
 
 
 # ------------------------------------------------------------------------------------------------
-# Synthetic multimodal ordinal target (spec E1 / C8, Table 3)
+# Synthetic multimodal ordinal target (Pynadath et al., 2024, Sec. 4.1, App. D.1, Table 3)
 # ------------------------------------------------------------------------------------------------
 
-# The paper's fixed ACS schedule for its synthetic target (spec E1: alpha_max = 1575 at spacing
+# The paper's fixed ACS schedule for its synthetic target (App. D.1: alpha_max = 1575 at spacing
 # 75, alpha_min = 3, s = 20, beta = 0.5); alpha_max is scaled by (spacing / 75)^2, so that a jump
 # of one spacing has the same proposal penalty.
 PAPER_SPACING = 75
@@ -563,7 +565,7 @@ class GridTarget(NamedTuple):
 
 
 def make_grid_target(name):
-    """``grid_even`` / ``grid_uneven``: spec C8's CPU size (spacing 25, N = 150);
+    """``grid_even`` / ``grid_uneven``: a size for a CPU (spacing 25, N = 150);
     ``..._paper``: the paper's size (spacing 75, N = 450, 202,500 states); ``diagonal_paper``:
     the paper's size with 5 modes on the diagonal (spacing 75 along each axis, neighbours 106
     apart), one mode per row and column, each as wide as the paper's."""
@@ -616,8 +618,9 @@ def grid_core(grid, num_chains):
 
 
 def tune_dmala_step_size(grid, settings, key):
-    """Bisection on log alpha for DMALA's mean acceptance probability 0.574 (spec E1), each
-    round ``dmala_tuning_steps`` steps of ``grid_chains`` chains from the starting mode.
+    """Bisection on log alpha for DMALA's mean acceptance probability 0.574 (ACS paper,
+    App. D.1), each round ``dmala_tuning_steps`` steps of ``grid_chains`` chains from the starting
+    mode.
     Returns ``(alpha, acceptance, evaluations per chain)``."""
     chains = settings.grid_chains
     variables, evaluate, states = grid_core(grid, chains)
@@ -848,7 +851,7 @@ def benchmark_grid(name, settings, seed):
 
     keys = [jax.random.fold_in(key, stream) for stream in range(8)]
     methods = {
-        "ACS, fixed schedule (paper's E1 setting)": acs_fixed,
+        "ACS, fixed schedule (the paper's setting)": acs_fixed,
         "ACS, tuned (defaults: jump rule, beta_max 0.5)": acs_tuned(discrete.TuningSettings(), 1),
         "ACS, tuned (paper's tuner: acceptance rule, beta_max 0.95)": acs_tuned(
             discrete.TuningSettings(alpha_max_rule="acceptance", beta_max=0.95), 2
@@ -958,7 +961,7 @@ def grid_table(target, rows):
 
 
 def targets_table(boltzmann_results, grid_results):
-    lines = ["| Issue target | Measured | Verdict |", "|---|---|---|"]
+    lines = ["| Acceptance target | Measured | Verdict |", "|---|---|---|"]
     for target, rows in grid_results:
         by_name = {row.name.split(",")[0].split(" (")[0]: row for row in rows}
         modes = len(target.grid.modes)
@@ -990,7 +993,7 @@ def targets_table(boltzmann_results, grid_results):
                 f"{'yes' if stays else '**no**: it finds the modes too'} |"
             )
         lines.append(
-            f"| ACS KL(empirical ‖ exact) below DMALA's (spec C8; {target.title}) | "
+            f"| ACS KL(empirical ‖ exact) below DMALA's ({target.title}) | "
             + "; ".join(f"{row.name.split(' (')[0]}: {row.kl:.3f}" for row in acs)
             + f" vs DMALA {dmala.kl:.3f} | {verdict(min(row.kl for row in acs) < dmala.kl)} |"
         )
@@ -1018,8 +1021,8 @@ def targets_table(boltzmann_results, grid_results):
         if target.name.endswith("cold"):
             gibbs = [row for row in rows if row.run.name.startswith("NumPyro")]
             lines.append(
-                f"| (issue's premise) NumPyro's kernels stall at the cold setting: ESS of a few "
-                f"dozen ({target.title}, {rows[0].run.samples['v'].shape[1]} draws x "
+                f"| (the benchmark's premise) NumPyro's kernels stall at the cold setting: ESS of "
+                f"a few dozen ({target.title}, {rows[0].run.samples['v'].shape[1]} draws x "
                 f"{rows[0].run.samples['v'].shape[0]} chains) | min ESS "
                 + ", ".join(
                     f"{row.run.name.removeprefix('NumPyro ')}: {row.ess_min:.0f}" for row in gibbs
@@ -1109,10 +1112,15 @@ def report(boltzmann_results, grid_results, arguments, settings, elapsed):
             if row.run.note
         ]
     if grid_results:
-        sections += ["", "## Synthetic multimodal ordinal targets (spec E1 / C8, Table 3)", ""]
+        sections += [
+            "",
+            "## Synthetic multimodal ordinal targets (Pynadath et al., 2024, Sec. 4.1, "
+            "App. D.1, Table 3)",
+            "",
+        ]
         for target, rows in grid_results:
             sections += [grid_table(target, rows), ""]
-    sections += ["## Issue targets", "", targets_table(boltzmann_results, grid_results), ""]
+    sections += ["## Acceptance targets", "", targets_table(boltzmann_results, grid_results), ""]
     sections += ["## JAX tracing and compilation time", "", compile_table(), ""]
     sections += ["## Notes", ""] + [f"- {note}" for note in counting_notes(settings)]
     return "\n".join(sections) + "\n"

@@ -267,8 +267,9 @@ def benchmark_boltzmann(seeds, sizes):
             (targets.boltzmann_relaxation_model, (relaxation,), {}),
         )
     rows.notes.append(
-        f"{title}: one system per seed; the base is the spec 3.2 mean-field mixture of the "
-        "tempering benchmark; AIS from the prior anneals the log cosh factor into N(0, I). "
+        f"{title}: one system per seed; the base is the tempering benchmark's mean-field "
+        "mixture (Graham & Storkey, 2017, Sec. 7.2); AIS from the prior anneals the log cosh "
+        "factor into N(0, I). "
         f"AIS: {sizes.boltzmann_particles} particles x "
         f"{ais_temperatures(sizes.boltzmann_budget, sizes.boltzmann_particles)} temperatures."
     )

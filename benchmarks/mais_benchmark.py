@@ -1,16 +1,16 @@
 """Benchmark marginalized AIS against AIS on random RBMs: the mAIS paper's Table I setting.
 
-Random +-1 RBMs with ``|V| = 20``, ``|H| = 40`` (mAIS paper Sec. IV, spec 3.1: biases
-``U[-0.001, 0.001]``, weights ``N(0, 1 / 60)``), ``1 / T`` in {1, 4, 8}, ``K`` in {10, 30, 60}
-with the linear schedule, ``N = 1000`` particles. Every run computes AIS (the eq. 42 kernel,
-three half-sweeps) and mAIS-V (the eq. 41 collapsed block-Gibbs kernel) on the same
-``v``-trajectories (``numpyro_extras.annealing.mais.paired_log_weights``). The exact free
-energy comes from enumerating the ``2^20`` visible states with the hidden layer summed
-analytically (eq. 39).
+Random +-1 RBMs with ``|V| = 20``, ``|H| = 40`` (Yasuda & Takahashi, the mAIS paper, Sec. IV:
+biases ``U[-0.001, 0.001]``, weights ``N(0, 1 / n)`` with ``n = |V| + |H| = 60``), ``1 / T`` in
+{1, 4, 8}, ``K`` in {10, 30, 60} with the linear schedule, ``N = 1000`` particles. Every run
+computes AIS (the eq. 42 kernel, three half-sweeps) and mAIS-V (the eq. 41 collapsed block-Gibbs
+kernel) on the same ``v``-trajectories (``numpyro_extras.annealing.mais.paired_log_weights``).
+The exact free energy comes from enumerating the ``2^20`` visible states with the hidden layer
+summed analytically (eq. 39).
 
 The report gives the per-spin free-energy bias ``E[f_app] - f`` (``f = F / n``, ``n = 60``) of
 both methods with standard errors over RBMs x trials, their ratio, the mean absolute percentage
-error (eq. 44), the paper's Table I values, the issue's target (mAIS bias at ``1/T = 8``,
+error (eq. 44), the paper's Table I values, our acceptance target (mAIS bias at ``1/T = 8``,
 ``K = 10`` at most 0.025 per spin, AIS's about 4 times larger), and the throughput in
 particles x temperatures per second for N = 100, 1000, 10000.
 
@@ -64,7 +64,7 @@ README_PARTICLES = 1000
 README_TEMPERATURES = 100
 # The README's nx.ais line compiles per call (seconds each): it runs on this many machines only.
 README_NX_AIS_MACHINES = 10
-# The issue's target: mAIS bias per spin at 1/T = 8, K = 10, and AIS's about 4 times larger.
+# Our acceptance target: mAIS bias per spin at 1/T = 8, K = 10, and AIS's about 4 times larger.
 TARGET_MAIS_BIAS = 0.025
 TARGET_SETTING = (8.0, 10)
 # Table I of the mAIS paper (average of 30 trials x 1000 RBMs): per 1/T, the true f and, per K,
@@ -455,7 +455,7 @@ def main(argv=None):
             "",
             accuracy_table(rows),
             "",
-            "## Issue target",
+            "## Acceptance target",
             "",
             *target_lines(rows),
             "",

@@ -106,7 +106,7 @@ METHODS = (
 # Mixture dimensions of seeds 0-9: the range 6-20, twice at the top.
 MIXTURE_DIMENSIONS = (6, 8, 10, 12, 14, 16, 18, 20, 12, 20)
 
-# The targets for the defaults.
+# Our acceptance targets for the defaults (checked in the report).
 MAX_MODE_WEIGHT_ERROR = 0.03
 MAX_STDERR = 0.15
 MAX_Z_SCORE = 3.0
