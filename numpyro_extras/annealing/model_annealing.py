@@ -814,7 +814,10 @@ def _warn_on_small_ess(evidence, num_particles, path_base, reverse):
 # Prior draws per particle for the check of a fitted base against plain importance sampling from
 # the prior: a likelihood evaluation each, about 1% of an annealing's model gradients.
 PRIOR_DRAWS_PER_PARTICLE = 10
-# How far (in combined standard errors) the prior's estimate may lie above the annealing's.
+# Beyond this many combined standard errors (a one-sided test at level 0.05) the prior's
+# estimate disagrees with the annealing's, and the gap between them floors the stderr.
+PRIOR_DISAGREEMENT_Z = 1.645
+# Beyond this many, the annealing also warns that its path missed mass.
 MISSED_MASS_Z = 4.0
 
 
@@ -846,12 +849,16 @@ def _check_against_prior(rng_key, split, model_key, evidence, num_draws):
     The path from a fitted Gaussian reaches only where its HMC moves can carry the particles:
     a mode the base does not cover, or a region where the posterior's scale shrinks (the neck
     of a centred hierarchical model's funnel), stays empty, and ``log Z`` comes out low with a
-    small error bar. A prior estimate
-    well above the annealing's shows that missing mass. With too few effective prior draws
-    (a likelihood much narrower than the prior, the usual case) the check says nothing.
+    small error bar. A prior estimate above the annealing's beyond their combined errors shows
+    that missing mass: the truth may lie as far off as the prior's estimate, so the gap between
+    the two is a floor for the stderr (the idea of a spread between independent chains as a
+    floor, with two estimators for the chains), and a gap of ``MISSED_MASS_Z`` combined errors
+    or more also warns. With too few effective prior draws (a likelihood much narrower than the
+    prior, the usual case) the check says nothing.
 
-    :return: ``evidence``, with a problem added (and a warning) when the prior's estimate lies
-        more than ``MISSED_MASS_Z`` combined standard errors above it.
+    :return: ``evidence``, its stderr raised to the gap when the prior's estimate lies more than
+        ``PRIOR_DISAGREEMENT_Z`` combined standard errors above it, and with a problem added
+        (and a warning) beyond ``MISSED_MASS_Z``.
     """
     log_likelihoods = _prior_log_likelihoods_fn(split, model_key)(rng_key, num_draws)
     try:
@@ -862,8 +869,11 @@ def _check_against_prior(rng_key, split, model_key, evidence, num_draws):
         return evidence
     combined_stderr = math.hypot(prior.stderr, evidence.stderr)
     gap = (prior.log_z - evidence.log_z) / combined_stderr if combined_stderr > 0 else 0.0
-    if gap <= MISSED_MASS_Z:
+    if gap <= PRIOR_DISAGREEMENT_Z:
         return evidence
+    floored = evidence._replace(stderr=max(evidence.stderr, prior.log_z - evidence.log_z))
+    if gap <= MISSED_MASS_Z:
+        return floored
     gap_text = "more than 1000" if gap > 1000 else f"{gap:.1f}"
     problem = (
         f"importance sampling from the prior ({num_draws} draws, ESS {prior.ess:.0f}) gives "
@@ -873,10 +883,11 @@ def _check_against_prior(rng_key, split, model_key, evidence, num_draws):
         "a region where the posterior's scale shrinks, as in the neck of a centred hierarchical "
         "model's funnel, where its HMC moves cannot carry the particles), so the estimate is "
         "low; use base='prior', a base that covers that mass (nx.fit_base with more "
-        "num_starts), or reparameterise a funnel (non-centred)"
+        "num_starts), or reparameterise a funnel (non-centred); its stderr is raised to the "
+        f"gap, {floored.stderr:.3f}"
     )
     warnings.warn(f"AIS {problem}.", UserWarning, stacklevel=3)
-    return evidence._replace(problems=(*evidence.problems, problem))
+    return floored._replace(problems=(*evidence.problems, problem))
 
 
 def ais(
@@ -936,9 +947,11 @@ def ais(
     (``mean p(y | x)`` over ten prior draws per particle, one likelihood evaluation each): the
     particles reach only where their HMC moves carry them, and where the posterior's scale
     shrinks (the neck of a centred hierarchical model's funnel) no particle may arrive, with
-    weights that show nothing. When the prior's estimate lies more than 4 combined standard
-    errors above the annealing's, ``ais`` warns and records the problem. The check says nothing
-    when the prior's draws have an ESS below 5% (a likelihood much narrower than the prior).
+    weights that show nothing. When the prior's estimate lies above the annealing's by more
+    than 1.645 combined standard errors (a one-sided test at level 0.05), the truth may lie as
+    far off as the prior's estimate: the stderr is raised to the gap between them; beyond 4,
+    ``ais`` also warns and records the problem. The check says nothing when the prior's draws
+    have an ESS below 5% (a likelihood much narrower than the prior).
 
     **Transitions.** Continuous sites: HMC with ``num_leapfrog_steps`` steps (BlackJAX's kernel,
     or for a continuous model without summed-out sites the same kernel keeping each particle's
