@@ -290,10 +290,12 @@ def centred_funnel_model(data):
 
     .. code-block:: python
 
-        from numpyro_extras.targets import FUNNEL_DATA, centred_funnel_log_evidence
-        evidence = nx.ais(key, centred_funnel_model, (jnp.array(FUNNEL_DATA),),
-                          num_particles=1000, num_temperatures=200, base="prior")
-        print(evidence.log_z, centred_funnel_log_evidence(FUNNEL_DATA))
+        from numpyro.infer.util import log_density
+        from numpyro_extras.targets import FUNNEL_DATA, centred_funnel_model
+        # the joint density in the neck: v = -6, every effect 0
+        log_joint, _ = log_density(
+            centred_funnel_model, (jnp.array(FUNNEL_DATA),), {}, {"v": -6.0, "x": jnp.zeros(5)}
+        )
     """
     v = numpyro.sample("v", dist.Normal(0.0, 3.0))
     x = numpyro.sample("x", dist.Normal(0.0, jnp.exp(v / 2)).expand([len(data)]).to_event(1))
@@ -315,6 +317,7 @@ def centred_funnel_log_evidence(data):
 
     .. code-block:: python
 
+        from numpyro_extras.targets import FUNNEL_DATA, centred_funnel_log_evidence
         log_z = centred_funnel_log_evidence(FUNNEL_DATA)  # -6.0827...
     """
     data = np.asarray(data, dtype=np.float64)
