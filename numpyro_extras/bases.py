@@ -19,6 +19,8 @@ import scipy.linalg
 from jax.scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
+from numpyro_extras.compilation import quick_jit
+
 __all__ = [
     "BaseCoverageWarning",
     "GaussianBase",
@@ -313,13 +315,13 @@ class MixtureBase(NamedTuple):
 
 # The draws are compiled programs: called outside a trace (a kernel's starting points, an
 # importance-sampling estimate), each primitive of a draw would otherwise compile on its own.
-@functools.partial(jax.jit, static_argnums=2)
+@functools.partial(quick_jit, static_argnums=2)
 def _gaussian_draws(base: GaussianBase, rng_key, sample_shape):
     noise = jax.random.normal(rng_key, sample_shape + (base.dimension,))
     return base.loc + noise @ base.scale_tril.T
 
 
-@functools.partial(jax.jit, static_argnums=2)
+@functools.partial(quick_jit, static_argnums=2)
 def _mixture_draws(base: MixtureBase, rng_key, sample_shape):
     component_key, noise_key = jax.random.split(rng_key)
     components = jax.random.categorical(

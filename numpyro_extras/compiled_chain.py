@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import jax
 
+from numpyro_extras.compilation import quick_jit
+
 __all__ = ["BuildTag", "CompiledChain", "compiled_chain", "evaluated_now"]
 
 _unique_builds = itertools.count()
@@ -133,10 +135,10 @@ def compiled_chain(previous: CompiledChain | None, build_key, build_fn) -> Compi
     step_batch = rest[1] if len(rest) > 1 else _over_chains(step_one)
     return CompiledChain(
         build_key,
-        jax.jit(init_one),
+        quick_jit(init_one),
         step_one,
         refresh_one,
-        jax.jit(jax.vmap(init_one)),
+        quick_jit(jax.vmap(init_one)),
         step_batch,
         _over_chains(refresh_one),
         tag,

@@ -37,6 +37,7 @@ from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 from numpyro.infer.mcmc import MCMC, MCMCKernel
 from numpyro.util import is_prng_key
 
+from numpyro_extras.compilation import quick_jit
 from numpyro_extras.compiled_chain import compiled_chain, evaluated_now
 from numpyro_extras.potential import arguments_fingerprint
 from numpyro_extras.validation import check_count, check_real
@@ -185,7 +186,7 @@ class ExtrasKernel(MCMCKernel):
         later runs on the same target (a new ``jax.jit`` would compile it again)."""
         built = self._batch_draws
         if built is None or built[0] is None or built[0] != self._prepared_for:
-            built = self._batch_draws = (self._prepared_for, jax.jit(jax.vmap(draw_position)))
+            built = self._batch_draws = (self._prepared_for, quick_jit(jax.vmap(draw_position)))
         return starting_positions(
             rng_key, init_params, batched, draw_position, dimension, batch_draw=built[1]
         )
@@ -448,7 +449,7 @@ def starting_positions(
     """
     if batched:
         keys = jax.vmap(jax.random.split)(rng_key)
-        batch_draw = batch_draw or jax.jit(jax.vmap(draw_position))
+        batch_draw = batch_draw or quick_jit(jax.vmap(draw_position))
         positions = batch_draw(keys[:, 1], init_params)
         chain_keys = keys[:, 0]
     else:

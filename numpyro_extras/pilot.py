@@ -16,6 +16,7 @@ import numpy as np
 from numpyro.infer import NUTS
 from numpyro.infer.hmc import hmc
 
+from numpyro_extras.compilation import quick_jit
 from numpyro_extras.kernel import hmc_settings
 from numpyro_extras.progress import run_chunks
 
@@ -97,13 +98,13 @@ def nuts_draws(
     num_chains = starts.shape[0]
     init_kernel, sample_kernel = hmc(potential_fn, algo="NUTS")
     _, settings = hmc_settings(NUTS)
-    states = jax.jit(
+    states = quick_jit(
         jax.vmap(lambda start, key: init_kernel(start, num_warmup, rng_key=key, **settings))
     )(starts, jax.random.split(rng_key, num_chains))
     total = num_warmup + num_samples
     chunk = _chunk_length(total)
 
-    @jax.jit
+    @quick_jit
     def run_chunk(states, _):
         def transition(states, _):
             states = jax.vmap(sample_kernel)(states)

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
+from numpyro_extras.compilation import quick_jit
 from numpyro_extras.validation import check_count, check_rng_key
 
 __all__ = [
@@ -262,7 +263,7 @@ def _enumerated_states(indices, num_units, low):
     return jnp.where(bits == 1, 1.0, low).astype(jnp.result_type(float))
 
 
-@functools.partial(jax.jit, static_argnums=2)
+@functools.partial(quick_jit, static_argnums=2)
 def _enumerated_log_partition(machine, beta, chunk_size):
     num_states = 2**machine.num_visible
     num_chunks = -(-num_states // chunk_size)

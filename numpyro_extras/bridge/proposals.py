@@ -13,6 +13,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from numpyro_extras.bases import MixtureBase
+from numpyro_extras.compilation import quick_jit
 
 __all__ = ["fit_gaussian", "fit_mixture", "component_log_densities", "MAX_COMPONENTS"]
 
@@ -27,7 +28,7 @@ _EM_TOLERANCE = 1e-3
 _COVARIANCE_JITTER = 1e-6
 
 
-@jax.jit
+@quick_jit
 def _component_log_densities(mixture: MixtureBase, points):
     return jax.vmap(mixture.component_log_densities)(points)
 

@@ -20,6 +20,7 @@ from numpyro.infer.gibbs import with_conditioning
 from numpyro.infer.hmc import hmc
 from numpyro.util import not_jax_tracer
 
+from numpyro_extras.compilation import quick_jit
 from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.discrete.proposal import (
     KINDS,
@@ -863,7 +864,7 @@ def _first_order_is_faithful(latent, layout) -> bool:
     # Drawing the points and comparing in one compiled call: run op by op, the prior draws alone
     # would compile every sampling operation of the model separately.
     try:
-        errors = jax.jit(errors_from)(jax.random.PRNGKey(0))
+        errors = quick_jit(errors_from)(jax.random.PRNGKey(0))
     except NOT_DIFFERENTIABLE_ERRORS:
         return False
     if not not_jax_tracer(errors):

@@ -21,6 +21,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import find_stack_level, not_jax_tracer
 
 from numpyro_extras.bases import GaussianBase, MixtureBase, validate_base
+from numpyro_extras.compilation import quick_jit
 from numpyro_extras.discrete.kernels import ACS, DiscreteTarget
 from numpyro_extras.discrete.proposal import decode
 from numpyro_extras.exchange.chains import (
@@ -648,15 +649,15 @@ class ReplicaExchange(ExtrasKernel):
         )
         scan, settings = self._scan(pilot_count, pilot_count)
         description = "replica exchange" + (" (both legs)" if self.stabilized else "")
-        positions = jax.jit(
+        positions = quick_jit(
             lambda key: self._initial_positions(key, None, pilot_count, pilot_count)
         )(position_key)
-        state = jax.jit(functools.partial(scan.init, num_warmup=PILOT_TUNING_SCANS, **settings))(
+        state = quick_jit(functools.partial(scan.init, num_warmup=PILOT_TUNING_SCANS, **settings))(
             positions, run_key
         )
         step = scan_step(scan.parts(PILOT_TUNING_SCANS))
 
-        @jax.jit
+        @quick_jit
         def run_chunk(state, _):
             return jax.lax.fori_loop(0, PILOT_CHUNK, lambda _, state: step(state), state), None
 

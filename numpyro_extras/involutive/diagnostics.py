@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from numpyro_extras.compilation import quick_jit
 from numpyro_extras.involutive.chains import involutive_proposal
 from numpyro_extras.involutive.networks import InvolutiveProposal, involution
 from numpyro_extras.validation import check_rng_key
@@ -60,7 +61,7 @@ def involution_check(params: InvolutiveProposal, rng_key, num_points=256, spread
     return InvolutionCheck(float(error), float(log_det))
 
 
-@partial(jax.jit, static_argnums=(2,))
+@partial(quick_jit, static_argnums=(2,))
 def _check(params, rng_key, num_points, spread):
     n = params.dimension
     noise = spread * jax.random.normal(rng_key, (num_points, 2 * n), params.loc.dtype)

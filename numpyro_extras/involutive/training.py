@@ -12,6 +12,7 @@ the kernel itself, run with the exact Metropolis-Hastings acceptance (the bootst
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 import warnings
@@ -24,6 +25,7 @@ import optax
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
 from numpyro_extras.bases import MixtureBase
+from numpyro_extras.compilation import quick_jit
 from numpyro_extras.involutive.chains import ai_init, ai_step
 from numpyro_extras.involutive.networks import (
     InvolutionConfig,
@@ -437,7 +439,7 @@ def train_ai_sampler(
     )
     # Compiled once here, the potential is not traced op by op wherever it runs outside a jit
     # (the pilot's checks of its starts and NUTS's set-up).
-    potential_fn = jax.jit(flat_model.potential_fn)
+    potential_fn = quick_jit(flat_model.potential_fn)
     dimension = flat_model.dimension
     dtype = flat_model.initial_position.dtype
     seed_evaluations = 0
@@ -481,7 +483,7 @@ def train_ai_sampler(
         seed_shape = kept_shape = (kept_shape[0], max(seed_shape[1], kept_shape[1]))
         seed_rows = max(seed_rows, num_kept_points)
 
-    @jax.jit
+    @quick_jit
     def initial_networks(init_key, loc, scale, seed):
         flow_key, discriminator_key, chains_key = jax.random.split(init_key, 3)
         proposal = init_proposal(flow_key, config, loc, scale, sites=sites)
@@ -500,11 +502,12 @@ def train_ai_sampler(
         return proposal, networks, seed_standardized, positions
 
     proposal, networks, seed_standardized, positions = initial_networks(init_key, loc, scale, seed)
-    train = jax.jit(train)
-    batches = jax.jit(_extended_batches, static_argnums=(2, 3))
+    # The updates and the flow's chains run for seconds: LLVM's optimisation pays there.
+    train = quick_jit(train, optimize=True)
+    batches = quick_jit(_extended_batches, static_argnums=(2, 3))
     run_bootstrap = _bootstrap(proposal, potential_fn, settings)
 
-    @jax.jit
+    @functools.partial(quick_jit, optimize=True)
     def bootstrap(flow_params, positions, rng_key):
         positions, kept, accept_rate = run_bootstrap(flow_params, positions, rng_key)
         standardized = proposal.standardize(kept.reshape(-1, dimension))
@@ -677,7 +680,7 @@ def _mean_and_covariance(points):
 def _check_draws(proposal, potential_fn, starts, rng_key, settings):
     """Draws ``(chains, MIXING_CHECK_STEPS, D)`` of ``proposal``'s kernel from ``starts``."""
     check_settings = settings._replace(burn_in=0, num_kept=MIXING_CHECK_STEPS)
-    run = jax.jit(_bootstrap(proposal, potential_fn, check_settings))
+    run = quick_jit(_bootstrap(proposal, potential_fn, check_settings), optimize=True)
     _, kept, _ = run(proposal.params, starts, rng_key)
     return np.swapaxes(np.asarray(kept, dtype=np.float64), 0, 1)
 
@@ -692,7 +695,7 @@ def _mode_weight_ess(draws, mixture):
     mixture's components, a draw belonging to the one nearest in density. It bounds how well a
     run's mode weights are known: chains that switch often but visit some modes in the wrong
     proportions (an involution pairing some modes only) have a small one."""
-    log_densities = jax.jit(jax.vmap(jax.vmap(mixture.component_log_densities)))(
+    log_densities = quick_jit(jax.vmap(jax.vmap(mixture.component_log_densities)))(
         jnp.asarray(draws, mixture.component_locs.dtype)
     )
     labels = np.argmax(np.asarray(log_densities), axis=-1)
@@ -803,7 +806,7 @@ def _standardization(seed, whiten):
     return loc, std[:, None] * cholesky
 
 
-@jax.jit
+@quick_jit
 def _seed_moments(seed):
     """The seed draws' mean, standard deviations (unit where a coordinate never moves) and the
     Cholesky factor of their correlation matrix, in one compiled call."""
@@ -820,7 +823,7 @@ def _swap_acceptance(rng_key, seed, loc, scale, potential_fn, max_points=1000):
     ``v' = scale^-1 (x - loc)`` from (up to ``max_points``) seed draws ``x`` with fresh
     ``v ~ N(0, I)``: the acceptance of an independence proposal from the Gaussian fit."""
 
-    @jax.jit
+    @quick_jit
     def acceptance(rng_key, seed, loc, scale):
         subset_key, momentum_key = jax.random.split(rng_key)
         if seed.shape[0] > max_points:

@@ -38,6 +38,7 @@ from numpyro.infer import MCMC
 from tqdm.auto import tqdm
 
 from numpyro_extras.bases import GaussianBase
+from numpyro_extras.compilation import quick_jit
 from numpyro_extras.exchange import ReplicaExchange
 from numpyro_extras.pilot import dispersed_starts, nuts_draws
 from numpyro_extras.potential import flat_target, site_shapes
@@ -566,7 +567,7 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
             tolerance=settings.tolerance,
             validation_fraction=settings.validation_fraction,
         )
-        return jax.jit(jax.vmap(one))
+        return quick_jit(jax.vmap(one), optimize=True)
 
     def search_one(rng_key, proposal, data, grid):
         start_key, latent_key, proposal_key, uniform_key = jax.random.split(rng_key, 4)
@@ -677,8 +678,9 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
         train_final=train(
             settings.epochs, None if settings.full_final_training else settings.patience
         ),
-        search=jax.jit(jax.vmap(search_one, in_axes=(0, 0, 0, None))),
-        run=jax.jit(run),
+        # Training, search and data runs take seconds each: LLVM's optimisation pays there.
+        search=quick_jit(jax.vmap(search_one, in_axes=(0, 0, 0, None)), optimize=True),
+        run=quick_jit(run, optimize=True),
     )
 
 
@@ -989,7 +991,7 @@ def _largest_mean_score(log_density_fn, draws):
     density is 0 (integration by parts, where ``p`` vanishes at the boundary), so ``z`` is about
     normal; draws stuck in a region ``p`` barely weighs have the gradient pointing the same way
     at every one of them. Draws whose gradient is not finite are left out."""
-    gradients = np.asarray(jax.jit(jax.vmap(jax.grad(log_density_fn)))(draws), np.float64)
+    gradients = np.asarray(quick_jit(jax.vmap(jax.grad(log_density_fn)))(draws), np.float64)
     gradients = gradients[np.all(np.isfinite(gradients), axis=1)]
     if gradients.shape[0] < 2:
         return 0.0, 0

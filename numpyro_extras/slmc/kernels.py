@@ -17,6 +17,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
+from numpyro_extras.compilation import quick_jit
 from numpyro_extras.kernel import (
     ExtrasKernel,
     calling_mcmc_progress_bar,
@@ -289,7 +290,7 @@ class VAESLMC(ExtrasKernel):
         num_latents = self._num_latents if self._num_latents > 1 else None
         proposal, acceptance = self._proposal, self._acceptance
 
-        @jax.jit
+        @quick_jit
         def expected_rate(keys):
             proposed = jax.vmap(
                 lambda k: draw_proposal(

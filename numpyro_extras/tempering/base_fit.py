@@ -30,6 +30,7 @@ from numpyro_extras.bases import (
     ModeSearchWarning,
     weighted_gaussian,
 )
+from numpyro_extras.compilation import quick_jit, split_key
 from numpyro_extras.evidence import UNRELIABLE_PARETO_K
 from numpyro_extras.kernel import hmc_settings
 from numpyro_extras.potential import FlatModel, flatten_model
@@ -70,7 +71,7 @@ class _LocalFit(NamedTuple):
 GAUSSIAN_STARTS = 4
 
 # One compiled program instead of an eager operation per primitive at every call.
-_importance_ess = jax.jit(effective_sample_size)
+_importance_ess = quick_jit(effective_sample_size)
 
 
 def numpy_rng(rng_key) -> np.random.Generator:
@@ -191,7 +192,7 @@ def _variational_fitter(flat_model, full_rank, settings):
     # The steps run in compiled chunks so that a progress bar can report between them.
     chunk_length = max(1, num_steps // 20)
 
-    @jax.jit
+    @quick_jit
     def run_chunk(states, progress):
         # progress: each step's share of the fit's steps done, the same for every fit.
         return jax.lax.scan(jax.vmap(one_step, (0, None)), states, progress)
@@ -243,11 +244,11 @@ def _variational_fitter(flat_model, full_rank, settings):
         check_elbo = elbo_on_draws(polished[0], _scale_tril(*polished[1:]))
         return polished, check_elbo, check_elbo > elbo_on_draws(params[0], _scale_tril(*params[1:]))
 
-    @jax.jit
+    @quick_jit
     def polish_all(params):
         return jax.vmap(polish)(params)
 
-    @jax.jit
+    @quick_jit
     def moments_and_elbos(params, seed):
         rng_keys = jax.random.split(jax.random.key(seed, impl="unsafe_rbg"), len(params[0]))
 
@@ -293,7 +294,7 @@ def _variational_fitter(flat_model, full_rank, settings):
         )
         return jnp.any(positive & (far > 0) & quadratic & (mismatch > jnp.log(UNSETTLED_RATIO)))
 
-    @jax.jit
+    @quick_jit
     def start_states(starts, seed):
         # The draws of the fits' ELBO estimates come from XLA's bit generator: a threefry draw
         # in the vmapped, scanned step compiles into a program three times as large, and the
@@ -396,7 +397,7 @@ def vectorized_potential(potential_fn):
     :param potential_fn: ``x -> phi(x)`` for one flat point.
     :return: ``positions (N, D) numpy -> phi (N,) numpy float64``.
     """
-    compiled = jax.jit(jax.vmap(potential_fn))
+    compiled = quick_jit(jax.vmap(potential_fn))
 
     def batched(positions):
         num_rows = len(positions)
@@ -469,7 +470,7 @@ def _prior_positions(rng_key, model, model_args, model_kwargs, flat_model, num_d
         return jax.vmap(flat_model.ravel_fn)(draws)
 
     try:
-        positions = np.asarray(jax.jit(prior_positions)(rng_key), dtype=np.float64)
+        positions = np.asarray(quick_jit(prior_positions)(rng_key), dtype=np.float64)
     except NotImplementedError:
         # An improper prior (ImproperUniform) has no sampler: the fits start from uniform draws.
         return np.zeros((0, flat_model.dimension))
@@ -654,7 +655,7 @@ def _local_optima(potential_fn, starts, num_steps, dtype, learning_rate=0.1) -> 
     value_and_gradient = jax.vmap(jax.value_and_grad(potential_fn))
     optimizer = optax.adam(optax.cosine_decay_schedule(learning_rate, num_steps, alpha=0.01))
 
-    @jax.jit
+    @quick_jit
     def minimise(positions):
         def step(carry, _):
             positions, optimizer_state = carry
@@ -983,7 +984,7 @@ def fit_base(
     if bootstrap_rounds is None:
         bootstrap_rounds = 4 if method == "mixture" else 0
     # Keys as NumPy arrays: slicing them then compiles nothing.
-    init_key, fits_key, bootstrap_key = np.asarray(jax.random.split(rng_key, 3))
+    init_key, fits_key, bootstrap_key = np.asarray(split_key(rng_key, 3))
     if flat_model is None:
         flat_model = flatten_model(
             init_key, model, model_args, model_kwargs, kernel_name="fit_base"
@@ -1046,7 +1047,7 @@ def fit_base(
         )
     rng = numpy_rng(bootstrap_key)
     batched_potential = vectorized_potential(flat_model.potential_fn)
-    round_keys = np.asarray(jax.random.split(bootstrap_key, bootstrap_rounds + 1))
+    round_keys = np.asarray(split_key(bootstrap_key, bootstrap_rounds + 1))
     fits = _drop_duplicates(fits, duplicate_tolerance, batched_potential)
     base, estimate = _mixture_base(
         round_keys[0], batched_potential, fits, prior_positions, settings, dtype

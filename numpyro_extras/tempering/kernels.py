@@ -22,6 +22,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
 from numpyro_extras.bases import GaussianBase, validate_base
+from numpyro_extras.compilation import quick_jit, split_each_key, split_key
 from numpyro_extras.kernel import (
     ExtrasKernel,
     calling_mcmc_progress_bar,
@@ -60,7 +61,7 @@ MIN_MODES_FOR_MORE_MOVES = 8
 
 @lru_cache(maxsize=8)
 def _batched_value_and_grad(potential_fn):
-    return jax.jit(jax.vmap(jax.value_and_grad(potential_fn)))
+    return quick_jit(jax.vmap(jax.value_and_grad(potential_fn)))
 
 
 class _ContinuousTemperingKernel(ExtrasKernel):
@@ -203,9 +204,7 @@ class _ContinuousTemperingKernel(ExtrasKernel):
             check_finite_potential(self._flat_model.potential_fn, positions[chain], what)
 
     def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
-        position_keys = (
-            jax.vmap(jax.random.split)(rng_key) if batched else jax.random.split(rng_key)
-        )
+        position_keys = split_each_key(rng_key) if batched else split_key(rng_key)
         chain_keys = position_keys[..., 0, :] if batched else position_keys[0]
         draw_keys = position_keys[..., 1, :] if batched else position_keys[1]
         positions = self._initial_positions(draw_keys, init_params, batched)
