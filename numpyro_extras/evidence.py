@@ -3,9 +3,12 @@ pieces of their standard errors that every family shares."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
+from blackjax.smc.ess import ess as effective_sample_size
 from scipy.special import logsumexp
 from scipy.stats import chi2
 
@@ -24,6 +27,8 @@ __all__ = [
     "UNRELIABLE_PARETO_K",
     "INFINITE_VARIANCE_PARETO_K",
     "pareto_tail_index",
+    "evidence_from_log_weights",
+    "MIN_ESS_FOR_STDERR",
 ]
 
 # Thresholds of the chain-agreement check (chains_disagree), one of the run checks behind the
@@ -228,3 +233,49 @@ def spread_floored_stderr(agreement: ChainAgreement | None, stderr) -> float:
     ):
         return max(stderr, agreement.between_stderr)
     return stderr
+
+
+# Fewer effective particles than this give no standard error (it is infinite).
+MIN_ESS_FOR_STDERR = 10.0
+
+
+def evidence_from_log_weights(log_weights, log_z0=0.0, *, reverse=False) -> Evidence:
+    """``log Z`` from AIS log weights (mAIS paper eq. 15-16, in log space), with its error.
+
+    Forward: ``log Z = log Z_0 + log mean exp(log_weights)``. Reverse (bidirectional Monte
+    Carlo, the weights of a run from the target to the base estimate ``Z_0 / Z``):
+    ``log Z = log Z_0 - log mean exp(log_weights)``, whose expectation is an upper bound on
+    ``log Z`` just as the forward one's is a lower bound (Jensen).
+
+    The stderr is the delta-method error of the log of a mean, ``sd(w) / (sqrt(N) mean(w))``
+    with ``w`` the normalised weights; the ESS is ``(sum w)^2 / sum w^2``. Both are unreliable
+    when the weights are heavy-tailed (a small ESS says so), and below an ESS of 10 the stderr
+    is infinite: so few weights say nothing of their spread.
+
+    :param log_weights: array ``(N,)``; ``-inf`` entries are particles with zero weight.
+    :param float log_z0: ``log Z_0`` of the starting density.
+    :param bool reverse: the weights come from a reverse run.
+    :return: :class:`~numpyro_extras.Evidence` with ``log_weights`` and ``ess``.
+    :raises ValueError: if no particle has a finite weight.
+    """
+    log_weights = np.asarray(log_weights, dtype=np.float64)
+    if log_weights.size == 0:
+        raise ValueError("No log weights: the run had zero particles.")
+    if np.any(np.isnan(log_weights)) or not np.any(np.isfinite(log_weights)):
+        raise ValueError(
+            "No particle has a finite log weight: every trajectory hit a non-finite density."
+        )
+    num_particles = log_weights.size
+    log_mean = float(logsumexp(log_weights)) - math.log(num_particles)
+    normalised = np.exp(log_weights - np.max(log_weights))
+    ess = float(effective_sample_size(jnp.asarray(log_weights)))
+    relative = normalised / normalised.mean()
+    # Weights carried by a handful of particles estimate their own spread no better than the
+    # mean: with one dominant weight the delta method gives exactly 1 whatever the error.
+    stderr = (
+        float(np.std(relative, ddof=1) / math.sqrt(num_particles))
+        if num_particles > 1 and ess >= MIN_ESS_FOR_STDERR
+        else math.inf
+    )
+    log_z = float(log_z0) - log_mean if reverse else float(log_z0) + log_mean
+    return Evidence(log_z, stderr, jnp.asarray(log_weights), ess)

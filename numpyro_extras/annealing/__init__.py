@@ -11,7 +11,6 @@ from numpyro_extras.annealing.boltzmann_models import ising_model, rbm_model
 from numpyro_extras.annealing.driver import (
     AnnealingResult,
     anneal,
-    evidence_from_log_weights,
     inverse_temperature_schedule,
 )
 from numpyro_extras.annealing.mais import (
@@ -21,6 +20,7 @@ from numpyro_extras.annealing.mais import (
     marginalized_ais_boltzmann,
 )
 from numpyro_extras.annealing.model_annealing import ais
+from numpyro_extras.evidence import evidence_from_log_weights
 
 __all__ = [
     "ais",

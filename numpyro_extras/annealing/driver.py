@@ -20,10 +20,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from blackjax.smc.ess import ess as effective_sample_size
-from jax.scipy.special import logsumexp
 
-from numpyro_extras.evidence import Evidence
+from numpyro_extras.compilation import quick_jit, split_key
 from numpyro_extras.progress import run_chunks
 from numpyro_extras.validation import check_count
 
@@ -33,7 +31,6 @@ __all__ = [
     "AnnealingResult",
     "anneal",
     "compiled_annealing_chunk",
-    "evidence_from_log_weights",
     "inverse_temperature_schedule",
 ]
 
@@ -189,7 +186,7 @@ def anneal(
     beta_next = jnp.concatenate([betas[1:], jnp.full((pad,), betas[-1], dtype)])
     transitions = jnp.asarray(np.concatenate([do_transition, np.zeros(pad, bool)]))
     active = jnp.asarray(np.arange(padded) < num_steps)
-    step_keys = jax.random.split(rng_key, padded)
+    step_keys = split_key(rng_key, padded)
     inputs = (beta_previous, beta_next, step_keys, transitions, active)
 
     run_chunk = compiled_annealing_chunk(
@@ -289,57 +286,13 @@ def compiled_annealing_chunk(
         trace = log_weights if keep_trace else None
         return (positions, log_weights, kernel_state), (acceptance, trace)
 
-    return jax.jit(
+    return quick_jit(
         lambda carry, chunk, parameters: jax.lax.scan(
             lambda step_carry, inputs: one_step(parameters, step_carry, inputs), carry, chunk
         )
     )
 
 
-def evidence_from_log_weights(log_weights, log_z0=0.0, *, reverse=False) -> Evidence:
-    """``log Z`` from AIS log weights (mAIS paper eq. 15-16, in log space), with its error.
-
-    Forward: ``log Z = log Z_0 + log mean exp(log_weights)``. Reverse (bidirectional Monte
-    Carlo, the weights of a run from the target to the base estimate ``Z_0 / Z``):
-    ``log Z = log Z_0 - log mean exp(log_weights)``, whose expectation is an upper bound on
-    ``log Z`` just as the forward one's is a lower bound (Jensen).
-
-    The stderr is the delta-method error of the log of a mean, ``sd(w) / (sqrt(N) mean(w))``
-    with ``w`` the normalised weights; the ESS is ``(sum w)^2 / sum w^2``. Both are unreliable
-    when the weights are heavy-tailed (a small ESS says so), and below an ESS of 10 the stderr
-    is infinite: so few weights say nothing of their spread.
-
-    :param log_weights: array ``(N,)``; ``-inf`` entries are particles with zero weight.
-    :param float log_z0: ``log Z_0`` of the starting density.
-    :param bool reverse: the weights come from a reverse run.
-    :return: :class:`~numpyro_extras.Evidence` with ``log_weights`` and ``ess``.
-    :raises ValueError: if no particle has a finite weight.
-    """
-    log_weights = np.asarray(log_weights, dtype=np.float64)
-    if log_weights.size == 0:
-        raise ValueError("No log weights: the run had zero particles.")
-    if np.any(np.isnan(log_weights)) or not np.any(np.isfinite(log_weights)):
-        raise ValueError(
-            "No particle has a finite log weight: every trajectory hit a non-finite density."
-        )
-    num_particles = log_weights.size
-    log_mean = float(logsumexp(log_weights)) - math.log(num_particles)
-    normalised = np.exp(log_weights - np.max(log_weights))
-    ess = float(effective_sample_size(jnp.asarray(log_weights)))
-    relative = normalised / normalised.mean()
-    # Weights carried by a handful of particles estimate their own spread no better than the
-    # mean: with one dominant weight the delta method gives exactly 1 whatever the error.
-    stderr = (
-        float(np.std(relative, ddof=1) / math.sqrt(num_particles))
-        if num_particles > 1 and ess >= MIN_ESS_FOR_STDERR
-        else math.inf
-    )
-    log_z = float(log_z0) - log_mean if reverse else float(log_z0) + log_mean
-    return Evidence(log_z, stderr, jnp.asarray(log_weights), ess)
-
-
-# Fewer effective particles than this give no standard error (it is infinite).
-MIN_ESS_FOR_STDERR = 10.0
 # Below this fraction of the particles a few weights carry the estimate, and the sample variance
 # of those few weights understates the error: a wrong log Z would come with a small error bar.
 MIN_ESS_FRACTION = 0.05

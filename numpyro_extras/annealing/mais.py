@@ -19,11 +19,10 @@ import jax.numpy as jnp
 from numpyro_extras.annealing.boltzmann import BipartiteBoltzmann, log_unit_sum
 from numpyro_extras.annealing.driver import (
     anneal,
-    evidence_from_log_weights,
     inverse_temperature_schedule,
     warn_on_small_ess,
 )
-from numpyro_extras.evidence import Evidence
+from numpyro_extras.evidence import Evidence, evidence_from_log_weights
 from numpyro_extras.validation import check_rng_key
 
 __all__ = [

@@ -36,21 +36,22 @@ import numpy as np
 import scipy.linalg
 
 from numpyro_extras.annealing.driver import (
-    MIN_ESS_FRACTION,
     anneal,
-    evidence_from_log_weights,
     inverse_temperature_schedule,
     warn_on_small_ess,
 )
 from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase, validate_base
-from numpyro_extras.evidence import Evidence
+from numpyro_extras.compilation import fold_in_key, quick_jit, split_key
+from numpyro_extras.evidence import Evidence, evidence_from_log_weights
 from numpyro_extras.metropolis import metropolis_accept, select
 from numpyro_extras.potential import (
     SplitModel,
     arguments_fingerprint,
     check_proper_prior,
+    flatten_model,
     split_model,
 )
+from numpyro_extras.prior_check import check_against_prior, prior_log_likelihoods_fn
 from numpyro_extras.tempering.base_fit import fit_base
 from numpyro_extras.validation import (
     check_count,
@@ -456,7 +457,7 @@ def _linear_path_functions(split, kind, settings):
             adaptation, acceptance = _adapt(x, accepted, alive, adaptation, settings)
         return (x, discrete, terms), adaptation, acceptance
 
-    @jax.jit
+    @quick_jit
     def initialize_fn(positions, parameters):
         x, discrete = positions
         return x, discrete, jax.vmap(terms_fn, in_axes=(0, None))(x, parameters)
@@ -661,7 +662,17 @@ def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, pro
         fit_model, fit_args, fit_kwargs = _flat_marginal_model(split), (), {}
     else:
         fit_model, fit_args, fit_kwargs = model, model_args, model_kwargs
-    fit = partial(fit_base, fit_key, fit_model, fit_args, fit_kwargs, progress_bar=progress_bar)
+    # Flattened once for both fits (only its potential and maps are used, not its start).
+    flat_model = flatten_model(fit_key, fit_model, fit_args, fit_kwargs, kernel_name="nx.ais")
+    fit = partial(
+        fit_base,
+        fit_key,
+        fit_model,
+        fit_args,
+        fit_kwargs,
+        progress_bar=progress_bar,
+        flat_model=flat_model,
+    )
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -814,80 +825,32 @@ def _warn_on_small_ess(evidence, num_particles, path_base, reverse):
 # Prior draws per particle for the check of a fitted base against plain importance sampling from
 # the prior: a likelihood evaluation each, about 1% of an annealing's model gradients.
 PRIOR_DRAWS_PER_PARTICLE = 10
-# Beyond this many combined standard errors (a one-sided test at level 0.05) the prior's
-# estimate disagrees with the annealing's, and the gap between them floors the stderr.
-PRIOR_DISAGREEMENT_Z = 1.645
-# Beyond this many, the annealing also warns that its path missed mass.
-MISSED_MASS_Z = 4.0
-
-
-def _prior_log_likelihoods_fn(split, model_key):
-    """``fn(rng_key, num_draws)``: ``log p(y | x)`` at ``num_draws`` prior draws, compiled once
-    per model and arguments (cached) so that a repeated call does not compile again."""
-    cache_key = None if model_key is None else (model_key, "prior log likelihoods")
-    fn = _cache_get(_FUNCTION_CACHE, cache_key)
-    if fn is None:
-
-        def prior_log_likelihoods(rng_key, num_draws):
-            x, discrete = split.sample_prior_fn(rng_key, num_draws)
-            return jax.lax.map(
-                lambda position: split.log_likelihood_fn(*position),
-                (x, discrete),
-                batch_size=min(num_draws, 1024),
-            )
-
-        fn = jax.jit(prior_log_likelihoods, static_argnums=1)
-        _cache_put(_FUNCTION_CACHE, cache_key, fn)
-    return fn
 
 
 def _check_against_prior(rng_key, split, model_key, evidence, num_draws):
-    """Compare a run from a fitted base with importance sampling from the prior.
-
-    ``mean_i p(y | x_i)`` over prior draws ``x_i`` is an unbiased estimate of ``Z`` whose error
-    is measurable whenever its ESS is not tiny, and prior draws reach everywhere the prior does.
-    The path from a fitted Gaussian reaches only where its HMC moves can carry the particles:
-    a mode the base does not cover, or a region where the posterior's scale shrinks (the neck
-    of a centred hierarchical model's funnel), stays empty, and ``log Z`` comes out low with a
-    small error bar. A prior estimate above the annealing's beyond their combined errors shows
-    that missing mass: the truth may lie as far off as the prior's estimate, so the gap between
-    the two is a floor for the stderr (the idea of a spread between independent chains as a
-    floor, with two estimators for the chains), and a gap of ``MISSED_MASS_Z`` combined errors
-    or more also warns. With too few effective prior draws (a likelihood much narrower than the
-    prior, the usual case) the check says nothing.
-
-    :return: ``evidence``, its stderr raised to the gap when the prior's estimate lies more than
-        ``PRIOR_DISAGREEMENT_Z`` combined standard errors above it, and with a problem added
-        (and a warning) beyond ``MISSED_MASS_Z``.
-    """
-    log_likelihoods = _prior_log_likelihoods_fn(split, model_key)(rng_key, num_draws)
-    try:
-        prior = evidence_from_log_weights(log_likelihoods)
-    except ValueError:  # no prior draw with a finite likelihood
-        return evidence
-    if prior.ess < MIN_ESS_FRACTION * num_draws or not math.isfinite(evidence.stderr):
-        return evidence
-    combined_stderr = math.hypot(prior.stderr, evidence.stderr)
-    gap = (prior.log_z - evidence.log_z) / combined_stderr if combined_stderr > 0 else 0.0
-    if gap <= PRIOR_DISAGREEMENT_Z:
-        return evidence
-    floored = evidence._replace(stderr=max(evidence.stderr, prior.log_z - evidence.log_z))
-    if gap <= MISSED_MASS_Z:
-        return floored
-    gap_text = "more than 1000" if gap > 1000 else f"{gap:.1f}"
-    problem = (
-        f"importance sampling from the prior ({num_draws} draws, ESS {prior.ess:.0f}) gives "
-        f"log Z = {prior.log_z:.3f} +- {prior.stderr:.3f}, {gap_text} standard errors above the "
-        f"annealing's {evidence.log_z:.3f} +- {evidence.stderr:.3f}: the path from the fitted "
-        "base misses posterior mass that the prior reaches (a mode the base does not cover, or "
-        "a region where the posterior's scale shrinks, as in the neck of a centred hierarchical "
-        "model's funnel, where its HMC moves cannot carry the particles), so the estimate is "
-        "low; use base='prior', a base that covers that mass (nx.fit_base with more "
-        "num_starts), or reparameterise a funnel (non-centred); its stderr is raised to the "
-        f"gap, {floored.stderr:.3f}"
+    """:func:`~numpyro_extras.prior_check.check_against_prior` of a run from a fitted base, with
+    the prior's likelihood compiled once per model and arguments (cached); a problem found is
+    warned of."""
+    cache_key = None if model_key is None else (model_key, "prior log likelihoods")
+    log_likelihoods_fn = _cache_get(_FUNCTION_CACHE, cache_key)
+    if log_likelihoods_fn is None:
+        log_likelihoods_fn = _cache_put(_FUNCTION_CACHE, cache_key, prior_log_likelihoods_fn(split))
+    evidence, problem = check_against_prior(
+        evidence,
+        log_likelihoods_fn(rng_key, num_draws),
+        estimate_name="the annealing's",
+        cause=(
+            "the path from the fitted base misses posterior mass that the prior reaches (a "
+            "mode the base does not cover, or a region where the posterior's scale shrinks, as "
+            "in the neck of a centred hierarchical model's funnel, where its HMC moves cannot "
+            "carry the particles), so the estimate is low; use base='prior', a base that covers "
+            "that mass (nx.fit_base with more num_starts), or reparameterise a funnel "
+            "(non-centred)"
+        ),
     )
-    warnings.warn(f"AIS {problem}.", UserWarning, stacklevel=3)
-    return floored._replace(problems=(*evidence.problems, problem))
+    if problem is not None:
+        warnings.warn(f"AIS {problem}.", UserWarning, stacklevel=3)
+    return evidence
 
 
 def ais(
@@ -1061,7 +1024,7 @@ def ais(
     betas = checked["betas"]
     model_args, model_kwargs = check_model_arguments(model_args, model_kwargs)
     check_proper_prior(model, model_args, model_kwargs, "nx.ais")
-    fit_key, init_key, anneal_key = jax.random.split(rng_key, 3)
+    fit_key, init_key, anneal_key = np.asarray(split_key(rng_key, 3))
     split, model_key = _model_split(model, model_args, model_kwargs, checked["marginalize"])
     if not (split.continuous_sites or split.discrete_sites or split.marginalized_sites):
         raise ValueError(
@@ -1117,7 +1080,7 @@ def ais(
     if path_base is not None and not reverse and split.log_likelihood_fn is not None:
         # Its own key, so that the annealing's draws are those of a run without the check.
         evidence = _check_against_prior(
-            jax.random.fold_in(rng_key, 1),
+            fold_in_key(rng_key, 1),
             split,
             model_key,
             evidence,

@@ -11,13 +11,16 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpyro.diagnostics import split_gelman_rubin
 from numpyro.infer import HMC
 from scipy.special import logsumexp
 
 from numpyro_extras.bridge.estimator import bridge_estimate
 from numpyro_extras.bridge.proposals import component_log_densities
+from numpyro_extras.compilation import fold_in_key, quick_jit
 from numpyro_extras.evidence import Evidence
-from numpyro_extras.potential import check_proper_prior, flatten_model
+from numpyro_extras.potential import check_proper_prior, flatten_model, split_model
+from numpyro_extras.prior_check import check_against_prior, prior_log_likelihoods_fn
 from numpyro_extras.runs import MAX_DIVERGENT_FRACTION, divergence_problem
 from numpyro_extras.tempering.base_fit import posterior_modes, same_basin, vectorized_potential
 from numpyro_extras.validation import check_mcmc
@@ -30,6 +33,11 @@ MISSED_MASS = 0.01
 # A local maximum where the posterior density is this many times the proposal's is one the
 # draws do not cover.
 _UNCOVERED_RATIO = 10.0
+# Chains whose split R-hat exceeds this sampled different parts of the posterior or have not
+# converged (Vehtari et al. 2021, "Rank-normalization, folding, and localization").
+MAX_RHAT = 1.01
+# Prior draws for the check against importance sampling from the prior.
+PRIOR_CHECK_DRAWS = 10_000
 
 
 def _run_model(mcmc, model_args, model_kwargs):
@@ -63,7 +71,7 @@ def _flat_draws(flat_model, samples):
     latent = {name: jnp.asarray(samples[name]) for name in flat_model.latent_sites}
     chains, draws = next(iter(latent.values())).shape[:2]
     flat_values = {name: value.reshape((-1,) + value.shape[2:]) for name, value in latent.items()}
-    flat = jax.jit(jax.vmap(flat_model.ravel_fn))(flat_values)
+    flat = quick_jit(jax.vmap(flat_model.ravel_fn))(flat_values)
     return np.asarray(flat, dtype=np.float64).reshape(chains, draws, -1)
 
 
@@ -97,7 +105,7 @@ def missed_modes(rng_key, model, model_args, model_kwargs, flat_model, evidence,
             -1, :-1
         ].any()
     ]
-    hessian = jax.jit(jax.hessian(flat_model.potential_fn))
+    hessian = quick_jit(jax.hessian(flat_model.potential_fn))
     found = []
     for index in separated:
         curvature = np.asarray(hessian(jnp.asarray(modes.positions[index])), dtype=np.float64)
@@ -140,10 +148,14 @@ def bridge_sampling(
     ``Evidence.problems``: halves or chains whose own estimates disagree, an overlap of proposal
     and posterior carried by few draws, an iteration that did not converge, divergent
     transitions of the run (any of NUTS or HMC: their draws then under-represent the region they
-    cannot enter), and (``check_modes``) modes the draws never visited: 64 minimisations of the
-    potential from dispersed starts, the mass of each uncovered mode from Laplace's
-    approximation, so that chains stuck together in one mode give a warning, not a confident
-    number.
+    cannot enter), chains whose split R-hat exceeds ``MAX_RHAT`` on some site (they hold the
+    posterior's modes in the wrong proportion, or have not converged), and (``check_modes``)
+    modes the draws never visited: 64 minimisations of the potential from dispersed starts, the
+    mass of each uncovered mode from Laplace's approximation, so that chains stuck together in
+    one mode give a warning, not a confident number. Last, the estimate is compared with
+    importance sampling from the prior (:func:`~numpyro_extras.prior_check.check_against_prior`,
+    ``PRIOR_CHECK_DRAWS`` draws): where the prior's estimate lies above it beyond their errors,
+    the stderr is raised to the gap (and a large gap is a problem).
 
     A second call on the same finished run with the same arguments and settings (as
     :func:`~numpyro_extras.compare` makes after a user's call) returns the estimate of the
@@ -242,6 +254,30 @@ def _bridge_run(
     diverged = _divergences_problem(mcmc)
     if diverged:
         problems.append(diverged)
+    unmixed = _rhat_problem(mcmc, flat_model.latent_sites)
+    if unmixed:
+        problems.append(unmixed)
+    if math.isfinite(evidence.log_z):
+        # Its own key, so that the other checks' draws are those of a run without it.
+        prior_key = fold_in_key(jax.random.PRNGKey(seed), 1)
+        split = split_model(prior_key, model, model_args, model_kwargs)
+        if split.log_likelihood_fn is not None:
+            checked, missed_mass = check_against_prior(
+                evidence,
+                prior_log_likelihoods_fn(split)(prior_key, PRIOR_CHECK_DRAWS),
+                estimate_name="the bridge estimate's",
+                cause=(
+                    "the draws miss posterior mass that the prior reaches (a mode no chain "
+                    "visited, or a region where the posterior's scale shrinks, as in the neck "
+                    "of a centred hierarchical model's funnel, which NUTS does not enter), so "
+                    "the estimate is low; run a kernel that crosses between modes "
+                    "(nx.ReplicaExchange) and bridge its draws, or reparameterise a funnel "
+                    "(non-centred)"
+                ),
+            )
+            evidence = evidence._replace(stderr=checked.stderr)
+            if missed_mass:
+                problems.append(missed_mass)
     if check_modes and math.isfinite(evidence.log_z):
         # The proposal, fitted to the draws, stands for the region the chains covered.
         missed = missed_modes(
@@ -279,6 +315,28 @@ def _divergences_problem(mcmc):
     return problem + (
         ", or run longer with a higher target_accept_prob: the draws under-represent the "
         "region the sampler cannot enter, so log Z bridged from them is biased, usually low"
+    )
+
+
+def _rhat_problem(mcmc, sites):
+    """The sentence reporting chains that disagree by their split R-hat, or ``None``."""
+    samples = mcmc.get_samples(group_by_chain=True)
+    rhats = {
+        name: float(np.max(split_gelman_rubin(np.asarray(samples[name], dtype=np.float64))))
+        for name in sites
+        if name in samples and np.shape(samples[name])[1] >= 4
+    }
+    if not rhats:
+        return None
+    name = max(rhats, key=lambda site: -math.inf if math.isnan(rhats[site]) else rhats[site])
+    if rhats[name] <= MAX_RHAT:
+        return None
+    return (
+        f"the chains disagree: the split R-hat of '{name}' is {rhats[name]:.3f} (above "
+        f"{MAX_RHAT}), so they sampled different parts of the posterior (a mode some chains "
+        "never visited, say) or have not converged, and their pooled draws may not represent "
+        "it; run longer, or a kernel that crosses between modes (nx.ReplicaExchange), and "
+        "bridge its draws"
     )
 
 

@@ -160,6 +160,8 @@ def test_default_base_covers_both_modes_of_a_bimodal_target(monkeypatch):
     run = ais(jax.random.PRNGKey(1), bimodal_model, (log_z,), **RUN)
     probe = dict(num_starts=model_annealing.NUM_PROBE_FITS, bootstrap_rounds=0)
     assert spy.calls == [dict(probe, progress_bar=False), dict(progress_bar=False)]
+    # The model is flattened once for both fits.
+    assert spy.flat_models[0] is not None and spy.flat_models[0] is spy.flat_models[1]
     assert_within_error(run, log_z, 0.05)
     one_mode = nx.GaussianBase(jnp.array([-8.0]), jnp.array([[1.0]]), jnp.asarray(0.0))
     # The target is all prior, so importance sampling from the prior is exact and shows the
@@ -403,15 +405,18 @@ def test_bad_input(overrides, message):
 
 
 class FitSpy:
-    """Counts the default base's fits, passing every call on to the real ``fit_base``."""
+    """Counts the default base's fits, passing every call on to the real ``fit_base``; the flat
+    model each was given is kept apart from the other keyword arguments."""
 
     def __init__(self, monkeypatch):
         self.calls = []
+        self.flat_models = []
         self.real = model_annealing.fit_base
         monkeypatch.setattr(model_annealing, "fit_base", self)
 
     def __call__(self, *args, **kwargs):
-        self.calls.append(kwargs)
+        self.flat_models.append(kwargs.get("flat_model"))
+        self.calls.append({name: value for name, value in kwargs.items() if name != "flat_model"})
         return self.real(*args, **kwargs)
 
 

@@ -1,5 +1,6 @@
 """Bridge sampling of finished runs: NUTS on a conjugate regression (closed form) and on a model
-with a constrained site (quadrature), chains stuck in one mode, and what it refuses."""
+with a constrained site (quadrature), chains stuck in one mode or split between modes, draws that
+miss mass the prior reaches, and what it refuses."""
 
 import math
 import warnings
@@ -62,7 +63,7 @@ def two_mode(data):
 TWO_MODE_DATA = jnp.array([8.6, 9.4, 9.1])
 
 
-def nuts_run(model, *args, init_strategy=None, seed=0):
+def nuts_run(model, *args, init_strategy=None, seed=0, init_params=None):
     kernel = NUTS(model) if init_strategy is None else NUTS(model, init_strategy=init_strategy)
     mcmc = MCMC(
         kernel,
@@ -72,7 +73,7 @@ def nuts_run(model, *args, init_strategy=None, seed=0):
         chain_method="vectorized",
         progress_bar=False,
     )
-    mcmc.run(jax.random.PRNGKey(seed), *args)
+    mcmc.run(jax.random.PRNGKey(seed), *args, init_params=init_params)
     return mcmc
 
 
@@ -133,6 +134,49 @@ def test_chains_stuck_in_one_mode_warn():
     with pytest.warns(UserWarning, match="mode that the draws never visited.*x = -3"):
         evidence = nx.bridge_sampling(mcmc)
     assert any("never visited" in problem for problem in evidence.problems)
+
+
+def test_chains_in_different_modes_warn_by_their_rhat():
+    """Three chains in one mode and one in the other: both modes are visited, but the pooled
+    draws hold them 3 : 1 where the posterior holds them about evenly."""
+    mcmc = nuts_run(two_mode, TWO_MODE_DATA, init_params={"x": jnp.array([3.0] * 3 + [-3.0])})
+    first_draws = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])[:, 0]
+    assert np.all(np.sign(first_draws) == [1, 1, 1, -1])
+    with pytest.warns(UserWarning, match="split R-hat of 'x'"):
+        evidence = nx.bridge_sampling(mcmc)
+    assert any("split R-hat of 'x'" in problem for problem in evidence.problems)
+
+
+BROAD_NOISE = 1.5
+BROAD_DATA = 9.0
+
+
+def broad_two_mode(data):
+    """Modes at x = +-3 (sd 0.25) behind a barrier of 18 nats, holding about a tenth of the
+    prior's draws."""
+    x = numpyro.sample("x", dist.Normal(0.0, 3.0))
+    numpyro.sample("data", dist.Normal(x**2, BROAD_NOISE), obs=data)
+
+
+def broad_two_mode_log_z():
+    def joint(x):
+        return stats.norm.pdf(x, 0.0, 3.0) * stats.norm.pdf(BROAD_DATA, x**2, BROAD_NOISE)
+
+    value, _ = integrate.quad(joint, -20.0, 20.0, points=[-3.0, 3.0], epsrel=1e-12, limit=200)
+    return math.log(value)
+
+
+def test_draws_that_miss_mass_the_prior_reaches_raise_the_stderr_to_the_gap():
+    """Every chain stays in the mode at x = 3: the bridge counts half the mass, and importance
+    sampling from the prior, whose draws reach both modes, shows the gap."""
+    mcmc = nuts_run(broad_two_mode, BROAD_DATA, init_strategy=init_to_value(values={"x": 3.0}))
+    assert np.all(np.asarray(mcmc.get_samples()["x"]) > 0)
+    with pytest.warns(UserWarning, match="importance sampling from the prior"):
+        evidence = nx.bridge_sampling(mcmc)
+    exact = broad_two_mode_log_z()
+    assert evidence.log_z < exact - 0.5  # half the mass missed: log 2 too low
+    assert evidence.stderr >= exact - evidence.log_z - 0.1
+    assert abs(evidence.log_z - exact) < 2 * evidence.stderr
 
 
 def test_a_second_call_on_the_same_run_reuses_the_estimate():
