@@ -5,10 +5,12 @@ Each (kernel, model) pair runs in a fresh Python process, as a user's first call
 chain_method="vectorized")`` with the kernel at its defaults, float64, then a second
 ``mcmc.run`` with a new key on the same object (what is left once everything is compiled and
 fitted). ``nx.ais`` runs as the README calls it (1000 particles x 200 temperatures), twice the
-same way. Per pair the report gives the first and second call's seconds, the first call's ratio
-to NUTS's on the same model (to plain ``nx.ACS``'s on the discrete model, which NUTS cannot
-sample), the smallest bulk ESS of the posterior draws over every coordinate per second of the
-first call, the accuracy against the model's exact or reference answer, and the warnings raised.
+same way, and ``nx.fit_base`` (every default, no progress bar) as a kernel's set-up calls it,
+twice with keys 0 and 1. Per pair the report gives the first and second call's seconds, the
+first call's ratio to NUTS's on the same model (to plain ``nx.ACS``'s on the discrete model,
+which NUTS cannot sample), the smallest bulk ESS of the posterior draws over every coordinate
+per second of the first call, the accuracy against the model's exact or reference answer, and
+the warnings raised.
 
 The models (``MODELS``), each with the error its row reports:
 
@@ -78,6 +80,7 @@ CONTINUOUS_KERNELS = (
     "AiSampler",
     "VAESLMC",
     "ais",
+    "fit_base",
 )
 DISCRETE_KERNELS = ("ACS", "DMALA", "ReplicaExchange(ACS)")
 KERNELS = CONTINUOUS_KERNELS + DISCRETE_KERNELS
@@ -285,6 +288,19 @@ def run_pair(kernel_name, model_name, sizes, reference, error_keys=1):
                 error=float("nan"),
                 log_z=evidence.log_z,
                 log_z_stderr=evidence.stderr,
+                warnings=sorted({str(w.message)[:160] for w in caught}),
+            )
+        if kernel_name == "fit_base":
+            seconds = []
+            for seed in (0, 1):
+                start = time.perf_counter()
+                nx.fit_base(jax.random.PRNGKey(seed), model, args, progress_bar=False)
+                seconds.append(time.perf_counter() - start)
+            return dict(
+                first=seconds[0],
+                second=seconds[1],
+                min_ess=float("nan"),
+                error=float("nan"),
                 warnings=sorted({str(w.message)[:160] for w in caught}),
             )
         mcmc = MCMC(
