@@ -260,12 +260,39 @@ def _min_ess(samples):
     return min(ess(draws[..., i]) for i in np.flatnonzero(varying))
 
 
+SIZES = dict(num_warmup=1000, num_samples=2000, num_chains=4)
+
+
+def user_call(kernel_name, model, args, sizes=SIZES):
+    """``call(seed)``: one call of the pair as a user makes it, returning its result: the
+    ``Evidence`` of ``nx.ais`` as the README calls it, the base of ``nx.fit_base`` (every
+    default, no progress bar), else the ``MCMC`` object after ``run`` (the same object at every
+    call, as a user's second ``run`` reuses it)."""
+    import jax
+    from numpyro.infer import MCMC
+
+    import numpyro_extras as nx
+
+    if kernel_name == "ais":
+        from common import readme_ais
+
+        return lambda seed: readme_ais(seed, model, args)
+    if kernel_name == "fit_base":
+        return lambda seed: nx.fit_base(jax.random.PRNGKey(seed), model, args, progress_bar=False)
+    mcmc = MCMC(_kernel(kernel_name, model), chain_method="vectorized", progress_bar=False, **sizes)
+
+    def call(seed):
+        mcmc.run(jax.random.PRNGKey(seed), *args)
+        jax.block_until_ready(mcmc.get_samples())
+        return mcmc
+
+    return call
+
+
 def run_pair(kernel_name, model_name, sizes, reference, error_keys=1):
     """Both calls of one (kernel, model) pair; the record of :func:`main`'s table (with
     ``error_keys > 1``, also the error for that many run keys, from key 1 on)."""
-    import jax
     import numpyro
-    from numpyro.infer import MCMC
 
     import numpyro_extras as nx
 
@@ -273,66 +300,33 @@ def run_pair(kernel_name, model_name, sizes, reference, error_keys=1):
     model, args = model_and_data(model_name)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if kernel_name == "ais":
-            from common import readme_ais
-
-            seconds = []
-            for seed in (0, 1):
-                start = time.perf_counter()
-                evidence = readme_ais(seed, model, args)
-                seconds.append(time.perf_counter() - start)
-            return dict(
-                first=seconds[0],
-                second=seconds[1],
-                min_ess=float(evidence.ess),
-                error=float("nan"),
-                log_z=evidence.log_z,
-                log_z_stderr=evidence.stderr,
-                warnings=sorted({str(w.message)[:160] for w in caught}),
-            )
-        if kernel_name == "fit_base":
-            seconds = []
-            for seed in (0, 1):
-                start = time.perf_counter()
-                nx.fit_base(jax.random.PRNGKey(seed), model, args, progress_bar=False)
-                seconds.append(time.perf_counter() - start)
-            return dict(
-                first=seconds[0],
-                second=seconds[1],
-                min_ess=float("nan"),
-                error=float("nan"),
-                warnings=sorted({str(w.message)[:160] for w in caught}),
-            )
-        mcmc = MCMC(
-            _kernel(kernel_name, model),
-            chain_method="vectorized",
-            progress_bar=False,
-            **sizes,
-        )
+        call = user_call(kernel_name, model, args, sizes)
         seconds = []
         for seed in (0, 1):
             start = time.perf_counter()
-            mcmc.run(jax.random.PRNGKey(seed), *args)
-            jax.block_until_ready(mcmc.get_samples())
+            result = call(seed)
             seconds.append(time.perf_counter() - start)
-        samples = mcmc.get_samples(group_by_chain=True)
-        record = dict(
-            first=seconds[0],
-            second=seconds[1],
-            min_ess=_min_ess(samples),
-            error=_accuracy(model_name, samples, reference),
-        )
-        if kernel_name not in ("NUTS", "ACS", "DMALA", "AiSampler"):
-            evidence = nx.log_marginal_likelihood(mcmc, warn=False)
-            record.update(log_z=evidence.log_z, log_z_stderr=evidence.stderr)
-        if error_keys > 1:
-            errors = [record["error"]]
-            for seed in range(2, error_keys + 1):
-                mcmc.run(jax.random.PRNGKey(seed), *args)
-                errors.append(
-                    _accuracy(model_name, mcmc.get_samples(group_by_chain=True), reference)
-                )
-            record["errors_over_keys"] = errors
+        if kernel_name in ("ais", "fit_base"):
+            record = dict(first=seconds[0], second=seconds[1], error=math.nan, min_ess=math.nan)
+            if kernel_name == "ais":
+                record.update(min_ess=float(result.ess), log_z=result.log_z)
+                record.update(log_z_stderr=result.stderr)
+        else:
+            samples = result.get_samples(group_by_chain=True)
+            record = dict(
+                first=seconds[0],
+                second=seconds[1],
+                min_ess=_min_ess(samples),
+                error=_accuracy(model_name, samples, reference),
+            )
+            if kernel_name not in ("NUTS", "ACS", "DMALA", "AiSampler"):
+                evidence = nx.log_marginal_likelihood(result, warn=False)
+                record.update(log_z=evidence.log_z, log_z_stderr=evidence.stderr)
+            if error_keys > 1:
+                record["errors_over_keys"] = [record["error"]] + [
+                    _accuracy(model_name, call(seed).get_samples(group_by_chain=True), reference)
+                    for seed in range(2, error_keys + 1)
+                ]
     record["warnings"] = sorted({str(w.message)[:160] for w in caught})
     return record
 
@@ -460,7 +454,7 @@ def main():
     from common import environment_lines, log
 
     started = time.perf_counter()
-    sizes = dict(num_warmup=1000, num_samples=2000, num_chains=4)
+    sizes = dict(SIZES)
     if arguments.quick:
         sizes.update(num_warmup=250, num_samples=500)
     references = {}

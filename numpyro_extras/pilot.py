@@ -104,7 +104,7 @@ def nuts_draws(
     total = num_warmup + num_samples
     chunk = _chunk_length(total)
 
-    @quick_jit
+    @quick_jit(optimize=True)
     def run_chunk(states, _):
         def transition(states, _):
             states = jax.vmap(sample_kernel)(states)

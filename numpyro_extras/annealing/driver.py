@@ -289,7 +289,8 @@ def compiled_annealing_chunk(
     return quick_jit(
         lambda carry, chunk, parameters: jax.lax.scan(
             lambda step_carry, inputs: one_step(parameters, step_carry, inputs), carry, chunk
-        )
+        ),
+        optimize=True,
     )
 
 

@@ -569,10 +569,10 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
         )
         return quick_jit(jax.vmap(one), optimize=True)
 
-    def search_one(rng_key, proposal, data, grid):
-        start_key, latent_key, proposal_key, uniform_key = jax.random.split(rng_key, 4)
-        chains, steps = settings.num_check_chains, settings.num_check_steps
-        starts = _take_rows(start_key, data, chains)
+    chains, steps = settings.num_check_chains, settings.num_check_steps
+
+    def search_one(rng_key, proposal, starts, grid):
+        _, latent_key, proposal_key, uniform_key = jax.random.split(rng_key, 4)
         start_points = jax.vmap(
             lambda x, key: refresh_latent(
                 key,
@@ -679,9 +679,25 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
             settings.epochs, None if settings.full_final_training else settings.patience
         ),
         # Training, search and data runs take seconds each: LLVM's optimisation pays there.
-        search=quick_jit(jax.vmap(search_one, in_axes=(0, 0, 0, None)), optimize=True),
+        search=_search_from_rows(search_one, chains),
         run=quick_jit(run, optimize=True),
     )
+
+
+def _search_from_rows(search_one, num_chains):
+    """``search(keys, proposals, data, grid)``: each model's check chains started from
+    ``num_chains`` rows of its data, drawn apart from the compiled search (with the first of the
+    four keys ``search_one`` splits its key into), so that one compiled search serves every
+    size of data."""
+    starts_of = quick_jit(
+        jax.vmap(lambda key, rows: _take_rows(jax.random.split(key, 4)[0], rows, num_chains))
+    )
+    compiled = quick_jit(jax.vmap(search_one, in_axes=(0, 0, 0, None)), optimize=True)
+
+    def search(keys, proposals, data, grid):
+        return compiled(keys, proposals, starts_of(keys, data), grid)
+
+    return search
 
 
 def check_fit_kwargs(fit_kwargs, owner=None):

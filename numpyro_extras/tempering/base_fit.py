@@ -192,7 +192,7 @@ def _variational_fitter(flat_model, full_rank, settings):
     # The steps run in compiled chunks so that a progress bar can report between them.
     chunk_length = max(1, num_steps // 20)
 
-    @quick_jit
+    @quick_jit(optimize=True)
     def run_chunk(states, progress):
         # progress: each step's share of the fit's steps done, the same for every fit.
         return jax.lax.scan(jax.vmap(one_step, (0, None)), states, progress)
@@ -655,7 +655,7 @@ def _local_optima(potential_fn, starts, num_steps, dtype, learning_rate=0.1) -> 
     value_and_gradient = jax.vmap(jax.value_and_grad(potential_fn))
     optimizer = optax.adam(optax.cosine_decay_schedule(learning_rate, num_steps, alpha=0.01))
 
-    @quick_jit
+    @quick_jit(optimize=True)
     def minimise(positions):
         def step(carry, _):
             positions, optimizer_state = carry

@@ -2,6 +2,7 @@
 the retrain cap gives a clear error, progress bars can be silenced, and the isometric acceptance
 warns when the VAE is not isometric."""
 
+import logging
 import warnings
 
 import jax
@@ -323,6 +324,29 @@ def test_a_collapsed_model_is_retrained_through_its_latents():
         jax.random.PRNGKey(5), machinery, repaired, repaired_rates, data, grid, settings
     )
     assert searches == 0 and same is repaired
+
+
+def test_one_compiled_search_serves_every_size_of_data(caplog):
+    """The beta search's check chains start from rows drawn apart from the compiled search, so
+    data of another size (the first rung's draws, then a round's) compile no second search."""
+    settings = nx.AnnealingSettings(**TINY).checked(1, dimension=1)
+    machinery = annealing._machinery(_two_cluster_log_density, settings, "exact")
+    config = VAEConfig(dimension=1, latent_dim=1, encoder_sizes=(8,), decoder_sizes=(8,))
+    proposals = jax.tree.map(lambda leaf: leaf[None], init_proposal(jax.random.PRNGKey(0), config))
+    grid = jnp.asarray(annealing.candidate_betas(0.1, 1.0, 0.3))
+    keys = jax.random.split(jax.random.PRNGKey(1), 1)
+
+    def search_compilations(num_rows):
+        data = jax.random.normal(jax.random.PRNGKey(num_rows), (1, num_rows, 1))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING), jax.log_compiles():
+            rates, _ = machinery.search(keys, proposals, data, grid)
+        assert np.all(np.isfinite(np.asarray(rates)))
+        messages = [record.getMessage() for record in caplog.records]
+        return [m for m in messages if "XLA compilation" in m and "search_one" in m]
+
+    assert len(search_compilations(40)) == 1
+    assert search_compilations(100) == []
 
 
 def test_the_mean_score_tells_target_draws_from_draws_stuck_elsewhere():
