@@ -417,6 +417,7 @@ def select_beta(grid, rates, beta, ar_min, ar_max):
     return float(np.max(grid[passing])) if passing.any() else float(beta)
 
 
+@partial(quick_jit, static_argnums=2)
 def _take_rows(rng_key, data, count):
     """``count`` rows of ``data`` ``(N, D)``, drawn without replacement when there are enough."""
     replace = count > data.shape[0]
@@ -830,10 +831,7 @@ def fit_vae_proposal(
     evaluations_per_search = num_models * settings.num_check_chains * (settings.num_check_steps + 1)
     data = data.astype(flat_model.initial_position.dtype)
     machinery = _machinery(log_density_fn, settings, acceptance)
-    proposals = jax.vmap(lambda key: init_proposal(key, config, sites=sites))(
-        jax.random.split(init_key, num_models)
-    )
-    proposals = jax.tree.map(lambda leaf: leaf.astype(data.dtype), proposals)
+    proposals = _new_models(init_key, config, sites, num_models, data.dtype)
     betas = np.full(num_models, settings.beta_0)
     rungs = []
     train_key, loop_key = jax.random.split(loop_key)
@@ -1084,13 +1082,25 @@ def _fresh_models(init_key, train_key, machinery, config, sites, data):
     """One model per row of ``data`` ``(J, N, D)``, initialised with ``config`` and trained on
     it as the first rung's models are."""
     num_models = data.shape[0]
-    models = jax.vmap(lambda key: init_proposal(key, config, sites=sites))(
-        jax.random.split(init_key, num_models)
-    )
-    models = jax.tree.map(lambda leaf: leaf.astype(data.dtype), models)
+    models = _new_models(init_key, config, sites, num_models, data.dtype)
     train_fn = machinery.train_initial or machinery.train
     models, _ = train_fn(jax.random.split(train_key, num_models), models, data)
     return models
+
+
+def _new_models(init_key, config, sites, num_models, dtype):
+    """``num_models`` untrained proposals of ``config``, stacked, with leaves of ``dtype``,
+    initialised in one compiled call (flax's initialisation op by op compiles every layer's
+    operations apart)."""
+
+    @quick_jit
+    def initialised(init_key):
+        models = jax.vmap(lambda key: init_proposal(key, config, sites=sites))(
+            jax.random.split(init_key, num_models)
+        )
+        return jax.tree.map(lambda leaf: leaf.astype(dtype), models)
+
+    return initialised(init_key)
 
 
 def _kept_if_better(search_key, machinery, candidates, proposals, rates, data, grid):
