@@ -246,7 +246,9 @@ def _variational_fitter(flat_model, full_rank, settings):
 
     @quick_jit
     def polish_all(params):
-        return jax.vmap(polish)(params)
+        # One fit after another: all fits in one vmapped program (32 fits of a 92-coordinate
+        # regression) left the result waiting forever in XLA's CPU runtime, every worker idle.
+        return jax.lax.map(polish, params)
 
     @quick_jit
     def moments_and_elbos(params, seed):
