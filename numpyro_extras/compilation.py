@@ -4,7 +4,9 @@ Most of a first call on a small model is XLA compiling programs that then run fo
 a base fit's loops, a pilot's chains, an annealing run, the starting draws. On CPU, XLA's LLVM
 optimisation and its MLIR fusion emitters (before jaxlib 0.12) buy little speed for programs
 this short and take most of their compile time; :func:`quick_jit` compiles without them, and
-with Eigen's single-threaded runtime, which cannot wedge as its thread pool can.
+asks for Eigen's single-threaded runtime (a program-level option: XLA's CPU client may still run
+a batched program on its thread pool, so a program that can wait forever there is restructured
+where it is written, as the base fit's polishing is).
 Programs that run for seconds (a network's training) keep LLVM's optimisation
 (``optimize=True``). The sampling loop of ``numpyro.infer.MCMC`` is NumPyro's program and keeps
 XLA's defaults.
