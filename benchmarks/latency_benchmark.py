@@ -309,8 +309,9 @@ def run_pair(kernel_name, model_name, sizes, reference, error_keys=1):
         if kernel_name in ("ais", "fit_base"):
             record = dict(first=seconds[0], second=seconds[1], error=math.nan, min_ess=math.nan)
             if kernel_name == "ais":
-                record.update(min_ess=float(result.ess), log_z=result.log_z)
-                record.update(log_z_stderr=result.stderr)
+                record.update(
+                    min_ess=float(result.ess), log_z=result.log_z, log_z_stderr=result.stderr
+                )
         else:
             samples = result.get_samples(group_by_chain=True)
             record = dict(
