@@ -82,6 +82,7 @@ __all__ = [
     "PILOT_SCANS",
     "PILOT_FREE_POTENTIAL_FLOPS",
     "DEFAULT_INNER_KERNEL",
+    "CHEAP_POTENTIAL_MAX_TREE_DEPTH",
     "DEAR_POTENTIAL_NUM_STEPS",
 ]
 
@@ -110,6 +111,11 @@ DEFAULT_INNER_KERNEL = "auto"
 # others idle, and where gradients are dear that idling is most of the scan. Equal-length
 # trajectories leave no lane idle.
 DEAR_POTENTIAL_NUM_STEPS = 16
+# Below PILOT_FREE_POTENTIAL_FLOPS, "auto" moves the rungs by NUTS with trees of at most this
+# depth (127 leapfrog steps): a scan still waits for the deepest tree of any rung, and where
+# the posterior's scale changes (a funnel's neck) one rung's tree of NumPyro's default depth 10
+# holds every other rung for up to 1023 steps.
+CHEAP_POTENTIAL_MAX_TREE_DEPTH = 7
 # Settings that name the move: with them, "auto" is that move whatever the potential costs.
 _HMC_ONLY_SETTINGS = ("num_steps", "trajectory_length")
 _NUTS_ONLY_SETTINGS = ("max_tree_depth",)
@@ -250,7 +256,8 @@ class ReplicaExchange(ExtrasKernel):
         positions; then ``reference`` must be a :class:`~numpyro_extras.GaussianBase` or
         :class:`~numpyro_extras.MixtureBase`.
     :param inner_kernel: the move of every replica: ``"auto"`` (the default) is
-        ``numpyro.infer.NUTS`` where one evaluation of a rung's potential costs at most
+        ``numpyro.infer.NUTS`` with trees of depth at most ``CHEAP_POTENTIAL_MAX_TREE_DEPTH``
+        (7) where one evaluation of a rung's potential costs at most
         ``PILOT_FREE_POTENTIAL_FLOPS`` floating-point operations, and ``numpyro.infer.HMC``
         with ``DEAR_POTENTIAL_NUM_STEPS`` leapfrog steps where it costs more (the rungs move in
         lockstep, so NUTS moves wait for the deepest tree of any rung; trajectories of one
@@ -612,7 +619,9 @@ class ReplicaExchange(ExtrasKernel):
         cheap = self._potential_flops() <= PILOT_FREE_POTENTIAL_FLOPS
         if choose_move:
             self._algo, self._hmc_settings = (
-                hmc_settings(NUTS, **self._inner_kwargs)
+                hmc_settings(
+                    NUTS, max_tree_depth=CHEAP_POTENTIAL_MAX_TREE_DEPTH, **self._inner_kwargs
+                )
                 if cheap
                 else hmc_settings(HMC, num_steps=DEAR_POTENTIAL_NUM_STEPS, **self._inner_kwargs)
             )

@@ -213,3 +213,23 @@ def test_auto_chooses_the_same_count_under_every_chain_method(model):
         chosen[method] = (kernel.num_replicas, kernel.pilot_barrier)
     assert chosen["sequential"] == chosen["parallel"]
     assert (chosen["parallel"][1] is None) == (model is _gaussian_model)
+
+
+def _funnel_model():
+    v = numpyro.sample("v", dist.Normal(0.0, 3.0))
+    numpyro.sample("x", dist.Normal(0.0, jnp.exp(v / 2)).expand([5]).to_event(1))
+
+
+def test_the_default_nuts_rungs_cap_their_trees_where_the_potential_is_cheap():
+    # In a funnel's neck NUTS builds trees of NumPyro's full depth 10; the rungs move in
+    # lockstep, so the default's cap bounds every scan by 2^7 - 1 leapfrog steps.
+    lengths = {}
+    for name, settings in (("default", {}), ("depth 10", dict(max_tree_depth=10))):
+        kernel = nx.ReplicaExchange(_funnel_model, num_replicas=4, reference="prior", **settings)
+        mcmc = run(
+            kernel, num_warmup=200, num_samples=200, num_chains=1, extra_fields=("num_steps",)
+        )
+        assert kernel.inner_algo == "NUTS"
+        lengths[name] = int(np.max(mcmc.get_extra_fields()["num_steps"]))
+    assert lengths["default"] <= 2**exchange_kernels.CHEAP_POTENTIAL_MAX_TREE_DEPTH - 1
+    assert lengths["depth 10"] > 2**exchange_kernels.CHEAP_POTENTIAL_MAX_TREE_DEPTH - 1
