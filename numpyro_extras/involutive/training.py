@@ -52,7 +52,9 @@ __all__ = [
     "train_ai_sampler",
     "check_train_kwargs",
     "seed_mixture",
+    "declined_epochs",
     "LOW_ACCEPTANCE",
+    "DECLINE_PATIENCE",
 ]
 
 # Below this bootstrap acceptance the learned kernel barely moves: training has failed.
@@ -61,6 +63,14 @@ LOW_ACCEPTANCE = 0.05
 # draws' Gaussian fit is close to the target. On separated modes it accepts far less and the
 # adversarial updates do not move it, while the paper's start learns to jump between them.
 SWAP_ACCEPTANCE = 0.5
+# Adversarial updates past the best flow can spoil it for good (the discriminator wins and the
+# flow's acceptance falls back towards zero). The best flow is kept whatever follows, so once the
+# acceptance has stayed below DECLINE_FRACTION of the best for DECLINE_PATIENCE epochs in a row,
+# after reaching at least DECLINE_MIN_BEST, training stops. A flow still improving, however
+# slowly, is never stopped this way.
+DECLINE_PATIENCE = 5
+DECLINE_FRACTION = 0.5
+DECLINE_MIN_BEST = 0.1
 # The check after training: chains of the trained kernel from the seed chains' last states.
 MIXING_CHECK_STEPS = 1000
 MAX_MIXING_RHAT = 1.1
@@ -186,8 +196,10 @@ class TrainingHistory(NamedTuple):
         ``init_samples`` were given).
     :param seconds: wall time of the training, the pilot run included.
     :param str stopped: why training ended: ``"epochs"`` (every epoch ran), ``"plateau"``
-        (``patience`` bootstrap epochs without a better acceptance) or ``"start accepted"``
-        (the untrained flow accepted at least ``start_acceptance``; no update was made).
+        (``patience`` bootstrap epochs without a better acceptance), ``"declined"`` (the
+        acceptance fell below half its best for ``DECLINE_PATIENCE`` epochs in a row; see
+        :func:`declined_epochs`) or ``"start accepted"`` (the untrained flow accepted at least
+        ``start_acceptance``; no update was made).
     """
 
     accept_rates: tuple
@@ -370,10 +382,12 @@ def train_ai_sampler(
        start is kept, and its chains start at seed draws. Else
        ``seed_epochs`` epochs on the seed data, then up to ``epochs - seed_epochs`` bootstrap
        epochs (fewer when ``patience`` of them in a row bring no better acceptance than the best
-       of them so far), each on ``num_chains x num_kept`` fresh draws of the current kernel (exact
-       Metropolis-Hastings, chains continuing from epoch to epoch from seed draws). An epoch
-       shuffles its data into minibatches; per minibatch ``kernel_steps`` Adam updates of the
-       flow, then ``discriminator_steps`` of the discriminator (eq. 23).
+       of them so far, or when the acceptance has fallen below half its best, at least 0.1, for
+       ``DECLINE_PATIENCE`` epochs in a row), each on ``num_chains x num_kept`` fresh draws of
+       the current kernel (exact Metropolis-Hastings, chains continuing from epoch to epoch
+       from seed draws). An epoch shuffles its data into minibatches; per minibatch
+       ``kernel_steps`` Adam updates of the flow, then ``discriminator_steps`` of the
+       discriminator (eq. 23).
     3. The flow whose bootstrap accepted most is returned, frozen; the discriminator is dropped.
     4. Chains of the trained kernel started at the NUTS seed chains' last states keep 1000
        steps (the bootstrap's chains, in blocks). An involution pairs regions, and can tie a
@@ -529,7 +543,7 @@ def train_ai_sampler(
     # choice): adversarial updates do not raise the acceptance monotonically, and the flow of the
     # last update has never been run.
     best = {"params": networks[0], "rate": -math.inf}
-    progress = {"trained_rate": -math.inf, "stalled": 0, "stopped": "epochs"}
+    progress = {"trained_rate": -math.inf, "stalled": 0, "declined": 0, "stopped": "epochs"}
     # The swap test has measured the start's acceptance at the seed draws: the stationary
     # acceptance that a first bootstrap epoch would estimate.
     if start_rate >= settings.start_acceptance:
@@ -551,6 +565,7 @@ def train_ai_sampler(
         rate = float(accept_rate)
         if rate > best["rate"]:
             best.update(params=networks[0], rate=rate)
+        progress["declined"] = declined_epochs(progress["declined"], rate, best["rate"])
         if epoch == 0 and rate >= settings.start_acceptance:
             progress["stopped"] = "start accepted"
             return (networks, positions, key), (accept_rate, np.nan, np.nan)
@@ -570,6 +585,8 @@ def train_ai_sampler(
         for epoch in range(settings.epochs):
             if settings.patience and progress["stalled"] >= settings.patience:
                 progress["stopped"] = "plateau"
+            if progress["declined"] >= DECLINE_PATIENCE:
+                progress["stopped"] = "declined"
             if progress["stopped"] != "epochs":
                 return
             yield epoch, 1
@@ -623,6 +640,28 @@ def train_ai_sampler(
             learned_draws=learned_draws,
         )
     return proposal
+
+
+def declined_epochs(count: int, rate: float, best_rate: float) -> int:
+    """The number of bootstrap epochs in a row whose acceptance lies below ``DECLINE_FRACTION``
+    of the best so far, once the best has reached ``DECLINE_MIN_BEST``; training stops when it
+    reaches ``DECLINE_PATIENCE``.
+
+    :param int count: the count before this epoch.
+    :param float rate: this epoch's bootstrap acceptance.
+    :param float best_rate: the best acceptance so far, this epoch's included.
+    :return: the count after this epoch (0 when this epoch did not fall so low).
+
+    **Example:**
+
+    .. doctest::
+
+        >>> from numpyro_extras.involutive.training import declined_epochs
+        >>> declined_epochs(2, 0.1, 0.3), declined_epochs(2, 0.2, 0.3)
+        (3, 0)
+    """
+    fallen = best_rate >= DECLINE_MIN_BEST and rate < DECLINE_FRACTION * best_rate
+    return count + 1 if fallen else 0
 
 
 def seed_mixture(draws) -> MixtureBase | None:

@@ -21,12 +21,16 @@ from numpyro_extras.involutive.networks import (
     swap_involution,
 )
 from numpyro_extras.involutive.training import (
+    DECLINE_FRACTION,
+    DECLINE_MIN_BEST,
+    DECLINE_PATIENCE,
     FALLBACK_SWAP_PROBABILITY,
     SWAP_ACCEPTANCE,
     TrainingSettings,
     _mixing_checked,
     _standardization,
     _swap_acceptance,
+    declined_epochs,
     seed_mixture,
 )
 
@@ -318,6 +322,40 @@ def test_training_stops_when_the_bootstrap_acceptance_plateaus():
     # The first best epoch (a tie is no progress) is the last to have beaten the others.
     assert len(trained_rates) - 1 - int(np.argmax(trained_rates)) == patience
     np.testing.assert_array_equal(np.isnan(history.accept_rates[1:seed_epochs]), True)
+
+
+def test_training_stops_once_the_acceptance_has_collapsed_below_its_best():
+    """A learning rate far too large spoils the flow in the first seed epoch: the bootstrap
+    acceptance falls from the untrained flow's to zero and stays there, so training stops
+    ``DECLINE_PATIENCE`` bootstrap epochs later instead of running all its epochs."""
+    epochs, seed_epochs = 40, 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the kept flow accepts little and is warned about
+        params = nx.train_ai_sampler(
+            jax.random.PRNGKey(0),
+            potential_fn=mog2_potential,
+            initial_position=jnp.zeros(2),
+            swap=False,
+            learning_rate=1.0,
+            epochs=epochs,
+            seed_epochs=seed_epochs,
+            **SMALL,
+        )
+    history = params.history
+    rates = np.asarray(history.accept_rates)
+    assert history.stopped == "declined"
+    assert rates[0] >= DECLINE_MIN_BEST
+    np.testing.assert_array_equal(rates[seed_epochs:] < DECLINE_FRACTION * rates[0], True)
+    assert len(rates) == seed_epochs + DECLINE_PATIENCE < epochs
+
+
+def test_the_decline_count_restarts_when_the_acceptance_recovers():
+    count = 0
+    for rate in (0.3, 0.1, 0.1, 0.2):
+        count = declined_epochs(count, rate, best_rate=0.3)
+    assert count == 0
+    # Before the best reaches DECLINE_MIN_BEST, a low acceptance is no decline.
+    assert declined_epochs(4, 0.0, best_rate=0.05) == 0
 
 
 @pytest.mark.parametrize("swap", [None, True], ids=["tested on the seed draws", "forced"])
