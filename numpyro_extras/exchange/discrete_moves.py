@@ -12,12 +12,13 @@ A replica caches ``log p0`` and ``l`` with their differences per coordinate sepa
 swap or a new ``beta`` re-expresses a replica without evaluating the model, and the swap test
 (Syed et al. eq. 3) reads ``l`` from the cache.
 
-The schedule is tuned at ``init`` by the ACS tuner (Alg. 2-5) on every rung but the reference
-one (renewed by exact draws, it never moves) at its starting ``beta`` (vmapped over the rungs,
-``beta`` as data); when the ladder moves during warm-up each
-rung reads its schedule at its new ``beta`` by interpolating the tuned ones (log step sizes and
-balancing exponents, linearly in ``beta``). After warm-up the ladder, and with it every
-schedule, is frozen, so every kept transition leaves its rung's target invariant.
+The schedule is tuned at ``init`` by the ACS tuner (Alg. 2-5) on a few rungs spread over the
+ladder (never the reference one: renewed by exact draws, it never moves), each at its starting
+``beta`` (vmapped over those rungs, ``beta`` as data); every other rung reads its schedule by
+interpolating the tuned ones (log step sizes and balancing exponents, linearly in ``beta``), as
+each rung does again at its new ``beta`` when the ladder moves during warm-up. After warm-up the
+ladder, and with it every schedule, is frozen, so every kept transition leaves its rung's target
+invariant.
 
 For a model with continuous sites too, a replica is a point ``(x, theta)`` and its rung makes
 a Gibbs sweep on ``log p0(x, theta) + beta l(x, theta)`` (:func:`mixed_moves`): ACS steps on
@@ -32,6 +33,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from numpyro.infer.hmc import HMCState
 
 from numpyro_extras.discrete.proposal import (
@@ -55,7 +57,13 @@ from numpyro_extras.exchange.chains import ReplicaEvaluation, RungMoves, hmc_mov
 from numpyro_extras.exchange.path import MixedPosition, TemperedPath
 from numpyro_extras.metropolis import running_accept_mean
 
+# The schedule changes smoothly with beta (larger steps on hotter rungs), so a few tuned rungs
+# interpolated in beta serve the whole ladder; tuning every rung costs more model evaluations
+# per chain than the sampling itself.
+NUM_TUNED_RUNGS = 4
+
 __all__ = [
+    "NUM_TUNED_RUNGS",
     "DiscreteEvaluation",
     "DiscreteRungMoves",
     "DiscreteRungState",
@@ -65,6 +73,7 @@ __all__ = [
     "discrete_evaluation_fn",
     "mixed_moves",
     "schedule_at",
+    "tuned_rungs",
 ]
 
 
@@ -211,6 +220,37 @@ def _rung_states(tunings: TuningResult, tuned_betas) -> DiscreteRungState:
     return DiscreteRungState(tunings.schedule, tunings, tuned_betas, zeros, zeros, zeros, zeros)
 
 
+def tuned_rungs(num_replicas, num_tuned_rungs):
+    """The indices of the rungs the tuner runs on: ``num_tuned_rungs`` of rungs ``1 .. N - 1``
+    spread evenly, both ends included (all of them when there are no more).
+
+    **Example:**
+
+    .. code-block:: python
+
+        tuned_rungs(16, 4)  # array([ 1,  6, 10, 15])
+    """
+    count = min(max(int(num_tuned_rungs), 2), num_replicas - 1)
+    return np.unique(np.round(np.linspace(1, num_replicas - 1, count)).astype(int))
+
+
+def _interpolated_tunings(tuned_betas, tunings: TuningResult, betas, tuned) -> TuningResult:
+    """Every rung's :class:`~numpyro_extras.discrete.TuningResult`: the tuner's on rungs
+    ``tuned`` (at ``tuned_betas``), elsewhere the schedule read at the rung's beta from them, with
+    no acceptance measured (NaN) and no tuning step taken."""
+    schedules = schedule_at(tuned_betas, tunings.schedule, betas)
+    nan = jnp.full(betas.shape, jnp.nan, tunings.accept_at_max.dtype)
+    read = TuningResult(
+        schedules,
+        schedules.step_sizes.max(-1).astype(tunings.alpha_max.dtype),
+        schedules.step_sizes.min(-1).astype(tunings.alpha_min.dtype),
+        nan,
+        nan,
+        jnp.zeros(betas.shape, tunings.num_steps.dtype),
+    )
+    return jax.tree.map(lambda leaf, own: leaf.at[tuned].set(own), read, tunings)
+
+
 def acs_moves(
     path: TemperedPath,
     variables: dict,
@@ -219,6 +259,7 @@ def acs_moves(
     settings: TuningSettings | None = None,
     num_tuning_chains=8,
     discrete_steps=1,
+    num_tuned_rungs=NUM_TUNED_RUNGS,
 ) -> DiscreteRungMoves:
     """ACS (or, with a one-entry ``schedule`` at balancing 0.5, DMALA) moves of the replicas of
     a model's discrete sites, for :func:`~numpyro_extras.exchange.chains.replica_exchange`.
@@ -238,6 +279,9 @@ def acs_moves(
     :param TuningSettings settings: the tuner's constants.
     :param int num_tuning_chains: copies per rung the tuner averages over.
     :param int discrete_steps: ACS moves per scan, at consecutive positions of the cycle.
+    :param int num_tuned_rungs: rungs the tuner runs on, spread evenly over the ladder from the
+        first above the reference one to the posterior one; the others read their schedules
+        from them (every rung is tuned when the ladder has no more).
     :return: :class:`DiscreteRungMoves` on index dicts; a scan moves each rung by
         ``discrete_steps`` ACS steps, at the positions of the cycle given by the scan count.
 
@@ -282,17 +326,16 @@ def acs_moves(
 
     def init(positions, betas, rng_key, num_warmup, given=None):
         if schedule is None:
-            # The beta = 0 rung is renewed by reference draws and never moves: only the others
-            # are tuned; it holds rung 1's tuning, never read.
-            tail = jax.tree.map(lambda leaf: leaf[1:], (positions, betas, given))
+            # The beta = 0 rung is renewed by reference draws and never moves: it is never
+            # tuned, and holds rung 1's schedule, never read.
+            tuned = tuned_rungs(betas.shape[0], num_tuned_rungs)
+            picked = jax.tree.map(lambda leaf: leaf[tuned], (positions, betas, given))
             tunings, moved = jax.vmap(tune_rung)(
-                jax.random.split(rng_key, betas.shape[0])[1:], *tail
-            )
-            first = jax.tree.map(lambda leaf: leaf[:1], (positions, tunings))
-            positions, tunings = jax.tree.map(
-                lambda head, rest: jnp.concatenate([head, rest]), first, (moved, tunings)
+                jax.random.split(rng_key, betas.shape[0])[tuned], *picked
             )
             tuned_betas = betas.at[0].set(betas[1])
+            positions = jax.tree.map(lambda leaf, end: leaf.at[tuned].set(end), positions, moved)
+            tunings = _interpolated_tunings(betas[tuned], tunings, tuned_betas, tuned)
         else:
             tunings = jax.vmap(lambda _: fixed_tuning(schedule))(betas)
             tuned_betas = betas

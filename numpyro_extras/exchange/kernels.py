@@ -230,11 +230,12 @@ class ReplicaExchange(ExtrasKernel):
     is renewed by exact prior draws. Every other rung makes ``discrete_steps`` ACS moves per
     scan (one by default; :mod:`numpyro_extras.exchange.discrete_moves`; ACS paper eq. 5-6)
     with the model read as ``nx.ACS`` reads it (``grad_mode``). ACS's cyclical schedule is tuned
-    per rung at ``init`` (the ACS tuner, Alg. 2-5, on every rung but the reference one at its
-    starting ``beta``, ``num_tuning_chains`` copies each: about
-    ``(N - 1) x num_tuning_chains x 770`` evaluations of the prior part and of ``l`` per
-    chain); as the ladder moves in warm-up each rung reads its schedule at its new ``beta`` by
-    interpolation between the tuned ones, and it is frozen with the ladder for sampling. A
+    at ``init`` on four rungs spread over the ladder, from the first above the reference one to
+    the posterior one (the ACS tuner, Alg. 2-5, at each one's starting ``beta``,
+    ``num_tuning_chains`` copies each: about ``4 x num_tuning_chains x 770`` evaluations of the
+    prior part and of ``l`` per chain); every other rung, and every rung again as the ladder
+    moves in warm-up, reads its schedule at its ``beta`` by interpolation between the tuned
+    ones, and it is frozen with the ladder for sampling. A
     DMALA step size, or ACS's ``schedule=``, is used on every rung. Settings of ``nx.ACS``
     (``steps_per_cycle``, ``grad_mode``, ``discrete_steps``, ...) go as keyword arguments, or
     pass an instance.
@@ -818,7 +819,10 @@ class ReplicaExchange(ExtrasKernel):
         try:
             split = split_fn()
             path = prior_path(split)
-            draw = path.sample_reference_fn(key)
+            # One compiled program: run op by op, each operation of the prior compiles apart.
+            log_prior_at_draw = quick_jit(
+                lambda key: path.reference_potential_fn(path.sample_reference_fn(key))
+            )(key)
         except NotImplementedError as error:
             raise ValueError(
                 f"{asked} needs exact draws from the model's prior, but a latent site "
@@ -831,7 +835,7 @@ class ReplicaExchange(ExtrasKernel):
                 f"The model's prior/likelihood split has {split.dimension} unconstrained "
                 f"dimensions but its potential {self._flat_model.dimension}."
             )
-        if not np.isfinite(float(path.reference_potential_fn(draw))):
+        if not np.isfinite(float(log_prior_at_draw)):
             raise ValueError(
                 f"The prior's log density is not finite at a prior draw; {asked} needs "
                 "a proper prior. Use reference='fit' or pass a GaussianBase."

@@ -17,7 +17,13 @@ from numpyro.infer import HMC, DiscreteHMCGibbs
 import numpyro_extras as nx
 from numpyro_extras.discrete import ChainState, proposal_log_prob, proposal_logits
 from numpyro_extras.discrete.proposal import log_acceptance_ratio
-from numpyro_extras.exchange.discrete_moves import acs_moves, discrete_evaluation_fn, schedule_at
+from numpyro_extras.exchange.discrete_moves import (
+    NUM_TUNED_RUNGS,
+    acs_moves,
+    discrete_evaluation_fn,
+    schedule_at,
+    tuned_rungs,
+)
 from numpyro_extras.exchange.path import prior_path
 from numpyro_extras.metropolis import acceptance_probability
 
@@ -214,8 +220,8 @@ def test_diagnostics_and_plot_of_a_discrete_run(ising_run):
     assert np.all(diagnostics.round_trips >= 10)
     assert np.all(diagnostics.swap_accept_rate > 0.3)
     assert not diagnostics.problems
-    # each rung's schedule is tuned at its own beta (a hot rung's small steps are larger) and
-    # read at its final beta from the tuned ones
+    # the schedule follows beta (a hot rung's small steps are larger); each rung reads it at its
+    # final beta from the tuned ones
     inner = ising_run.last_state.inner_state
     step_sizes = np.asarray(inner.schedule.step_sizes)
     assert np.all(step_sizes[:, 1, -1] > 2 * step_sizes[:, -1, -1])
@@ -224,6 +230,19 @@ def test_diagnostics_and_plot_of_a_discrete_run(ising_run):
     interpolated = jax.vmap(schedule_at)(*tuned, ising_run.last_state.betas)
     np.testing.assert_allclose(step_sizes, interpolated.step_sizes)
     np.testing.assert_allclose(inner.schedule.balancing, interpolated.balancing)
+    # the tuner ran on four rungs spread over the ladder, ends included; the others read their
+    # schedules from those at their starting betas
+    tuned = tuned_rungs(8, NUM_TUNED_RUNGS)
+    np.testing.assert_array_equal(tuned, [1, 3, 5, 7])
+    ran = np.asarray(inner.tuning.num_steps) > 0
+    assert np.all(ran[:, tuned]) and not np.any(np.delete(ran, tuned, axis=1))
+    read = np.setdiff1d(np.arange(1, 8), tuned)
+    tuned_tables = jax.tree.map(
+        lambda leaf: leaf[:, tuned], (inner.tuned_beta, inner.tuning.schedule)
+    )
+    at_start = jax.vmap(schedule_at)(*tuned_tables, inner.tuned_beta[:, read])
+    np.testing.assert_allclose(inner.tuning.schedule.step_sizes[:, read], at_start.step_sizes)
+    np.testing.assert_allclose(inner.tuning.schedule.balancing[:, read], at_start.balancing)
     figure = nx.plot_exchange(ising_run)
     assert len(figure.axes[2].lines) == 4
 
