@@ -221,8 +221,13 @@ def _rung_states(tunings: TuningResult, tuned_betas) -> DiscreteRungState:
 
 
 def tuned_rungs(num_replicas, num_tuned_rungs):
-    """The indices of the rungs the tuner runs on: ``num_tuned_rungs`` of rungs ``1 .. N - 1``
-    spread evenly, both ends included (all of them when there are no more).
+    """The indices of the rungs the tuner runs on: ``num_tuned_rungs`` (at least the two ends)
+    of rungs ``1 .. N - 1`` spread evenly, both ends included (all of them when there are no
+    more).
+
+    :param int num_replicas: ``N``, the rungs of the ladder (rung 0 is never tuned).
+    :param int num_tuned_rungs: how many to tune.
+    :return: increasing integer array of rung indices.
 
     **Example:**
 
