@@ -747,7 +747,9 @@ def acceptance_table(results):
 
 def first_rung_experiment(configs, seeds, fit_kwargs, vague_prior=False):
     """The first rung alone (``initial_draws`` with the defaults and ``fit_kwargs``, one model,
-    keyed by ``PRNGKey(seed)``): per ``D:C`` and seed, the cluster shares of its NUTS draws,
+    with the key ``nx.VAESLMC(model, fit_seed=seed)`` gives it, so that seed ``s`` here is the
+    first rung of the ``slmc`` method's run with ``--seed s``): per ``D:C`` and seed, the
+    cluster shares of its NUTS draws,
     which are the shares of its chains' starts, since a NUTS chain stays in its cluster. With
     ``vague_prior``, the model is :func:`vague_prior_mixture_model`."""
     results = []
@@ -756,16 +758,17 @@ def first_rung_experiment(configs, seeds, fit_kwargs, vague_prior=False):
         if vague_prior:
             target.model = vague_prior_mixture_model
             target.name += " (vague prior)"
-        flat_model = flatten_model(jax.random.PRNGKey(0), target.model, target.model_args)
         settings = nx.AnnealingSettings(**fit_kwargs).checked(1, dimension)
         for seed in seeds:
             log(f"{target.name}: first rung, seed {seed}")
+            key = jax.random.PRNGKey(seed)
+            flat_model = flatten_model(key, target.model, target.model_args)
+            # fit_vae_proposal's second key is its first rung's.
+            data_key = jax.random.split(key, 4)[1]
             start = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                draws, evaluations = initial_draws(
-                    jax.random.PRNGKey(seed), flat_model, settings, 1, False
-                )
+                draws, evaluations = initial_draws(data_key, flat_model, settings, 1, False)
             seconds = time.perf_counter() - start
             labels = target.labels(draws[0])
             shares = np.bincount(labels, minlength=clusters) / labels.size

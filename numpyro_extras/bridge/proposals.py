@@ -13,6 +13,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from numpyro_extras.bases import MixtureBase
+from numpyro_extras.clustering import kmeans_plus_plus
 from numpyro_extras.compilation import quick_jit
 
 __all__ = ["fit_gaussian", "fit_mixture", "component_log_densities", "MAX_COMPONENTS"]
@@ -77,24 +78,12 @@ def fit_gaussian(draws) -> MixtureBase:
     return _mixture(draws.mean(0)[None], _jittered(covariance, variances)[None], np.ones(1))
 
 
-def _initial_centres(draws, num_components, rng):
-    """k-means++ seeding: each new centre drawn with probability proportional to its squared
-    (whitened) distance from the nearest centre so far."""
-    whitened = (draws - draws.mean(0)) / np.sqrt(np.maximum(np.var(draws, axis=0), 1e-300))
-    chosen = [int(rng.integers(len(draws)))]
-    nearest = np.sum((whitened - whitened[chosen[0]]) ** 2, axis=-1)
-    for _ in range(1, num_components):
-        chosen.append(int(rng.choice(len(draws), p=nearest / nearest.sum())))
-        nearest = np.minimum(nearest, np.sum((whitened - whitened[chosen[-1]]) ** 2, axis=-1))
-    return np.asarray(chosen)
-
-
 def _expectation_maximisation(draws, num_components, rng):
     """A Gaussian mixture of ``num_components`` fitted to ``draws`` by EM; returns the mixture
     and its log likelihood (``None`` when a component collapses onto too few draws)."""
     num_draws, dimension = draws.shape
     variances = np.var(draws, axis=0)
-    centres = draws[_initial_centres(draws, num_components, rng)]
+    centres = draws[kmeans_plus_plus(draws, num_components, rng)]
     labels = np.argmin(np.sum((draws[:, None] - centres[None]) ** 2, axis=-1), axis=1)
     responsibilities = np.eye(num_components)[labels]
     previous = -np.inf

@@ -38,6 +38,7 @@ from numpyro.infer import MCMC
 from tqdm.auto import tqdm
 
 from numpyro_extras.bases import GaussianBase
+from numpyro_extras.clustering import spread_draws
 from numpyro_extras.compilation import quick_jit
 from numpyro_extras.exchange import ReplicaExchange
 from numpyro_extras.pilot import dispersed_starts, nuts_draws
@@ -60,6 +61,7 @@ from numpyro_extras.slmc.vae import (
     latent_information,
     train_vae,
 )
+from numpyro_extras.tempering.base_fit import numpy_rng
 from numpyro_extras.validation import (
     check_count,
     check_model,
@@ -457,11 +459,13 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
     covariance of those draws, widened ``REFIT_INFLATION`` times, is the reference of a second
     exchange (the variational reference of Surjanovic et al. 2022): it spans the modes found,
     so that the tempered path no longer favours the first mode and states cross between the
-    modes many times. Its ``beta_0`` draws, evenly spaced over each chain's run and taken from
-    the chains in turn, are returned. A ``UserWarning`` says when a chain of the second exchange
-    made fewer than ``MIN_START_ROUND_TRIPS`` round trips between the two ends.
+    modes many times. Of its ``beta_0`` draws, ``len(starts)`` spread over the modes they
+    visited are returned (``spread_draws``: one per cell of a k-means partition), so that a
+    mode the exchange visited, however briefly, gets a chain. A ``UserWarning`` says when a
+    chain of the second exchange made fewer than ``MIN_START_ROUND_TRIPS`` round trips between
+    the two ends.
     """
-    reference_key, first_key, second_key = jax.random.split(rng_key, 3)
+    reference_key, first_key, second_key, spread_key = jax.random.split(rng_key, 4)
     reference_run = nuts_draws(
         reference_key,
         tempered_potential_fn,
@@ -486,7 +490,7 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
     reference = GaussianBase(
         jnp.asarray(np.mean(found, 0)), jnp.asarray(np.linalg.cholesky(covariance)), 0.0
     )
-    spread_draws, second_evaluations, round_trips = _exchange_draws(
+    beta_0_draws, second_evaluations, round_trips = _exchange_draws(
         second_key, tempered_potential_fn, reference, last_found, settings, progress_bar
     )
     evaluations += first_evaluations + second_evaluations
@@ -499,11 +503,12 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
             "mode its first rung misses. Raise initial_exchange_scans.",
             stacklevel=4,
         )
-    per_chain = math.ceil(starts.shape[0] / settings.initial_exchange_chains)
-    picks = np.linspace(0, scans - 1, per_chain).round().astype(int)
-    # Draw i goes to NUTS chain i: the chains in turn, each chain's picks in time order.
-    spread_draws = spread_draws[:, picks].swapaxes(0, 1).reshape(-1, starts.shape[-1])
-    return jnp.asarray(spread_draws[: starts.shape[0]], starts.dtype), evaluations
+    # The exchange's chains cross between the modes only some tens of times, so a mode can hold
+    # a few percent of their draws where it holds a fifth of p~^beta_0's mass; draws picked
+    # evenly over time then miss it, and the annealing never learns a mode its first rung lacks.
+    beta_0_draws = beta_0_draws.reshape(-1, starts.shape[-1])
+    picks = spread_draws(beta_0_draws, starts.shape[0], numpy_rng(spread_key))
+    return jnp.asarray(beta_0_draws[picks], starts.dtype), evaluations
 
 
 def initial_draws(rng_key, flat_model, settings, num_models, progress_bar):

@@ -15,6 +15,7 @@ from numpyro.infer import MCMC
 from slmc_targets import TINY, WEIGHT, correlated_gaussian, mixture_model
 
 import numpyro_extras as nx
+from numpyro_extras.pilot import PilotDraws
 from numpyro_extras.potential import flatten_model
 from numpyro_extras.slmc import annealing
 from numpyro_extras.slmc.annealing import initial_draws
@@ -233,6 +234,33 @@ def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans, exchange
         assert 0.2 < far_share < 0.8
     else:
         assert far_share == 0.0
+
+
+def test_a_mode_the_exchange_visits_briefly_still_gets_a_chain(monkeypatch):
+    """The exchange's chains visit a far mode (at 10) for 15 of their 500 scans each, between
+    two of the 16 draws an even spacing over each run would pick: the starts still include it."""
+    dimension, scans = 10, 500
+    rng = np.random.default_rng(0)
+
+    def fake_exchange(rng_key, tempered_potential_fn, reference, starts, settings, progress_bar):
+        draws = rng.normal(0.0, 1.0, (2, scans, dimension))
+        draws[:, 5:20] += 10.0
+        return draws, 0, 10
+
+    def fake_nuts(rng_key, potential_fn, starts, **kwargs):
+        return PilotDraws(rng.normal(0.0, 1.0, (len(starts), 50, dimension)), 0, 0)
+
+    monkeypatch.setattr(annealing, "_exchange_draws", fake_exchange)
+    monkeypatch.setattr(annealing, "nuts_draws", fake_nuts)
+    settings = nx.AnnealingSettings(initial_exchange_scans=scans).checked(1, dimension)
+    starts = jnp.zeros((32, dimension))
+    spread, _ = annealing._exchange_starts(
+        jax.random.PRNGKey(0), lambda x: 0.0, starts, settings, False
+    )
+    assert spread.shape == (32, dimension)
+    assert np.sum(np.mean(np.asarray(spread), -1) > 5.0) >= 1
+    picks = np.linspace(0, scans - 1, 16).round().astype(int)
+    assert not np.any((picks >= 5) & (picks < 20))  # what even spacing would have picked
 
 
 def test_the_first_rung_needs_an_exchange_chain():
