@@ -7,9 +7,10 @@ this short and take most of their compile time; :func:`quick_jit` compiles witho
 asks for Eigen's single-threaded runtime (a program-level option: XLA's CPU client may still run
 a batched program on its thread pool, so a program that can wait forever there is restructured
 where it is written, as the base fit's polishing is).
-Programs that run for seconds (a network's training) keep LLVM's optimisation
-(``optimize=True``). The sampling loop of ``numpyro.infer.MCMC`` is NumPyro's program and keeps
-XLA's defaults.
+Programs that run for seconds keep LLVM's optimisation (``optimize=True``); those of a deep
+network (the VAE's training, its beta search and data chains) take its first level
+(``optimize=1``), which XLA's default level compiles several times longer and runs no faster.
+The sampling loop of ``numpyro.infer.MCMC`` is NumPyro's program and keeps XLA's defaults.
 """
 
 from __future__ import annotations
@@ -30,14 +31,15 @@ def _release(text: str) -> tuple[int, ...]:
     return tuple(int(re.match(r"\d*", part).group() or 0) for part in text.split(".")[:2])
 
 
-@functools.cache
-def quick_compiler_options(optimize: bool = False) -> dict:
+@functools.lru_cache(maxsize=None, typed=True)
+def quick_compiler_options(optimize: bool | int = False) -> dict:
     """XLA options that shorten compilation of CPU programs: ``{}`` off CPU.
 
     Options the user set through ``XLA_FLAGS`` are left to the user.
 
-    :param bool optimize: keep LLVM's optimisation, for a program whose run takes longer than
-        its compilation.
+    :param optimize: ``False``: no LLVM optimisation; ``True``: XLA's default level, for a
+        program whose run takes longer than its compilation; an int: that LLVM optimisation
+        level (``1`` for a network's training, as fast as the default and compiled sooner).
     :return: a ``compiler_options`` dict for :func:`jax.jit`.
 
     **Example:**
@@ -52,8 +54,9 @@ def quick_compiler_options(optimize: bool = False) -> dict:
         return {}
     user_flags = os.environ.get("XLA_FLAGS", "")
     options = {}
-    if not optimize and "xla_backend_optimization_level" not in user_flags:
-        options["xla_backend_optimization_level"] = 0
+    level = (None if optimize else 0) if isinstance(optimize, bool) else int(optimize)
+    if level is not None and "xla_backend_optimization_level" not in user_flags:
+        options["xla_backend_optimization_level"] = level
     # XLA's multi-threaded Eigen runtime can leave a batched program's result waiting forever,
     # every worker idle; these programs gain little from a second thread.
     if "xla_cpu_multi_thread_eigen" not in user_flags:
@@ -68,7 +71,7 @@ class _QuickJit:
     """A :func:`jax.jit` built at its first call, when the backend is known; called inside
     another trace, a plain :func:`jax.jit` (the outer program's options apply to it)."""
 
-    def __init__(self, fun: Callable, optimize: bool, jit_kwargs: dict):
+    def __init__(self, fun: Callable, optimize: bool | int, jit_kwargs: dict):
         self._fun = fun
         self._optimize = optimize
         self._jit_kwargs = jit_kwargs
@@ -95,7 +98,7 @@ class _QuickJit:
         return self._compiled().lower(*args, **kwargs)
 
 
-def quick_jit(fun: Callable | None = None, *, optimize: bool = False, **jit_kwargs):
+def quick_jit(fun: Callable | None = None, *, optimize: bool | int = False, **jit_kwargs):
     """:func:`jax.jit` with :func:`quick_compiler_options`.
 
     Use it as ``jax.jit`` is used, as a decorator (with or without keyword arguments) or a call.
@@ -103,8 +106,7 @@ def quick_jit(fun: Callable | None = None, *, optimize: bool = False, **jit_kwar
     backend uninitialised (``numpyro.set_host_device_count`` still works after the import).
 
     :param fun: the function to compile.
-    :param bool optimize: keep LLVM's optimisation, for a program whose run takes longer than
-        its compilation.
+    :param optimize: LLVM's optimisation, as :func:`quick_compiler_options` takes it.
     :param jit_kwargs: further :func:`jax.jit` arguments (``static_argnums``, ...).
     :return: the compiled function.
 

@@ -62,11 +62,21 @@ def test_options_on_cpu_and_those_the_user_set(monkeypatch):
         assert options["xla_backend_optimization_level"] == 0
         assert options["xla_cpu_multi_thread_eigen"] is False
         assert "xla_backend_optimization_level" not in quick_compiler_options(optimize=True)
+        # an int is an LLVM level; True, though equal to 1, is XLA's default level
+        assert quick_compiler_options(optimize=1)["xla_backend_optimization_level"] == 1
+        assert "xla_backend_optimization_level" not in quick_compiler_options(optimize=True)
+        assert quick_compiler_options(optimize=0)["xla_backend_optimization_level"] == 0
         quick_compiler_options.cache_clear()
         monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=2")
         assert "xla_backend_optimization_level" not in quick_compiler_options()
     finally:
         quick_compiler_options.cache_clear()
+
+
+def test_a_program_compiled_at_an_llvm_level_gives_the_same_values():
+    x = jnp.linspace(-1.0, 1.0, 7)
+    at_level_one = quick_jit(polynomial, optimize=1, static_argnums=1)(x, 3)
+    np.testing.assert_allclose(at_level_one, polynomial(x, 3), rtol=1e-12)
 
 
 def test_release_parsing():

@@ -556,6 +556,7 @@ class _Machinery(NamedTuple):
     train: object
     train_initial: object
     train_final: object
+    train_fixed_noise: object
     search: object
     run: object
 
@@ -563,17 +564,32 @@ class _Machinery(NamedTuple):
 def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
     """Jit the vmapped-over-models training, beta search and data run."""
 
-    def train(epochs, patience=settings.patience):
-        one = partial(
-            train_vae,
+    def train_one(rng_key, proposal, data, epochs, patience, fixed_noise):
+        return train_vae(
+            rng_key,
+            proposal,
+            data,
             epochs=epochs,
             batch_size=settings.batch_size,
             learning_rate=settings.learning_rate,
             patience=patience,
             tolerance=settings.tolerance,
             validation_fraction=settings.validation_fraction,
+            max_epochs=max(settings.epochs, settings.initial_epochs or 0),
+            fixed_noise=fixed_noise,
         )
-        return quick_jit(jax.vmap(one), optimize=True)
+
+    # The length of a training, its stopping rule and its noise are data of one compiled
+    # training, so that each size of data compiles once.
+    compiled_train = quick_jit(jax.vmap(train_one, in_axes=(0, 0, 0, None, None, None)), optimize=1)
+
+    def train(epochs, patience=settings.patience, fixed_noise=False):
+        def trained(keys, proposals, data):
+            return compiled_train(
+                keys, proposals, data, epochs, 0 if patience is None else patience, fixed_noise
+            )
+
+        return trained
 
     chains, steps = settings.num_check_chains, settings.num_check_steps
 
@@ -609,15 +625,13 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
 
     num_records = math.ceil(settings.training_size / settings.num_data_chains)
 
-    def run(rng_key, proposals, betas, data, burn, thin):
-        """The models' VAE-SLMC chains at ``betas`` with exchanges (Algorithm 6); ``(J, n, D)``
-        thinned draws per model and each model's mean acceptance and swap probabilities."""
+    def run(rng_key, proposals, betas, starts, burn, thin):
+        """The models' VAE-SLMC chains at ``betas`` with exchanges (Algorithm 6) from
+        ``starts`` ``(J, chains, D)``; ``(J, n, D)`` thinned draws per model and each model's
+        mean acceptance and swap probabilities."""
         num_models = betas.shape[0]
         chains = settings.num_data_chains
-        start_key, run_key = jax.random.split(rng_key)
-        starts = jax.vmap(lambda key, rows: _take_rows(key, rows, chains))(
-            jax.random.split(start_key, num_models), data
-        )
+        _, run_key = jax.random.split(rng_key)
         zeros = jnp.zeros((num_models, chains, proposals.latent_dim), starts.dtype)
         points = jax.vmap(
             lambda proposal, xs, latents: jax.vmap(
@@ -684,10 +698,31 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
         train_final=train(
             settings.epochs, None if settings.full_final_training else settings.patience
         ),
-        # Training, search and data runs take seconds each: LLVM's optimisation pays there.
+        train_fixed_noise=train(settings.initial_epochs or settings.epochs, fixed_noise=True),
+        # Training, search and data runs take seconds each: LLVM's optimisation pays there, at
+        # its first level, which runs the networks as fast as the default and compiles sooner.
         search=_search_from_rows(search_one, chains),
-        run=quick_jit(run, optimize=True),
+        run=_run_from_rows(quick_jit(run, optimize=1), settings.num_data_chains),
     )
+
+
+def _run_from_rows(compiled_run, num_chains):
+    """``run(rng_key, proposals, betas, data, burn, thin)``: the data chains of
+    ``compiled_run``, each model's started from ``num_chains`` rows of its data, drawn apart
+    from the compiled run (with the first of the two keys the run splits its key into), so that
+    one compiled run serves every size of data."""
+
+    @partial(quick_jit, static_argnums=2)
+    def starts_of(rng_key, data, count):
+        start_key, _ = jax.random.split(rng_key)
+        keys = jax.random.split(start_key, data.shape[0])
+        return jax.vmap(lambda key, rows: _take_rows(key, rows, count))(keys, data)
+
+    def run(rng_key, proposals, betas, data, burn, thin):
+        starts = starts_of(rng_key, data, num_chains)
+        return compiled_run(rng_key, proposals, betas, starts, burn, thin)
+
+    return run
 
 
 def _search_from_rows(search_one, num_chains):
@@ -698,7 +733,7 @@ def _search_from_rows(search_one, num_chains):
     starts_of = quick_jit(
         jax.vmap(lambda key, rows: _take_rows(jax.random.split(key, 4)[0], rows, num_chains))
     )
-    compiled = quick_jit(jax.vmap(search_one, in_axes=(0, 0, 0, None)), optimize=True)
+    compiled = quick_jit(jax.vmap(search_one, in_axes=(0, 0, 0, None)), optimize=1)
 
     def search(keys, proposals, data, grid):
         return compiled(keys, proposals, starts_of(keys, data), grid)
@@ -1050,8 +1085,8 @@ def _separated_if_collapsed(rng_key, machinery, proposals, rates, data, grid, se
     subset = jax.vmap(lambda key, rows: _take_rows(key, rows, settings.training_size))(
         jax.random.split(subset_key, num_models), data
     )
-    fixed_config = dataclasses.replace(config, learn_decoder_scale=False, decoder_scale=None)
-    fixed = _fresh_models(init_key, fixed_key, machinery, fixed_config, proposals.sites, subset)
+    fresh = _new_models(init_key, config, proposals.sites, num_models, subset.dtype)
+    fixed, _ = machinery.train_fixed_noise(jax.random.split(fixed_key, num_models), fresh, subset)
     separated = proposals.replace(
         params={
             **proposals.params,
@@ -1096,16 +1131,16 @@ def _fresh_models(init_key, train_key, machinery, config, sites, data):
 def _new_models(init_key, config, sites, num_models, dtype):
     """``num_models`` untrained proposals of ``config``, stacked, with leaves of ``dtype``,
     initialised in one compiled call (flax's initialisation op by op compiles every layer's
-    operations apart)."""
+    operations apart), compiled once per configuration."""
+    return _initialised_models(init_key, config, sites, num_models, jnp.dtype(dtype))
 
-    @quick_jit
-    def initialised(init_key):
-        models = jax.vmap(lambda key: init_proposal(key, config, sites=sites))(
-            jax.random.split(init_key, num_models)
-        )
-        return jax.tree.map(lambda leaf: leaf.astype(dtype), models)
 
-    return initialised(init_key)
+@partial(quick_jit, static_argnums=(1, 2, 3, 4))
+def _initialised_models(init_key, config, sites, num_models, dtype):
+    models = jax.vmap(lambda key: init_proposal(key, config, sites=sites))(
+        jax.random.split(init_key, num_models)
+    )
+    return jax.tree.map(lambda leaf: leaf.astype(dtype), models)
 
 
 def _kept_if_better(search_key, machinery, candidates, proposals, rates, data, grid):

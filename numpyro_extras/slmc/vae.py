@@ -395,26 +395,32 @@ def latent_information(proposal: VAEProposal, x):
     return jnp.mean(_kl_from_prior(mean, log_var))
 
 
-def vae_loss(params, proposal: VAEProposal, u, rng_key):
+def vae_loss(params, proposal: VAEProposal, u, rng_key, fixed_noise=False):
     """The loss of eq. 2 on a batch of standardised points ``u`` ``(B, D)``: the mean over the
     batch of ``||u - Dec(mu + sigma eps)||^2 + beta_VAE KL(r(z | u) || N(0, I))``, one
     reparameterised sample per point. With a learned decoder scale, ``beta_VAE`` times the
     negative ELBO at the batch's own noise ``s_d^2`` (its mean squared error per coordinate):
     ``beta_VAE (sum_d log(s_d^2) / 2 + mean KL)`` up to a constant.
 
+    :param fixed_noise: with a learned decoder scale, the loss of eq. 2 (its fixed noise)
+        all the same (may be traced).
     :return: scalar loss.
     """
     config = proposal.config
     reconstruction, mean, log_var = _reconstruct(params, config, u, rng_key)
     kl = _kl_from_prior(mean, log_var)
-    if config.learn_decoder_scale:
-        # The negative ELBO at the batch's maximum-likelihood noise s_d^2 (its mean squared
-        # error), up to a constant and scaled by beta_VAE like eq. 2. Profiling the noise out
-        # rather than learning it by Adam lets it follow the decoder from the first step on.
-        noise_log_var = _mean_squared_error_log(u, reconstruction)
-        return config.beta_vae * (0.5 * jnp.sum(noise_log_var) + jnp.mean(kl))
     squared_error = jnp.sum((u - reconstruction) ** 2, -1)
-    return jnp.mean(squared_error + config.beta_vae * kl)
+    fixed_noise_loss = jnp.mean(squared_error + config.beta_vae * kl)
+    if not config.learn_decoder_scale:
+        return fixed_noise_loss
+    # The negative ELBO at the batch's maximum-likelihood noise s_d^2 (its mean squared error),
+    # up to a constant and scaled by beta_VAE like eq. 2. Profiling the noise out rather than
+    # learning it by Adam lets it follow the decoder from the first step on.
+    noise_log_var = _mean_squared_error_log(u, reconstruction)
+    learned_noise_loss = config.beta_vae * (0.5 * jnp.sum(noise_log_var) + jnp.mean(kl))
+    if fixed_noise is False:
+        return learned_noise_loss
+    return jnp.where(fixed_noise, fixed_noise_loss, learned_noise_loss)
 
 
 def whitening_factor(data, scale):
@@ -444,10 +450,14 @@ def train_vae(
     patience=None,
     tolerance=0.0,
     validation_fraction=0.1,
+    max_epochs=None,
+    fixed_noise=False,
 ):
     """Train the VAE on ``data`` with Adam (warm start from ``proposal.params``), after
-    standardising the data per dimension, for at most ``epochs`` passes. Jittable; ``epochs``,
-    ``batch_size``, ``patience`` and ``validation_fraction`` are static.
+    standardising the data per dimension, for at most ``epochs`` passes. Jittable;
+    ``batch_size``, ``validation_fraction`` and ``max_epochs`` are static, while ``epochs``,
+    ``patience`` and ``fixed_noise`` may be traced, so that one compiled training serves
+    trainings of different lengths and stopping rules on data of one shape.
 
     With ``patience``, a ``validation_fraction`` of the data is held out and the loss of eq. 2 is
     evaluated on it after every epoch with the same reparameterisation noise each time (so that
@@ -464,12 +474,17 @@ def train_vae(
     :param int batch_size: points per Adam step (the last partial batch of an epoch is dropped).
     :param float learning_rate: Adam's learning rate.
     :param int patience: epochs without a relative improvement of ``tolerance`` before stopping;
-        ``None`` trains all ``epochs`` on all the data.
+        ``None`` (or 0) trains all ``epochs`` on all the data.
     :param float tolerance: the relative fall of the held-out loss that counts as an improvement.
     :param float validation_fraction: the share of ``data`` held out (with ``patience``).
+    :param int max_epochs: the length of the returned losses, at least ``epochs`` (default
+        ``epochs``, which must then be a Python int).
+    :param bool fixed_noise: with a learned decoder scale, train as eq. 2 does with its fixed
+        small noise (the squared reconstruction error plus ``beta_VAE`` KL), which only the
+        latents can lower, and leave the learned noise as it was.
     :return: ``(proposal, losses)``: the trained proposal with the data's standardisation, and
-        one loss per epoch, ``(epochs,)``: the held-out loss with ``patience`` (NaN after the
-        epoch training stopped at), else the mean training loss of the epoch.
+        one loss per epoch, ``(max_epochs,)``: the held-out loss with ``patience``, else the
+        mean training loss of the epoch; NaN after the epoch training stopped at.
 
     **Example:**
 
@@ -479,6 +494,11 @@ def train_vae(
                                      learning_rate=1e-3, patience=10, tolerance=1e-3)
         epochs_run = int(jnp.sum(jnp.isfinite(losses)))
     """
+    if max_epochs is None:
+        max_epochs = int(epochs)
+    patience = 0 if patience is None else patience
+    early_stopping = jnp.asarray(patience) > 0
+    learned_noise = proposal.config.learn_decoder_scale
     loc = jnp.mean(data, 0)
     scale = jnp.std(data, 0)
     # A coordinate that never moves in the data keeps unit scale rather than dividing by zero.
@@ -491,75 +511,85 @@ def train_vae(
     # The network's parameters are single precision (flax's default) and the training steps are
     # nearly all of the cost: train in single precision even when JAX runs in double. The
     # acceptance stays exact for any network, so the network's precision never biases a draw.
-    u = standardize(proposal, data).astype(jnp.float32)
+    points = standardize(proposal, data).astype(jnp.float32)
     split_key, noise_key, rng_key = jax.random.split(rng_key, 3)
-    num_held_out = 0
-    if patience is not None:
-        num_held_out = min(max(1, int(validation_fraction * u.shape[0])), u.shape[0] - 1)
-        u = u[jax.random.permutation(split_key, u.shape[0])]
-    held_out, u = u[:num_held_out], u[num_held_out:]
-    num_points = u.shape[0]
-    batch_size = min(batch_size, num_points)
-    num_batches = num_points // batch_size
+    num_points = points.shape[0]
+    num_held_out = min(max(1, int(validation_fraction * num_points)), num_points - 1)
+    u = points[jax.random.permutation(split_key, num_points)]
+    held_out = u[:num_held_out]
+    # The held-out rows lead; without early stopping they are trained on too.
+    first_row = jnp.where(early_stopping, num_held_out, 0)
+    batch_size = min(batch_size, num_points - num_held_out)
+    num_batches = (num_points - first_row) // batch_size
     optimizer = optax.adam(learning_rate)
-    loss_and_grad = jax.value_and_grad(vae_loss)
 
-    def adam_step(carry, inputs):
-        params, opt_state = carry
-        batch, key = inputs
-        loss, grads = loss_and_grad(params, proposal, batch, key)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), loss
+    def loss(params, batch, key):
+        return vae_loss(params, proposal, batch, key, fixed_noise)
 
-    def epoch(carry, key):
+    loss_and_grad = jax.value_and_grad(loss)
+
+    def epoch(params, opt_state, key):
         order_key, noise_key = jax.random.split(key)
-        order = jax.random.permutation(order_key, num_points)[: num_batches * batch_size]
-        batches = u[order].reshape(num_batches, batch_size, -1)
-        keys = jax.random.split(noise_key, num_batches)
-        carry, losses = jax.lax.scan(adam_step, carry, (batches, keys))
-        return carry, jnp.mean(losses)
+        # The rows trained on, shuffled, ahead of the held-out ones.
+        priority = jax.random.uniform(order_key, (num_points,))
+        order = jnp.argsort(jnp.where(jnp.arange(num_points) < first_row, 2.0, priority))
+        keys = jax.random.split(noise_key, num_points // batch_size)
 
-    params = proposal.params
-    epoch_keys = jax.random.split(rng_key, epochs)
-    all_points = jnp.concatenate([u, held_out])
+        def adam_step(index, carry):
+            params, opt_state, total = carry
+            rows = jax.lax.dynamic_slice(order, (index * batch_size,), (batch_size,))
+            value, grads = loss_and_grad(params, u[rows], keys[index])
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (
+                optax.apply_updates(params, updates),
+                opt_state,
+                total + value.astype(total.dtype),
+            )
+
+        params, opt_state, total = jax.lax.fori_loop(
+            0, num_batches, adam_step, (params, opt_state, jnp.zeros((), jnp.float32))
+        )
+        return params, opt_state, total / num_batches
+
+    epoch_keys = jax.random.split(rng_key, max_epochs)
 
     def calibrated(params):
         """The parameters with the learned decoder noise set to its maximum-likelihood value
-        over all the data (training and held out)."""
-        if not proposal.config.learn_decoder_scale:
+        over all the data (training and held out); as they were after a fixed-noise training."""
+        if not learned_noise:
             return params
-        reconstruction, _, _ = _reconstruct(params, proposal.config, all_points, noise_key)
-        log_var = _mean_squared_error_log(all_points, reconstruction)
-        return {**params, "decoder_log_var": log_var.astype(params["decoder_log_var"].dtype)}
-
-    if patience is None:
-        (params, _), losses = jax.lax.scan(epoch, (params, optimizer.init(params)), epoch_keys)
-        return proposal.replace(params=calibrated(params)), losses
+        reconstruction, _, _ = _reconstruct(params, proposal.config, points, noise_key)
+        log_var = _mean_squared_error_log(points, reconstruction).astype(
+            params["decoder_log_var"].dtype
+        )
+        log_var = jnp.where(fixed_noise, params["decoder_log_var"], log_var)
+        return {**params, "decoder_log_var": log_var}
 
     def keep_going(carry):
         index, wait = carry[0], carry[5]
-        return (index < epochs) & (wait < patience)
+        return (index < epochs) & ~(early_stopping & (wait >= patience))
 
     def train_epoch(carry):
         index, params, opt_state, best_params, best_loss, wait, anchor, losses = carry
-        (params, opt_state), _ = epoch((params, opt_state), epoch_keys[index])
-        loss = vae_loss(params, proposal, held_out, noise_key).astype(jnp.float32)
-        better = loss < best_loss
+        params, opt_state, training_loss = epoch(params, opt_state, epoch_keys[index])
+        held_out_loss = loss(params, held_out, noise_key).astype(jnp.float32)
+        better = held_out_loss < best_loss
         best_params = jax.tree.map(
             lambda new, old: jnp.where(better, new, old), params, best_params
         )
-        improved = loss < anchor - tolerance * jnp.abs(anchor)
+        improved = held_out_loss < anchor - tolerance * jnp.abs(anchor)
         return (
             index + 1,
             params,
             opt_state,
             best_params,
-            jnp.minimum(loss, best_loss),
+            jnp.minimum(held_out_loss, best_loss),
             jnp.where(improved, 0, wait + 1),
-            jnp.where(improved, loss, anchor),
-            losses.at[index].set(loss),
+            jnp.where(improved, held_out_loss, anchor),
+            losses.at[index].set(jnp.where(early_stopping, held_out_loss, training_loss)),
         )
 
+    params = proposal.params
     # The largest float rather than inf, so that the first relative threshold is not inf - inf.
     largest = jnp.array(jnp.finfo(jnp.float32).max, jnp.float32)
     carry = (
@@ -570,10 +600,14 @@ def train_vae(
         largest,
         0,
         largest,
-        jnp.full((epochs,), jnp.nan, jnp.float32),
+        jnp.full((max_epochs,), jnp.nan, jnp.float32),
     )
     carry = jax.lax.while_loop(keep_going, train_epoch, carry)
-    return proposal.replace(params=calibrated(carry[3])), carry[7]
+    # Early stopping keeps the parameters of the lowest held-out loss; else the last ones.
+    kept = jax.tree.map(
+        lambda best, last: jnp.where(early_stopping, best, last), carry[3], carry[1]
+    )
+    return proposal.replace(params=calibrated(kept)), carry[7]
 
 
 def isometry_factors(rng_key, proposal: VAEProposal, num_samples=10_000):

@@ -422,6 +422,19 @@ def test_log_z_against_closed_form(network, min_ess):
     assert evidence.pareto_k < 0.5  # a light tail: the standard error can be trusted
 
 
+def two_d_training(key, proposal, data, **settings):
+    """``train_vae`` with the batches, learning rate and held-out share of these tests."""
+    return train_vae(
+        key,
+        proposal,
+        data,
+        batch_size=256,
+        learning_rate=3e-3,
+        validation_fraction=0.2,
+        **settings,
+    )
+
+
 def test_early_stopping_follows_the_held_out_rule():
     """Training stops at the first epoch where the held-out loss has gone ``patience`` epochs
     without falling ``tolerance`` (relative) below its last improvement, and returns the
@@ -430,16 +443,8 @@ def test_early_stopping_follows_the_held_out_rule():
     config = two_d_config((16, 16))
     key, patience, tolerance, epochs = jax.random.PRNGKey(2), 5, 0.01, 300
     proposal, losses = jax.jit(
-        lambda key, proposal, data: train_vae(
-            key,
-            proposal,
-            data,
-            epochs=epochs,
-            batch_size=256,
-            learning_rate=3e-3,
-            patience=patience,
-            tolerance=tolerance,
-            validation_fraction=0.2,
+        lambda key, proposal, data: two_d_training(
+            key, proposal, data, epochs=epochs, patience=patience, tolerance=tolerance
         )
     )(key, init_proposal(jax.random.PRNGKey(0), config), data)
     losses = np.asarray(losses)
@@ -460,6 +465,56 @@ def test_early_stopping_follows_the_held_out_rule():
     returned_loss = float(vae_loss(proposal.params, proposal, held_out, noise_key))
     assert returned_loss == pytest.approx(losses[:run].min(), rel=1e-4)
     assert losses[:run].min() < losses[run - 1]
+
+
+def test_one_compiled_training_serves_lengths_stopping_rules_and_noises():
+    """``epochs``, ``patience`` and ``fixed_noise`` are data of the compiled training: one
+    program runs a training of any length, with or without early stopping, with the learned
+    or eq. 2's fixed noise."""
+    data = jax.random.multivariate_normal(jax.random.PRNGKey(5), MEAN, COVARIANCE, (1000,))
+    proposal = init_proposal(jax.random.PRNGKey(0), two_d_config((8,), learn_decoder_scale=True))
+    trained = jax.jit(
+        lambda key, proposal, data, epochs, patience, fixed_noise: two_d_training(
+            key,
+            proposal,
+            data,
+            epochs=epochs,
+            patience=patience,
+            max_epochs=12,
+            fixed_noise=fixed_noise,
+        )
+    )
+    key = jax.random.PRNGKey(2)
+    for epochs, patience, fixed_noise in ((5, 0, False), (12, 2, False), (3, 0, True)):
+        result, losses = trained(key, proposal, data, epochs, patience, fixed_noise)
+        losses = np.asarray(losses)
+        run = int(np.isfinite(losses).sum())
+        assert losses.shape == (12,) and np.all(np.isnan(losses[run:]))
+        assert run == epochs if patience == 0 else 2 < run <= epochs
+        noise = np.asarray(result.params["decoder_log_var"])
+        initial_noise = np.asarray(proposal.params["decoder_log_var"])
+        # a fixed-noise training leaves the learned noise as it was
+        assert np.array_equal(noise, initial_noise) == fixed_noise
+    assert trained._cache_size() == 1
+
+
+def test_fixed_noise_training_is_eq_2s_training():
+    """With ``fixed_noise`` a model with a learned decoder scale trains its networks exactly as
+    the same networks with eq. 2's fixed noise do."""
+    data = jax.random.multivariate_normal(jax.random.PRNGKey(5), MEAN, COVARIANCE, (600,))
+    learned = init_proposal(jax.random.PRNGKey(0), two_d_config((8,), learn_decoder_scale=True))
+    fixed = init_proposal(jax.random.PRNGKey(0), two_d_config((8,), learn_decoder_scale=False))
+    settings = dict(epochs=4, batch_size=128, learning_rate=3e-3, patience=2)
+    key = jax.random.PRNGKey(3)
+    from_learned, learned_losses = train_vae(key, learned, data, fixed_noise=True, **settings)
+    from_fixed, fixed_losses = train_vae(key, fixed, data, **settings)
+    np.testing.assert_allclose(learned_losses, fixed_losses, rtol=1e-6)
+    for part in ("encoder", "decoder"):
+        jax.tree.map(
+            lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+            from_learned.params[part],
+            from_fixed.params[part],
+        )
 
 
 def test_exchange_rule():
