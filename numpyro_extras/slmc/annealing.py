@@ -174,7 +174,7 @@ class AnnealingSettings(NamedTuple):
         draws (a variational reference, Surjanovic et al. 2022), which spans the modes found,
         so its states cross between them many times; the NUTS chains start from its draws.
     :param int initial_exchange_chains: independent (vectorised) chains of each exchange; the
-        NUTS chains' starts are spread evenly over every chain of the second.
+        NUTS chains start one per cell of a k-means partition of the second's draws.
     :param float initial_spread: that Gaussian's standard deviations over the short run's.
     :param bool exchange: swap states between the models' chains (eq. 5).
     :param str stop: ``"all"`` (every model reaches ``beta_final``) or ``"first"``.
