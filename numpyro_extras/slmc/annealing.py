@@ -503,9 +503,9 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
             "mode its first rung misses. Raise initial_exchange_scans.",
             stacklevel=4,
         )
-    # The exchange's chains cross between the modes only some tens of times, so a mode can hold
-    # a few percent of their draws where it holds a fifth of p~^beta_0's mass; draws picked
-    # evenly over time then miss it, and the annealing never learns a mode its first rung lacks.
+    # The exchange's chains cross between the modes only some tens of times, so a mode's share
+    # of their draws can be several times smaller than its mass, and draws picked evenly over
+    # time can miss it; the annealing never learns a mode its first rung lacks.
     beta_0_draws = beta_0_draws.reshape(-1, starts.shape[-1])
     picks = spread_draws(beta_0_draws, starts.shape[0], numpy_rng(spread_key))
     return jnp.asarray(beta_0_draws[picks], starts.dtype), evaluations
