@@ -567,7 +567,12 @@ def importance_masses(rng_key, batched_potential, locs, scale_trils, num_fits, n
     num_components, dimension = locs.shape
     noise = numpy_rng(rng_key).standard_normal((num_draws, dimension))
     components = np.arange(num_draws) % num_components
-    positions = locs[components] + np.einsum("nij,nj->ni", scale_trils[components], noise)
+    # One product per component: gathering a scale factor per draw would build an (N, D, D)
+    # array, hundreds of megabytes at a few thousand draws in 100 dimensions.
+    positions = np.empty_like(noise)
+    for component, (loc, scale_tril) in enumerate(zip(locs, scale_trils, strict=True)):
+        drawn = components == component
+        positions[drawn] = loc + noise[drawn] @ scale_tril.T
     log_components = _component_log_densities(positions, locs, scale_trils)
     log_proposal = logsumexp(log_components, axis=1) - math.log(num_components)
     potentials = batched_potential(positions)
