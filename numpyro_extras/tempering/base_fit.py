@@ -53,6 +53,7 @@ __all__ = [
     "fit_base_for_kernel",
     "importance_masses",
     "numpy_rng",
+    "polish_flagged",
     "vectorized_potential",
     "LocalOptima",
     "posterior_modes",
@@ -244,11 +245,9 @@ def _variational_fitter(flat_model, full_rank, settings):
         check_elbo = elbo_on_draws(polished[0], _scale_tril(*polished[1:]))
         return polished, check_elbo, check_elbo > elbo_on_draws(params[0], _scale_tril(*params[1:]))
 
-    @quick_jit
-    def polish_all(params):
-        # One fit after another: all fits in one vmapped program (32 fits of a 92-coordinate
-        # regression) left the result waiting forever in XLA's CPU runtime, every worker idle.
-        return jax.lax.map(polish, params)
+    # One fit per program: all fits in one vmapped program (32 fits of a 92-coordinate
+    # regression) left the result waiting forever in XLA's CPU runtime, every worker idle.
+    polish_one = quick_jit(polish)
 
     @quick_jit
     def moments_and_elbos(params, seed):
@@ -329,7 +328,7 @@ def _variational_fitter(flat_model, full_rank, settings):
         )
         elbos = precise_elbos if settings["elbo_particles"] else -final_losses.mean(0)
         if np.any(to_polish) and dimension <= MAX_POLISH_DIMENSION:
-            polished, check_elbos, improved = polish_all(params)
+            polished, check_elbos, improved = polish_flagged(polish_one, params, to_polish)
             polished_moments = moments_and_elbos(polished, seed)
             keep = to_polish & np.asarray(improved)
             means, covariances = (
@@ -351,6 +350,38 @@ def _variational_fitter(flat_model, full_rank, settings):
         return fits
 
     return fit
+
+
+def polish_flagged(polish_one, params, flags):
+    """``polish_one`` applied to the fits flagged in ``flags``, one after another (a polishing
+    step costs a Hessian per draw), the other fits left as they were.
+
+    :param polish_one: ``fit_params -> (polished_params, check_elbo, improved)`` for one fit.
+    :param params: the fits' parameters, a tuple of arrays with the fits along the first axis.
+    :param flags: ``(num_fits,)`` booleans, the fits to polish.
+    :return: ``(params, check_elbos, improved)``: the parameters with the flagged fits' replaced,
+        each fit's check ELBO (``-inf`` where not polished) and whether polishing improved it.
+
+    **Example:**
+
+    .. code-block:: python
+
+        params = (np.zeros((3, 2)),)
+        polished, _, improved = polish_flagged(
+            lambda fit: ((fit[0] + 1.0,), 0.0, True), params, np.array([True, False, True])
+        )
+        polished[0][:, 0]  # [1, 0, 1]
+    """
+    polished = [np.array(leaf) for leaf in params]
+    check_elbos = np.full(len(flags), -np.inf)
+    improved = np.zeros(len(flags), bool)
+    for index in np.flatnonzero(flags):
+        result, check_elbos[index], improved[index] = polish_one(
+            tuple(leaf[index] for leaf in params)
+        )
+        for leaf, value in zip(polished, result, strict=True):
+            leaf[index] = np.asarray(value)
+    return tuple(polished), check_elbos, improved
 
 
 def _drop_duplicates(fits: list[_LocalFit], tolerance: float, batched_potential=None):
