@@ -43,7 +43,11 @@ def kmeans_plus_plus(draws, count, rng) -> np.ndarray:
         draws = np.concatenate([rng.normal(-9, 1, (990, 2)), rng.normal(9, 1, (10, 2))])
         draws[kmeans_plus_plus(draws, 2, rng)]  # one row near (-9, -9), one near (9, 9)
     """
-    points = _standardised(np.asarray(draws, dtype=np.float64))
+    return _seeds(_standardised(np.asarray(draws, dtype=np.float64)), count, rng)
+
+
+def _seeds(points, count, rng):
+    """k-means++ seeding on points already standardised."""
     chosen = [int(rng.integers(len(points)))]
     nearest = np.sum((points - points[chosen[0]]) ** 2, axis=-1)
     for _ in range(1, count):
@@ -79,7 +83,7 @@ def spread_draws(draws, count, rng, iterations=LLOYD_ITERATIONS) -> np.ndarray:
     if count >= len(draws):
         return np.arange(count) % len(draws)
     points = _standardised(draws)
-    seeds = kmeans_plus_plus(draws, count, rng)
+    seeds = _seeds(points, count, rng)
     centres = points[seeds]
     for _ in range(iterations):
         cells = np.argmin(_squared_distances(points, centres), axis=1)
