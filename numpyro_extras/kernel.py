@@ -25,27 +25,25 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import inspect
 import math
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
-from numpyro.infer.mcmc import MCMC, MCMCKernel
+from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
 from numpyro_extras.compilation import quick_jit
 from numpyro_extras.compiled_chain import compiled_chain, evaluated_now
+from numpyro_extras.numpyro_adapter import HMC_DEFAULTS, hmc_instance_settings
 from numpyro_extras.potential import arguments_fingerprint
 from numpyro_extras.validation import check_count, check_real
 
 __all__ = [
     "ExtrasKernel",
     "build_fingerprint",
-    "calling_mcmc_progress_bar",
     "conditioning_values",
     "field_lookup",
     "fixed_target_functions",
@@ -61,24 +59,6 @@ POTENTIAL_BUILD = "potential_fn"
 
 def _identity(values):
     return values
-
-
-def calling_mcmc_progress_bar(default=True):
-    """The ``progress_bar`` of the :class:`~numpyro.infer.MCMC` running this kernel, if any.
-
-    NumPyro does not pass ``progress_bar`` to a kernel's ``init``; work that runs there (a base fit)
-    reads it from the calling ``MCMC`` so that ``progress_bar=False`` silences every bar.
-    """
-    frame = inspect.currentframe()
-    try:
-        while frame is not None:
-            caller = frame.f_locals.get("self")
-            if isinstance(caller, MCMC):
-                return bool(caller.progress_bar)
-            frame = frame.f_back
-    finally:
-        del frame
-    return default
 
 
 def conditioning_values(model_kwargs) -> dict:
@@ -277,43 +257,6 @@ class ExtrasKernel(MCMCKernel):
         return kernel
 
 
-# NumPyro's settings of its functional HMC/NUTS (``numpyro.infer.hmc.hmc``'s init), with its
-# defaults.
-HMC_DEFAULTS = dict(
-    step_size=1.0,
-    inverse_mass_matrix=None,
-    adapt_step_size=True,
-    adapt_mass_matrix=True,
-    dense_mass=False,
-    target_accept_prob=0.8,
-    num_steps=None,
-    trajectory_length=None,
-    max_tree_depth=10,
-    find_heuristic_step_size=False,
-    forward_mode_differentiation=False,
-    regularize_mass_matrix=True,
-)
-
-
-def _instance_settings(kernel: HMC) -> dict[str, Any]:
-    """The settings a NumPyro ``HMC``/``NUTS`` instance was built with (its model is not used:
-    the enclosing kernel gives the move its own potential)."""
-    return dict(
-        step_size=kernel._step_size,
-        inverse_mass_matrix=kernel._inverse_mass_matrix,
-        adapt_step_size=kernel._adapt_step_size,
-        adapt_mass_matrix=kernel._adapt_mass_matrix,
-        dense_mass=kernel._dense_mass,
-        target_accept_prob=kernel._target_accept_prob,
-        num_steps=kernel._num_steps,
-        trajectory_length=kernel._trajectory_length,
-        max_tree_depth=kernel._max_tree_depth,
-        find_heuristic_step_size=kernel._find_heuristic_step_size,
-        forward_mode_differentiation=kernel._forward_mode_differentiation,
-        regularize_mass_matrix=kernel._regularize_mass_matrix,
-    )
-
-
 def hmc_settings(
     inner_kernel, *, owner_model=None, owner_defaults=None, **settings
 ) -> tuple[str, dict]:
@@ -355,8 +298,7 @@ def hmc_settings(
                 "Give the settings of an inner kernel instance to the instance itself, got "
                 f"{sorted(settings)}."
             )
-        algo = inner_kernel._algo
-        settings = _instance_settings(inner_kernel)
+        algo, settings = hmc_instance_settings(inner_kernel)
     elif isinstance(inner_kernel, type) and issubclass(inner_kernel, HMC):
         algo = "NUTS" if issubclass(inner_kernel, NUTS) else "HMC"
     else:

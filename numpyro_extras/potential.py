@@ -958,7 +958,7 @@ def _site_layout(name, site):
         if np.array_equal(values, np.eye(size)):
             return DiscreteSiteLayout(name, "one_hot", shape[:-1], size, dtype)
     kind = type(base).__name__
-    if isinstance(support, constraints._Boolean):
+    if isinstance(support, type(constraints.boolean)):
         kind += " (boolean, but not a Bernoulli)"
     raise ValueError(
         f"The discrete latent site {name!r} is a {kind} site; gradient-based discrete samplers "

@@ -51,10 +51,10 @@ from numpyro_extras.exchange.path import (
 from numpyro_extras.exchange.stabilized import stabilized_exchange
 from numpyro_extras.kernel import (
     ExtrasKernel,
-    calling_mcmc_progress_bar,
     fixed_target_functions,
     hmc_settings,
 )
+from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
 from numpyro_extras.potential import (
     FlatModel,
     check_finite_potential,

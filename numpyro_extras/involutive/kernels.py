@@ -21,9 +21,9 @@ from numpyro_extras.involutive.networks import InvolutiveProposal
 from numpyro_extras.involutive.training import check_train_kwargs, train_ai_sampler
 from numpyro_extras.kernel import (
     ExtrasKernel,
-    calling_mcmc_progress_bar,
     conditioning_values,
 )
+from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
 from numpyro_extras.potential import (
     FlatModel,
     check_trained_for,

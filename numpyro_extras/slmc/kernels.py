@@ -20,10 +20,10 @@ from numpyro.util import not_jax_tracer
 from numpyro_extras.compilation import quick_jit
 from numpyro_extras.kernel import (
     ExtrasKernel,
-    calling_mcmc_progress_bar,
     fixed_target_functions,
 )
 from numpyro_extras.metropolis import independence_acceptance_rate
+from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
 from numpyro_extras.potential import (
     FlatModel,
     check_finite_potential,

@@ -25,10 +25,10 @@ from numpyro_extras.bases import GaussianBase, validate_base
 from numpyro_extras.compilation import quick_jit, split_each_key, split_key
 from numpyro_extras.kernel import (
     ExtrasKernel,
-    calling_mcmc_progress_bar,
     fixed_target_functions,
     hmc_settings,
 )
+from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
 from numpyro_extras.potential import (
     FlatModel,
     check_finite_potential,
