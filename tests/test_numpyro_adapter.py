@@ -56,6 +56,9 @@ class RecordingNUTS(NUTS):
 def test_a_kernels_init_sees_the_progress_bar_of_the_mcmc_running_it():
     assert calling_mcmc_progress_bar(default="outside") == "outside"
     for progress_bar in (False, True):
-        mcmc = MCMC(RecordingNUTS(model), num_warmup=5, num_samples=5, progress_bar=progress_bar)
+        mcmc = MCMC(RecordingNUTS(model), num_warmup=5, num_samples=5)
+        # NumPyro turns the bar off under CI and pytest-xdist; what the kernel reads is the
+        # attribute.
+        mcmc.progress_bar = progress_bar
         mcmc.run(jax.random.PRNGKey(0))
     assert RecordingNUTS.seen == [False, True]

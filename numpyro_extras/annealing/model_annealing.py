@@ -52,7 +52,7 @@ from numpyro_extras.potential import (
     split_model,
 )
 from numpyro_extras.prior_check import check_against_prior, prior_log_likelihoods_fn
-from numpyro_extras.tempering.base_fit import fit_base
+from numpyro_extras.tempering.base_fit import FitsDivergedError, fit_base_with_warnings
 from numpyro_extras.validation import (
     check_count,
     check_model,
@@ -665,7 +665,7 @@ def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, pro
     # Flattened once for both fits (only its potential and maps are used, not its start).
     flat_model = flatten_model(fit_key, fit_model, fit_args, fit_kwargs, kernel_name="nx.ais")
     fit = partial(
-        fit_base,
+        fit_base_with_warnings,
         fit_key,
         fit_model,
         fit_args,
@@ -674,25 +674,21 @@ def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, pro
         flat_model=flat_model,
     )
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            probe = fit(num_starts=NUM_PROBE_FITS, bootstrap_rounds=0)
-    except RuntimeError as error:
-        if isinstance(error, NotImplementedError) or "diverged" not in str(error):
-            raise
+        probe, probe_warnings = fit(num_starts=NUM_PROBE_FITS, bootstrap_rounds=0)
+    except FitsDivergedError:
         return _cache_put(_BASE_CACHE, cache_key, None)
-    uncovered = any(issubclass(warning.category, BaseCoverageWarning) for warning in caught)
+    uncovered = any(isinstance(warning, BaseCoverageWarning) for warning in probe_warnings)
     # fit_base's MixtureBase has one component per mode found.
     if isinstance(probe, MixtureBase) and (len(probe.component_locs) > 1 or uncovered):
-        base = fit()
+        base, base_warnings = fit()
     else:
-        for warning in caught:
-            warnings.warn(warning.message, stacklevel=4)
-        base = probe
+        base, base_warnings = probe, probe_warnings
         if isinstance(probe, MixtureBase):
             base = GaussianBase(
                 probe.component_locs[0], probe.component_scale_trils[0], probe.log_zeta
             )
+    for warning in base_warnings:
+        warnings.warn(warning, stacklevel=4)
     try:
         base = validate_base(base, split.dimension)
     except ValueError:  # a non-finite or degenerate fit

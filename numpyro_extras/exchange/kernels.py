@@ -67,7 +67,6 @@ from numpyro_extras.potential import (
 from numpyro_extras.progress import run_chunks
 from numpyro_extras.tempering.base_fit import (
     check_fit_base_settings,
-    fit_base,
     fit_base_for_kernel,
 )
 from numpyro_extras.validation import check_count, check_init_strategy
@@ -798,7 +797,6 @@ class ReplicaExchange(ExtrasKernel):
             **self._fit_base_kwargs,
         }
         self._fitted_reference, self._reference_fit_problems, _ = fit_base_for_kernel(
-            fit_base,
             self._model,
             model_args,
             model_kwargs,

@@ -9,6 +9,7 @@ model's flat potential (the objective of NumPyro's autoguides under ``Trace_ELBO
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from typing import NamedTuple
@@ -48,7 +49,10 @@ from numpyro_extras.validation import (
 
 __all__ = [
     "MixtureEstimate",
+    "BaseFit",
+    "FitsDivergedError",
     "fit_base",
+    "fit_base_with_warnings",
     "KernelBaseFit",
     "fit_base_for_kernel",
     "importance_masses",
@@ -894,31 +898,23 @@ def check_fit_base_settings(owner="fit_base", **settings):
     return settings
 
 
-def fit_base(
-    rng_key,
-    model,
-    model_args=(),
-    model_kwargs=None,
-    *,
-    method="mixture",
-    num_starts=32,
-    num_steps=2000,
-    learning_rate=0.03,
-    num_particles=4,
-    elbo_particles=2000,
-    guide="multivariate",
-    init_radius=2.0,
-    duplicate_tolerance=0.5,
-    importance_draws=4096,
-    defensive_weight=0.1,
-    num_optima=512,
-    bootstrap_rounds=None,
-    bootstrap_num_warmup=500,
-    bootstrap_num_samples=1000,
-    bootstrap_num_chains=4,
-    progress_bar=True,
-    flat_model=None,
-) -> GaussianBase | MixtureBase:
+class BaseFit(NamedTuple):
+    """A fitted base and the warnings its fit has for the user.
+
+    :param base: :class:`~numpyro_extras.GaussianBase` or :class:`~numpyro_extras.MixtureBase`.
+    :param warnings: ``Warning`` instances (:class:`~numpyro_extras.BaseCoverageWarning` and
+        :class:`~numpyro_extras.ModeSearchWarning` among them), in the order the fit found them.
+    """
+
+    base: GaussianBase | MixtureBase
+    warnings: tuple[Warning, ...]
+
+
+class FitsDivergedError(RuntimeError):
+    """Every variational fit of the base diverged and the prior gives no fallback base."""
+
+
+def fit_base(rng_key, model, model_args=(), model_kwargs=None, **settings):
     """Fit a base density and ``log zeta`` for continuous tempering by variational inference.
 
     ``method="mixture"`` (the default; paper eq. 25 with importance-sampled weights) returns a
@@ -987,6 +983,7 @@ def fit_base(
         of these arguments) when the caller has built it already, as the kernels have; ``None``
         builds it.
     :return: a :class:`MixtureBase` (``"mixture"``) or a :class:`GaussianBase` (``"gaussian"``).
+    :raises FitsDivergedError: when every fit diverged and the prior gives no fallback base.
 
     **Example:**
 
@@ -994,6 +991,50 @@ def fit_base(
 
         base = nx.fit_base(jax.random.PRNGKey(0), model, (x, y))
         kernel = nx.GibbsContinuousTempering(model, base=base)
+    """
+    fitted = fit_base_with_warnings(rng_key, model, model_args, model_kwargs, **settings)
+    for warning in fitted.warnings:
+        warnings.warn(warning, stacklevel=2)
+    return fitted.base
+
+
+def fit_base_with_warnings(
+    rng_key,
+    model,
+    model_args=(),
+    model_kwargs=None,
+    *,
+    method="mixture",
+    num_starts=32,
+    num_steps=2000,
+    learning_rate=0.03,
+    num_particles=4,
+    elbo_particles=2000,
+    guide="multivariate",
+    init_radius=2.0,
+    duplicate_tolerance=0.5,
+    importance_draws=4096,
+    defensive_weight=0.1,
+    num_optima=512,
+    bootstrap_rounds=None,
+    bootstrap_num_warmup=500,
+    bootstrap_num_samples=1000,
+    bootstrap_num_chains=4,
+    progress_bar=True,
+    flat_model=None,
+) -> BaseFit:
+    """As :func:`fit_base`, with the same arguments, but the fit's warnings are returned with
+    the base instead of issued, for a caller that decides which to pass on (a kernel whose run
+    checks the base's coverage itself, say) and reads what they found.
+
+    :return: :class:`BaseFit`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        fitted = fit_base_with_warnings(jax.random.PRNGKey(0), model, (x, y))
+        missed = [w for w in fitted.warnings if isinstance(w, nx.BaseCoverageWarning)]
     """
     check_rng_key(rng_key)
     if model is not None:
@@ -1021,6 +1062,7 @@ def fit_base(
     )
     if bootstrap_rounds is None:
         bootstrap_rounds = 4 if method == "mixture" else 0
+    issued = []
     # Keys as NumPy arrays: slicing them then compiles nothing.
     init_key, fits_key, bootstrap_key = np.asarray(split_key(rng_key, 3))
     if flat_model is None:
@@ -1050,19 +1092,21 @@ def fit_base(
     )
     fits = fit_gaussians(fits_key, starts)
     if not fits:
-        warnings.warn(
-            "Every variational fit of the base diverged (a Gaussian on the unconstrained space "
-            "cannot follow a support that depends on another latent site, for example); the "
-            "base is the Gaussian with the moments of prior draws on the unconstrained space, "
-            "and log zeta "
-            "comes from importance sampling with it.",
-            stacklevel=2,
+        issued.append(
+            UserWarning(
+                "Every variational fit of the base diverged (a Gaussian on the unconstrained "
+                "space cannot follow a support that depends on another latent site, for "
+                "example); the base is the Gaussian with the moments of prior draws on the "
+                "unconstrained space, and log zeta comes from importance sampling with it."
+            )
         )
-        return _prior_moment_base(fits_key, model, model_args, model_kwargs, flat_model)
+        base = _prior_moment_base(fits_key, model, model_args, model_kwargs, flat_model)
+        return BaseFit(base, tuple(issued))
     if len(fits) < num_fits:
-        warnings.warn(
-            f"{num_fits - len(fits)} of {num_fits} variational fits diverged and were dropped.",
-            stacklevel=2,
+        issued.append(
+            UserWarning(
+                f"{num_fits - len(fits)} of {num_fits} variational fits diverged and were dropped."
+            )
         )
     dtype = flat_model.initial_position.dtype
     if method == "gaussian":
@@ -1074,7 +1118,7 @@ def fit_base(
             jnp.asarray(_cholesky(covariance), dtype),
             jnp.asarray(log_zeta, dtype),
         )
-        return _bootstrap(
+        base = _bootstrap(
             bootstrap_key,
             flat_model,
             base,
@@ -1082,7 +1126,9 @@ def fit_base(
             bootstrap_num_warmup,
             bootstrap_num_samples,
             bootstrap_num_chains,
+            issued,
         )
+        return BaseFit(base, tuple(issued))
     rng = numpy_rng(bootstrap_key)
     batched_potential = vectorized_potential(flat_model.potential_fn)
     round_keys = np.asarray(split_key(bootstrap_key, bootstrap_rounds + 1))
@@ -1183,19 +1229,26 @@ def fit_base(
                     "not cover, whose mass a tempering run can miss without any other sign; "
                     "raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)"
                 )
-            warnings.warn(ModeSearchWarning(message, num_modes), stacklevel=2)
+            issued.append(ModeSearchWarning(message, num_modes))
     if estimate.pareto_k > UNRELIABLE_PARETO_K:
         coverage_in_doubt = True
-        warnings.warn(
-            f"fit_base: the importance weights of its mass estimate have a heavy tail (Pareto k "
-            f"= {estimate.pareto_k:.2f} > {UNRELIABLE_PARETO_K}): a few draws in regions the "
-            "fits do not cover carry much of the weight (a tail heavier than the Gaussian "
-            "components', or modes they missed), so its component weights and log zeta are "
-            "unreliable; raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)",
-            BaseCoverageWarning,
-            stacklevel=2,
+        issued.append(
+            BaseCoverageWarning(
+                f"fit_base: the importance weights of its mass estimate have a heavy tail "
+                f"(Pareto k = {estimate.pareto_k:.2f} > {UNRELIABLE_PARETO_K}): a few draws in "
+                "regions the fits do not cover carry much of the weight (a tail heavier than "
+                "the Gaussian components', or modes they missed), so its component weights "
+                "and log zeta are unreliable; raise num_starts or bootstrap_rounds "
+                "(fit_base_kwargs of the kernels)"
+            )
         )
-    return _kernel_base(base, coverage_in_doubt)
+    return BaseFit(_kernel_base(base, coverage_in_doubt), tuple(issued))
+
+
+# fit_base forwards its arguments; it shows (and checks) those of the fit itself.
+fit_base.__signature__ = inspect.signature(fit_base_with_warnings).replace(
+    return_annotation="GaussianBase | MixtureBase"
+)
 
 
 # Fitted components whose standard deviations in one coordinate differ more than this many
@@ -1298,7 +1351,7 @@ def _prior_moment_base(rng_key, model, model_args, model_kwargs, flat_model, num
     prior_key, draw_key = jax.random.split(rng_key)
     positions = _prior_positions(prior_key, model, model_args, model_kwargs, flat_model, num_draws)
     if positions.shape[0] < 2 * flat_model.dimension + 2:
-        raise RuntimeError(
+        raise FitsDivergedError(
             "Every variational fit of the base diverged and too few prior draws map to finite "
             "unconstrained values to fit a base from the prior; pass a base."
         )
@@ -1315,16 +1368,19 @@ def _prior_moment_base(rng_key, model, model_args, model_kwargs, flat_model, num
     return base._replace(log_zeta=jnp.asarray(log_zeta, dtype))
 
 
-def _bootstrap(rng_key, flat_model, base, rounds, num_warmup, num_samples, num_chains):
+def _bootstrap(rng_key, flat_model, base, rounds, num_warmup, num_samples, num_chains, issued):
     """Bootstrap rounds of ``method="gaussian"``: each is a short run of Gibbs continuous
     tempering with the current base, then the Gaussian with the run's target-weighted moments
-    (eq. 21) and ``log zeta`` = its ``log Z`` estimate (eq. 20)."""
+    (eq. 21) and ``log zeta`` = its ``log Z`` estimate (eq. 20). A round whose run did not
+    reach both ends adds a :class:`~numpyro_extras.BaseCoverageWarning` to ``issued``."""
     for round_key in jax.random.split(rng_key, rounds):
-        base = _bootstrap_round(round_key, flat_model, base, num_warmup, num_samples, num_chains)
+        base = _bootstrap_round(
+            round_key, flat_model, base, num_warmup, num_samples, num_chains, issued
+        )
     return base
 
 
-def _bootstrap_round(rng_key, flat_model, base, num_warmup, num_samples, num_chains):
+def _bootstrap_round(rng_key, flat_model, base, num_warmup, num_samples, num_chains, issued):
     # The functional core with the Gibbs kernel's defaults (20 leapfrog steps, adapted step
     # size, mass and log zeta); no replica, whose draws the refit does not use.
     algo, settings = hmc_settings(HMC, num_steps=20)
@@ -1346,13 +1402,13 @@ def _bootstrap_round(rng_key, flat_model, base, num_warmup, num_samples, num_cha
     )
     unreached = unreached_ends(beta.T)
     if unreached:
-        warnings.warn(
-            "fit_base: in a bootstrap round's tempering run "
-            + "; ".join(unreached)
-            + ", so the refitted log zeta may be far off; start from a better base (more "
-            "num_steps) or use method='mixture'.",
-            BaseCoverageWarning,
-            stacklevel=4,
+        issued.append(
+            BaseCoverageWarning(
+                "fit_base: in a bootstrap round's tempering run "
+                + "; ".join(unreached)
+                + ", so the refitted log zeta may be far off; start from a better base (more "
+                "num_steps) or use method='mixture'."
+            )
         )
     log_w1 = log_zeta + np.asarray(log_target_weight(delta), dtype=np.float64)
     log_z = logsumexp(log_w1) - logsumexp(np.asarray(log_base_weight(delta), dtype=np.float64))
@@ -1377,16 +1433,12 @@ class KernelBaseFit(NamedTuple):
 
 
 def fit_base_for_kernel(
-    fit, model, model_args, model_kwargs, seed, fit_kwargs, coverage_checked_by_run=False
+    model, model_args, model_kwargs, seed, fit_kwargs, coverage_checked_by_run=False
 ) -> KernelBaseFit:
-    """``fit`` (:func:`fit_base`, or a stand-in with its signature) as a kernel runs it in
-    ``init``: with a fixed seed (every chain method, a
-    traced key under ``pmap`` included, fits one base), the calling ``MCMC``'s ``progress_bar``,
-    and the fit's warnings passed on to the user and kept, so that a run's diagnostics can
-    repeat that the base may miss modes.
+    """:func:`fit_base` as a kernel runs it in ``init``: with a fixed seed (every chain method,
+    a traced key under ``pmap`` included, fits one base), and the fit's warnings passed on to
+    the user and kept, so that a run's diagnostics can repeat that the base may miss modes.
 
-    :param fit: the fitting function, called as ``fit(rng_key, model, model_args, model_kwargs,
-        **fit_kwargs)``.
     :param model: the NumPyro model.
     :param tuple model_args: its positional arguments.
     :param dict model_kwargs: its keyword arguments.
@@ -1397,24 +1449,14 @@ def fit_base_for_kernel(
         :class:`~numpyro_extras.BaseCoverageWarning` is kept but not passed on.
     :return: :class:`KernelBaseFit`.
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        base = fit(jax.random.PRNGKey(seed), model, model_args, model_kwargs, **fit_kwargs)
-    for caught_warning in caught:
-        if coverage_checked_by_run and issubclass(caught_warning.category, BaseCoverageWarning):
-            continue
-        warnings.warn(caught_warning.message, stacklevel=6)
-    problems = tuple(
-        str(caught_warning.message)
-        for caught_warning in caught
-        if issubclass(caught_warning.category, BaseCoverageWarning)
+    fitted = fit_base_with_warnings(
+        jax.random.PRNGKey(seed), model, model_args, model_kwargs, **fit_kwargs
     )
+    coverage = [w for w in fitted.warnings if isinstance(w, BaseCoverageWarning)]
+    for warning in fitted.warnings:
+        if not (coverage_checked_by_run and warning in coverage):
+            warnings.warn(warning, stacklevel=6)
     unfinished_search_modes = max(
-        (
-            caught_warning.message.num_modes
-            for caught_warning in caught
-            if issubclass(caught_warning.category, ModeSearchWarning)
-        ),
-        default=0,
+        (w.num_modes for w in coverage if isinstance(w, ModeSearchWarning)), default=0
     )
-    return KernelBaseFit(base, problems, unfinished_search_modes)
+    return KernelBaseFit(fitted.base, tuple(map(str, coverage)), unfinished_search_modes)

@@ -37,7 +37,6 @@ from numpyro_extras.potential import (
 )
 from numpyro_extras.tempering.base_fit import (
     check_fit_base_settings,
-    fit_base,
     fit_base_for_kernel,
 )
 from numpyro_extras.tempering.chains import gibbs_tempering, joint_tempering, moves_per_draw_step
@@ -172,7 +171,7 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         # A base that may miss modes makes every later estimate doubtful: the diagnostics of the
         # run repeat the fit's coverage warnings.
         fitted = fit_base_for_kernel(
-            fit_base, self._model, model_args, model_kwargs, self._fit_base_seed, fit_kwargs
+            self._model, model_args, model_kwargs, self._fit_base_seed, fit_kwargs
         )
         self._base, self._base_fit_problems = fitted.base, fitted.coverage_problems
         self._unfinished_search_modes = fitted.unfinished_search_modes

@@ -405,14 +405,14 @@ def test_bad_input(overrides, message):
 
 
 class FitSpy:
-    """Counts the default base's fits, passing every call on to the real ``fit_base``; the flat
-    model each was given is kept apart from the other keyword arguments."""
+    """Counts the default base's fits, passing every call on to the real fit; the flat model
+    each was given is kept apart from the other keyword arguments."""
 
     def __init__(self, monkeypatch):
         self.calls = []
         self.flat_models = []
-        self.real = model_annealing.fit_base
-        monkeypatch.setattr(model_annealing, "fit_base", self)
+        self.real = model_annealing.fit_base_with_warnings
+        monkeypatch.setattr(model_annealing, "fit_base_with_warnings", self)
 
     def __call__(self, *args, **kwargs):
         self.flat_models.append(kwargs.get("flat_model"))

@@ -206,7 +206,7 @@ def test_auto_is_stabilized_and_falls_back_where_it_cannot_be(monkeypatch):
     def failing_fit(*args, **kwargs):
         raise RuntimeError("every variational fit diverged")
 
-    monkeypatch.setattr("numpyro_extras.exchange.kernels.fit_base", failing_fit)
+    monkeypatch.setattr("numpyro_extras.tempering.base_fit.fit_base_with_warnings", failing_fit)
     kernel = nx.ReplicaExchange(conjugate_model, **settings)
     with pytest.warns(UserWarning, match="fit of the reference failed"):
         run(kernel, CONJUGATE_DATA, **short)

@@ -214,15 +214,15 @@ def test_non_finite_delta_cannot_reach_the_estimator():
 
 @pytest.mark.parametrize("chain_method", ["sequential", "parallel", "vectorized"])
 def test_base_is_fitted_once_per_run_and_refitted_for_new_data(monkeypatch, chain_method):
-    import numpyro_extras.tempering.kernels as kernels_module
+    from numpyro_extras.tempering import base_fit
 
     fitted_for = []
 
-    def counting_fit_base(rng_key, model, model_args=(), model_kwargs=None, **kwargs):
+    def counting_fit(rng_key, model, model_args=(), model_kwargs=None, **kwargs):
         fitted_for.append(float(model_args[0]))
-        return nx.GaussianBase(jnp.zeros(1), jnp.eye(1), jnp.asarray(0.0))
+        return base_fit.BaseFit(nx.GaussianBase(jnp.zeros(1), jnp.eye(1), jnp.asarray(0.0)), ())
 
-    monkeypatch.setattr(kernels_module, "fit_base", counting_fit_base)
+    monkeypatch.setattr(base_fit, "fit_base_with_warnings", counting_fit)
 
     def model(shift):
         numpyro.sample("x", dist.Normal(shift, 1.0))

@@ -18,6 +18,8 @@ from numpyro_extras import targets
 from numpyro_extras.potential import flat_model_from_potential
 from numpyro_extras.targets import sign_product_target
 from numpyro_extras.tempering.base_fit import (
+    fit_base_for_kernel,
+    fit_base_with_warnings,
     importance_masses,
     polish_flagged,
     vectorized_potential,
@@ -100,6 +102,29 @@ def test_fit_base_warns_for_heavy_tailed_importance_weights():
             bootstrap_rounds=0,
             progress_bar=False,
         )
+
+
+def test_the_fits_warnings_are_returned_to_a_kernel_not_issued():
+    """What the fit found reaches a kernel as data: the warning objects with the base, and
+    through fit_base_for_kernel the coverage problems a run's diagnostics repeat, issued to the
+    user only when the run does not check the coverage itself."""
+
+    def cauchy_model():
+        numpyro.sample("x", dist.StudentT(1.0, jnp.zeros(4), 1.0).to_event(1))
+
+    settings = dict(num_starts=2, num_steps=300, bootstrap_rounds=0, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = fit_base_with_warnings(jax.random.PRNGKey(0), cauchy_model, **settings)
+        kept = fit_base_for_kernel(cauchy_model, (), {}, 0, settings, coverage_checked_by_run=True)
+    assert isinstance(fitted.base, nx.MixtureBase)
+    (warning,) = fitted.warnings
+    assert isinstance(warning, nx.BaseCoverageWarning) and "Pareto k" in str(warning)
+    assert kept.coverage_problems == (str(warning),)
+    assert kept.unfinished_search_modes == 0
+    with pytest.warns(nx.BaseCoverageWarning, match="Pareto k"):
+        issued = fit_base_for_kernel(cauchy_model, (), {}, 0, settings)
+    assert issued.coverage_problems == kept.coverage_problems
 
 
 def _funnel(dimension=5):
