@@ -15,8 +15,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 import scipy.linalg
-from jax.scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
 from numpyro_extras.compilation import quick_jit
@@ -26,9 +26,49 @@ __all__ = [
     "GaussianBase",
     "MixtureBase",
     "ModeSearchWarning",
+    "gaussian_log_density",
+    "gaussian_log_normalizers",
     "validate_base",
     "weighted_gaussian",
 ]
+
+
+def gaussian_log_density(position, loc, scale_tril):
+    """``log N(x; loc, L L^T)``: NumPyro's ``MultivariateNormal`` with ``scale_tril=L``,
+    batched over the leading axes of its arguments (one component per row of ``loc`` and
+    ``scale_tril``, say). Jittable.
+
+    :param position: point(s) ``(..., D)``.
+    :param loc: mean(s) ``(..., D)``.
+    :param scale_tril: lower Cholesky factor(s) ``(..., D, D)``.
+    :return: log densities, the broadcast batch shape.
+
+    **Example:**
+
+    .. code-block:: python
+
+        gaussian_log_density(jnp.zeros(2), jnp.zeros(2), jnp.eye(2))  # -log(2 pi)
+    """
+    return dist.MultivariateNormal(loc, scale_tril=scale_tril).log_prob(position)
+
+
+def gaussian_log_normalizers(scale_trils) -> np.ndarray:
+    """``log N(loc; loc, L L^T) = -sum(log diag L) - D log(2 pi) / 2``, the log density at the
+    mean, of each lower Cholesky factor; computed once, with NumPy, by the functions that
+    factor a Gaussian before a compiled loop evaluates it many times.
+
+    :param scale_trils: lower Cholesky factor(s) ``(..., D, D)``.
+    :return: ``np.ndarray`` of shape ``(...)``, float64.
+
+    **Example:**
+
+    .. code-block:: python
+
+        gaussian_log_normalizers(np.eye(2)[None])  # [-log(2 pi)]
+    """
+    scale_trils = np.asarray(scale_trils, dtype=np.float64)
+    diagonals = np.diagonal(scale_trils, axis1=-2, axis2=-1)
+    return -np.sum(np.log(diagonals), axis=-1) - 0.5 * scale_trils.shape[-1] * math.log(2 * math.pi)
 
 
 class BaseCoverageWarning(UserWarning):
@@ -116,13 +156,7 @@ class GaussianBase(NamedTuple):
 
     def potential(self, position):
         """``psi(x) = -log N(x; loc, scale_tril scale_tril^T)`` for one flat point."""
-        whitened = solve_triangular(self.scale_tril, position - self.loc, lower=True)
-        log_determinant = jnp.sum(jnp.log(jnp.diagonal(self.scale_tril)))
-        return (
-            0.5 * jnp.sum(whitened**2)
-            + log_determinant
-            + 0.5 * self.dimension * math.log(2 * math.pi)
-        )
+        return -gaussian_log_density(position, self.loc, self.scale_tril)
 
     def potential_function(self):
         """``psi`` as a function of one flat point, with the factorisation done once.
@@ -151,9 +185,7 @@ class GaussianBase(NamedTuple):
         scale_tril = np.asarray(self.scale_tril, dtype=np.float64)
         loc = jnp.asarray(self.loc)
         diagonal = np.diagonal(scale_tril)
-        normalizer = jnp.asarray(
-            np.sum(np.log(diagonal)) + 0.5 * self.dimension * math.log(2 * math.pi), loc.dtype
-        )
+        normalizer = jnp.asarray(-gaussian_log_normalizers(scale_tril), loc.dtype)
         if not np.any(np.tril(scale_tril, -1)):
             precision_diagonal = jnp.asarray(diagonal**-2, loc.dtype)
 
@@ -248,17 +280,8 @@ class MixtureBase(NamedTuple):
             labels = jnp.argmax(jax.vmap(base.component_log_densities)(draws), axis=-1)
         """
 
-        def component(loc, tril, log_weight):
-            whitened = jax.scipy.linalg.solve_triangular(tril, position - loc, lower=True)
-            return (
-                log_weight
-                - jnp.sum(jnp.log(jnp.diagonal(tril)))
-                - 0.5 * jnp.sum(whitened**2)
-                - 0.5 * position.shape[-1] * math.log(2 * math.pi)
-            )
-
-        return jax.vmap(component)(
-            self.component_locs, self.component_scale_trils, self.component_log_weights
+        return self.component_log_weights + gaussian_log_density(
+            position, self.component_locs, self.component_scale_trils
         )
 
     def log_prob(self, position):
@@ -290,11 +313,9 @@ class MixtureBase(NamedTuple):
         )
         locs = jnp.asarray(self.component_locs)
         dtype = locs.dtype
-        log_normalizers = (
-            np.asarray(self.component_log_weights, dtype=np.float64)
-            - np.sum(np.log(np.diagonal(trils, axis1=1, axis2=2)), axis=1)
-            - 0.5 * self.dimension * math.log(2 * math.pi)
-        )
+        log_normalizers = np.asarray(
+            self.component_log_weights, dtype=np.float64
+        ) + gaussian_log_normalizers(trils)
         inverse_trils = jnp.asarray(inverse_trils, dtype)
         log_normalizers = jnp.asarray(log_normalizers, dtype)
 

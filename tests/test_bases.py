@@ -5,9 +5,28 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 import pytest
+from scipy.stats import multivariate_normal
 
 import numpyro_extras as nx
-from numpyro_extras.bases import validate_base
+from numpyro_extras.bases import gaussian_log_density, gaussian_log_normalizers, validate_base
+
+
+def test_the_one_gaussian_density_against_scipy():
+    """gaussian_log_density batched over components, and gaussian_log_normalizers (the density
+    at the mean), against SciPy's multivariate normal with the covariance L L^T."""
+    locs = np.array([[-2.0, 0.5], [1.5, 1.0]])
+    trils = np.array([[[1.0, 0.0], [0.4, 0.7]], [[0.5, 0.0], [-0.2, 1.3]]])
+    point = np.array([0.3, -1.1])
+    expected = [
+        multivariate_normal(loc, tril @ tril.T).logpdf(point)
+        for loc, tril in zip(locs, trils, strict=True)
+    ]
+    np.testing.assert_allclose(gaussian_log_density(point, locs, trils), expected, rtol=1e-12)
+    at_means = [
+        multivariate_normal(loc, tril @ tril.T).logpdf(loc)
+        for loc, tril in zip(locs, trils, strict=True)
+    ]
+    np.testing.assert_allclose(gaussian_log_normalizers(trils), at_means, rtol=1e-12)
 
 
 def test_mixture_base_density_and_gradient():

@@ -40,7 +40,13 @@ from numpyro_extras.annealing.driver import (
     inverse_temperature_schedule,
     warn_on_small_ess,
 )
-from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase, validate_base
+from numpyro_extras.bases import (
+    BaseCoverageWarning,
+    GaussianBase,
+    MixtureBase,
+    gaussian_log_normalizers,
+    validate_base,
+)
 from numpyro_extras.compilation import fold_in_key, quick_jit, split_key
 from numpyro_extras.evidence import Evidence, evidence_from_log_weights
 from numpyro_extras.metropolis import metropolis_accept, select
@@ -165,9 +171,7 @@ def base_parameters(base: GaussianBase | MixtureBase) -> BaseParameters:
     dtype = jnp.asarray(locs).dtype
     dimension = scale_trils.shape[-1]
     diagonals = np.diagonal(scale_trils, axis1=-2, axis2=-1)
-    log_normalizers = (
-        np.sum(np.log(diagonals), axis=-1) + 0.5 * dimension * math.log(2 * math.pi) - log_weights
-    )
+    log_normalizers = -gaussian_log_normalizers(scale_trils) - log_weights
     if not np.any(np.tril(scale_trils, -1)):
         precisions = diagonals**-2
     else:

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+import scipy.stats
 from scipy.special import logsumexp
 
 from numpyro_extras import arviz_adapter
@@ -178,7 +179,7 @@ def bridge_terms(
             return np.logaddexp(plus, minus) + log_determinant - math.log(2.0)
 
         def standard_normal_log_density(eta):
-            return -0.5 * np.sum(eta**2, axis=-1) - 0.5 * dimension * math.log(2 * math.pi)
+            return np.sum(scipy.stats.norm.logpdf(eta), axis=-1)
 
         eta_posterior = np.linalg.solve(scale_tril, (flat_iteration - loc).T).T
         eta_proposal = np.asarray(

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.scipy.stats import norm
 
 from numpyro_extras.validation import check_count, check_real
 
@@ -276,10 +277,12 @@ def _log_jacobian(proposal: VAEProposal):
 
 def log_prior_latent(z):
     """``log N(z; 0, I)`` over the last axis."""
-    return -0.5 * jnp.sum(z**2, -1) - 0.5 * z.shape[-1] * LOG_2PI
+    return jnp.sum(norm.logpdf(z), -1)
 
 
 def _log_normal(value, mean, log_var):
+    # In the log variance the networks output: exp(-log_var) stays finite where a scale
+    # exp(log_var / 2) would underflow to 0.
     return -0.5 * jnp.sum((value - mean) ** 2 * jnp.exp(-log_var) + log_var + LOG_2PI, -1)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import optax
 import scipy.linalg
 from blackjax.smc.ess import ess as effective_sample_size
+from jax.scipy.stats import norm
 from numpyro.infer import HMC, Predictive
 from scipy.special import logsumexp
 
@@ -29,6 +30,7 @@ from numpyro_extras.bases import (
     GaussianBase,
     MixtureBase,
     ModeSearchWarning,
+    gaussian_log_normalizers,
     weighted_gaussian,
 )
 from numpyro_extras.compilation import quick_jit, split_key
@@ -153,7 +155,6 @@ def _variational_fitter(flat_model, full_rank, settings):
     dimension = flat_model.dimension
     dtype = flat_model.initial_position.dtype
     num_lower = dimension * (dimension - 1) // 2 if full_rank else 0
-    log_normalizer = -0.5 * dimension * math.log(2.0 * math.pi)
     optimizer = optax.scale_by_adam()
     learning_rate = settings["learning_rate"]
     # exp(raw) = 0.1, the autoguides' init_scale.
@@ -165,9 +166,10 @@ def _variational_fitter(flat_model, full_rank, settings):
         noise = jax.random.normal(rng_key, (num_particles, dimension), dtype)
         potentials = jax.vmap(potential_fn)(loc + noise @ scale_tril.T)
         # log q at each draw, as Trace_ELBO scores the guide's samples: when q is close to the
-        # target, phi + log q varies far less between draws than phi alone.
-        log_q = -0.5 * jnp.sum(noise**2, axis=-1) - jnp.sum(jnp.log(jnp.diagonal(scale_tril)))
-        return jnp.mean(potentials + log_q) + log_normalizer
+        # target, phi + log q varies far less between draws than phi alone. The draw is
+        # loc + L noise, so log q = log N(noise; 0, I) - log det L.
+        log_q = jnp.sum(norm.logpdf(noise), axis=-1) - jnp.sum(jnp.log(jnp.diagonal(scale_tril)))
+        return jnp.mean(potentials + log_q)
 
     def start_state(loc, rng_key):
         params = (
@@ -543,16 +545,14 @@ def _defensive_component(locs, covariances, prior_positions):
 
 
 def _component_log_densities(positions, locs, scale_trils):
-    """``log N(x_i; mu_k, L_k L_k^T)`` for every point and component, shape ``[N, K]``."""
-    dimension = locs.shape[-1]
+    """``log N(x_i; mu_k, L_k L_k^T)`` for every point and component, shape ``[N, K]``, with
+    NumPy (the importance draws live on the host)."""
     columns = []
-    for loc, scale_tril in zip(locs, scale_trils, strict=True):
+    for loc, scale_tril, log_normalizer in zip(
+        locs, scale_trils, gaussian_log_normalizers(scale_trils), strict=True
+    ):
         whitened = scipy.linalg.solve_triangular(scale_tril, (positions - loc).T, lower=True)
-        columns.append(
-            -0.5 * np.sum(whitened**2, axis=0)
-            - np.sum(np.log(np.diagonal(scale_tril)))
-            - 0.5 * dimension * math.log(2 * math.pi)
-        )
+        columns.append(log_normalizer - 0.5 * np.sum(whitened**2, axis=0))
     return np.stack(columns, axis=-1)
 
 
