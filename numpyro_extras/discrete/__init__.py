@@ -1,12 +1,15 @@
 """Gradient-based sampling of discrete latents: the Automatic Cyclical Sampler (ACS).
 
 Pynadath et al., "Gradient-based discrete sampling with automatic cyclical scheduling" (2024).
-The functional core (:mod:`.proposal`,
-:mod:`.schedule`, :mod:`.tuning`) is pure JAX; :mod:`.kernels` wraps it as NumPyro kernels.
+The functional core is pure JAX: the proposal and MH test (:mod:`.proposal`), the cyclical
+schedule (:mod:`.schedule`) and its tuning (:mod:`.tuning`), the model read into discrete
+variables (:mod:`.target`) and one chain assembled from them (:mod:`.chain`); :mod:`.kernels`
+wraps it as NumPyro kernels.
 """
 
+from numpyro_extras.discrete.chain import ACSState
 from numpyro_extras.discrete.distributions import OneHotCategorical
-from numpyro_extras.discrete.kernels import ACS, DMALA, GRAD_MODES, ACSState
+from numpyro_extras.discrete.kernels import ACS, DMALA
 from numpyro_extras.discrete.proposal import (
     ChainState,
     DiscreteVariable,
@@ -26,6 +29,7 @@ from numpyro_extras.discrete.schedule import (
     cosine_balancing,
     cyclical_step_sizes,
 )
+from numpyro_extras.discrete.target import GRAD_MODES
 from numpyro_extras.discrete.tuning import (
     ALPHA_MAX_RULES,
     TuningResult,

@@ -10,130 +10,33 @@ of a cyclical schedule (eq. 7-8) that it tunes itself before warm-up (Alg. 2-5).
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from numpyro.infer.gibbs import with_conditioning
-from numpyro.infer.hmc import hmc
 from numpyro.util import not_jax_tracer
 
-from numpyro_extras.compilation import quick_jit
-from numpyro_extras.compiled_chain import BuildTag
+from numpyro_extras.discrete.chain import acs_chain, as_site_dict
 from numpyro_extras.discrete.proposal import (
-    KINDS,
-    ChainState,
     DiscreteVariable,
     decode,
-    init_chain,
-    local_differences_fn,
-    scheduled_steps,
 )
 from numpyro_extras.discrete.schedule import CyclicalSchedule, check_schedule
-from numpyro_extras.discrete.tuning import (
-    TuningResult,
-    TuningSettings,
-    fixed_tuning,
-    resolve_settings,
-    tune_schedule,
-    untuned_schedule,
+from numpyro_extras.discrete.target import (
+    GRAD_MODES,
+    DiscreteTarget,
+    model_target,
+    potential_target,
 )
+from numpyro_extras.discrete.tuning import TuningSettings
 from numpyro_extras.kernel import (
     ExtrasKernel,
     conditioning_values,
     hmc_settings,
-    without_conditioning,
 )
-from numpyro_extras.metropolis import running_accept_mean
-from numpyro_extras.potential import discrete_latent_model
 from numpyro_extras.validation import check_count, check_real
 
-__all__ = ["ACS", "ACSState", "DMALA", "DiscreteTarget", "GRAD_MODES"]
-
-# How the proposal gets the change of U per coordinate:
-#   auto      gradients for Bernoulli and one-hot sites when the model can be differentiated in
-#             them (checked once by tracing) and the first-order differences match the exact
-#             ones at a few prior draws up to an offset common to every move; exact differences
-#             otherwise and for Categorical
-#   gradient  gradients for Bernoulli and one-hot sites (an error if the model cannot be
-#             differentiated in them); Categorical sites still use exact differences
-#   exact     exact differences everywhere: d (K - 1) extra evaluations of the model per step
-GRAD_MODES = ("auto", "gradient", "exact")
-# What tracing a model with float values for a discrete site raises when the model reads the
-# value as an integer (an index, a count, a Python int). Any other error is the model's own and
-# propagates; one of these raised whatever the dtype is raised again by the exact differences.
-NOT_DIFFERENTIABLE_ERRORS = (TypeError, ValueError, IndexError)
-
-
-class ACSState(NamedTuple):
-    """State of an ACS / DMALA chain.
-
-    :param z: the sample field: dict of the discrete sites' values as the model samples them
-        (ints for Bernoulli and Categorical, one-hot vectors for one-hot sites) and, with an
-        inner kernel, the continuous sites' unconstrained values; for a ``potential_fn``, the
-        variables' values.
-    :param chain: the discrete core state (indices, cached ``U`` and differences).
-    :param tuning: the frozen schedule and what the tuner found (``alpha_max``, ``alpha_min``,
-        its acceptance at both ends; NaN acceptances for a schedule given by the user).
-    :param iteration: transitions so far, warm-up included.
-    :param alpha: the step size of the last transition.
-    :param beta: its balancing exponent.
-    :param accept_prob: its MH acceptance probability.
-    :param mean_accept_prob: running mean of ``accept_prob``, restarted when warm-up ends.
-    :param inner_state: the inner kernel's HMC state on the flat continuous sites (``None``
-        without an inner kernel).
-    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
-    :param rng_key: random key.
-
-    **Example:**
-
-    .. code-block:: python
-
-        mcmc = MCMC(nx.ACS(nx.rbm_model), num_warmup=200, num_samples=1000)
-        mcmc.run(jax.random.PRNGKey(0), nx.random_rbm(jax.random.PRNGKey(1), 10, 20))
-        mcmc.last_state.tuning, mcmc.last_state.mean_accept_prob
-    """
-
-    z: Any
-    chain: ChainState
-    tuning: TuningResult
-    iteration: jax.Array
-    alpha: jax.Array
-    beta: jax.Array
-    accept_prob: jax.Array
-    mean_accept_prob: jax.Array
-    inner_state: Any
-    build: BuildTag
-    rng_key: jax.Array
-
-    @property
-    def potential_energy(self):
-        """``-log p`` of the model (or the potential) at ``z``, as NumPyro's HMC states carry
-        it, so that ``extra_fields=("potential_energy",)`` reads it. With an inner kernel the
-        continuous sites moved last, and its state holds the joint potential at the draw."""
-        if self.inner_state is not None:
-            return self.inner_state.potential_energy
-        return -self.chain.log_density
-
-
-class DiscreteTarget(NamedTuple):
-    """What the kernel needs of a model or a potential, built once per set of model arguments
-    (:meth:`ACS.discrete_target`)."""
-
-    variables: dict
-    log_density_fn: Any  # (x, values) -> U at the model arguments it was prepared for
-    log_density_for: Any  # (model_args, model_kwargs) -> log_density_fn for other arguments
-    sample_initial_fn: Any  # (key, n) -> (x (n, dim), indices dict (n, ...))
-    site_values_fn: Any  # indices -> values in the model's / user's representation
-    continuous_unravel_fn: Any  # flat x -> dict of unconstrained continuous values
-    constrain_fn: Any  # z -> constrained values
-    dimension: int
-    continuous_sites: tuple = ()
-    model_arguments: tuple = ((), {})  # the (model_args, model_kwargs) it was prepared for
-    conditioned: bool = False  # a block of NumPyro's Gibbs, conditioned on other sites
-    split: Any = None  # the model's prior/likelihood split (SplitModel; None for a potential)
+__all__ = ["ACS", "DMALA"]
 
 
 class ACS(ExtrasKernel):
@@ -410,363 +313,40 @@ class ACS(ExtrasKernel):
     def get_constrain_fn(self, model_args, model_kwargs):
         if self._target is not None and not self._target.continuous_sites:
             # Discrete values are already constrained: no replay of the model per Gibbs sweep.
-            return _as_dict
+            return as_site_dict
         return self.postprocess_fn(model_args, model_kwargs)
 
     # --- building the target ----------------------------------------------------------------------
 
     def _prepare_target(self, model_args, model_kwargs):
         if self._model is None:
-            self._target = self._potential_target()
+            self._target = potential_target(self._potential_fn, self._variables, self._grad_mode)
         else:
-            self._target = self._model_target(model_args, model_kwargs)
+            self._target = model_target(
+                self._model, model_args, model_kwargs, self._grad_mode, self._inner is not None
+            )
 
     def _forget_target(self):
         self._target = None
 
-    def _potential_target(self):
-        single = isinstance(self._variables, DiscreteVariable)
-        variables = {"x": self._variables} if single else dict(self._variables)
-        for name, variable in variables.items():
-            if variable.kind not in KINDS:
-                raise ValueError(f"Variable {name!r}: kind must be one of {KINDS}.")
-            if variable.kind == "binary" and variable.num_values != 2:
-                raise ValueError(f"Variable {name!r} is binary but has {variable.num_values}.")
-            if variable.kind == "categorical" or self._grad_mode == "exact":
-                variables[name] = variable._replace(gradient=False)
-        potential_fn = self._potential_fn
-
-        def log_density_fn(x, values):
-            return -potential_fn(values["x"] if single else values)
-
-        def log_density_for(model_args, model_kwargs):
-            return log_density_fn
-
-        def sample_initial_fn(key, num):
-            keys = jax.random.split(key, len(variables))
-            indices = {
-                name: jax.random.randint(k, (num,) + tuple(v.shape), 0, v.num_values)
-                for (name, v), k in zip(variables.items(), keys, strict=True)
-            }
-            return jnp.zeros((num, 0)), indices
-
-        def site_values_fn(indices):
-            values = {}
-            for name, variable in variables.items():
-                if variable.kind == "one_hot":
-                    values[name] = jax.nn.one_hot(indices[name], variable.num_values)
-                else:
-                    values[name] = indices[name]
-            return values["x"] if single else values
-
-        return DiscreteTarget(
-            variables,
-            log_density_fn,
-            log_density_for,
-            sample_initial_fn,
-            site_values_fn,
-            lambda x: {},
-            lambda z: z,
-            0,
-        )
-
-    def _model_target(self, model_args, model_kwargs):
-        latent = discrete_latent_model(
-            jax.random.PRNGKey(0), self._model, model_args, model_kwargs, kernel_name="ACS"
-        )
-        split = latent.split
-        if split.continuous_sites and self._inner is None:
-            raise ValueError(
-                f"The model has continuous latent sites {list(split.continuous_sites)}; ACS "
-                "moves discrete sites only. Pass inner_kernel=NUTS (or HMC) to sample them too."
-            )
-        if not split.continuous_sites and self._inner is not None:
-            raise ValueError(
-                "inner_kernel moves continuous latent sites, but the model has none (its latent "
-                "sites are all discrete): use nx.ACS(model) without inner_kernel."
-            )
-        layouts = {layout.name: layout for layout in latent.layouts}
-        variables = {}
-        x_prototype = jnp.zeros(split.dimension)
-        for name, layout in layouts.items():
-            use_gradient = layout.kind != "categorical" and self._grad_mode != "exact"
-            if use_gradient and self._grad_mode == "auto":
-                use_gradient = _first_order_is_faithful(latent, layout)
-            elif use_gradient and not self._differentiable(latent, layouts, name, x_prototype):
-                raise ValueError(
-                    f"grad_mode='gradient', but the model cannot be differentiated in the "
-                    f"discrete site {name!r} (it probably indexes with its value); use "
-                    "grad_mode='auto' or 'exact'."
-                )
-            dtype = None if use_gradient else layout.dtype
-            variables[name] = DiscreteVariable(
-                layout.shape, layout.num_values, layout.kind, use_gradient, dtype
-            )
-
-        def site_values_fn(indices):
-            values = {}
-            for name, layout in layouts.items():
-                if layout.kind == "one_hot":
-                    values[name] = jax.nn.one_hot(
-                        indices[name], layout.num_values, dtype=layout.dtype
-                    )
-                else:
-                    values[name] = indices[name].astype(layout.dtype)
-            return values
-
-        def sample_initial_fn(key, num):
-            x, discrete = split.sample_prior_fn(key, num)
-            return x, jax.vmap(partial(decode, variables))(discrete)
-
-        continuous = split.continuous_sites
-
-        def constrain_fn(z):
-            x = ravel_pytree({name: z[name] for name in continuous})[0]
-            return latent.constrain_fn(x, {name: z[name] for name in layouts})
-
-        return DiscreteTarget(
-            variables,
-            latent.log_density_fn,
-            latent.log_density_for,
-            sample_initial_fn,
-            site_values_fn,
-            split.unravel_fn,
-            constrain_fn,
-            split.dimension,
-            continuous,
-            (model_args, without_conditioning(model_kwargs)),
-            bool(conditioning_values(model_kwargs)),
-            split,
-        )
-
-    @staticmethod
-    def _differentiable(latent, layouts, name, x):
-        """Whether the model's log density can be traced and differentiated with float values
-        for the site ``name`` (the others at their sampled dtype)."""
-        values = {}
-        for other, layout in layouts.items():
-            if layout.kind == "one_hot":
-                values[other] = jnp.zeros(layout.shape + (layout.num_values,), layout.dtype)
-            else:
-                values[other] = jnp.zeros(layout.shape, layout.dtype)
-        layout = layouts[name]
-        float_value = jnp.zeros(jnp.shape(values[name]), jnp.result_type(float))
-
-        def log_density_in(value):
-            return latent.log_density_fn(x, {**values, name: value})
-
-        try:
-            jax.eval_shape(jax.grad(log_density_in), float_value)
-        except NOT_DIFFERENTIABLE_ERRORS:
-            return False
-        return layout.kind in ("binary", "one_hot")
-
     # --- the chain ------------------------------------------------------------------------------
 
     def _build(self, num_warmup, tag):
-        target = self._target
-        variables = target.variables
-        schedule = self._schedule
-        settings = self._settings
-        num_copies = 1 if schedule is not None else self._num_tuning_chains
-        inner = self._inner
-        discrete_steps = self.moves_per_transition(inner is not None or target.conditioned)
-        # The discrete conditional, and so the schedule the tuner finds, can depend strongly on
-        # the continuous sites: with an inner kernel they first leave their prior draw.
-        num_sweeps = self._num_tuning_sweeps if inner is not None and schedule is None else 0
-
-        def evaluate_at(x, log_density_fn):
-            return local_differences_fn(lambda values: log_density_fn(x, values), variables)
-
-        def z_of(indices, x):
-            return {**target.continuous_unravel_fn(x), **_as_dict(target.site_values_fn(indices))}
-
-        def z_for_potential(indices):
-            return target.site_values_fn(indices)
-
-        if inner is not None:
-            algo, hmc_settings = inner
-
-            def potential_fn_gen(values, model_args, model_kwargs):
-                log_density_fn = target.log_density_for(model_args, model_kwargs)
-                return lambda x: -log_density_fn(x, values)
-
-            hmc_init, hmc_sample = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
-
-        def model_values(indices):
-            """Discrete values for the inner kernel's potential, as the model samples them."""
-            return _as_dict(target.site_values_fn(indices))
-
-        def discrete_moves(key, chain, schedule, first_position, evaluate):
-            """``discrete_steps`` ACS moves at consecutive positions of the cyclical schedule
-            (eq. 7-8)."""
-            keys = jax.random.split(key, discrete_steps)
-            return scheduled_steps(keys, chain, schedule, first_position, evaluate, variables)
-
-        def sweep(keys, chain, inner_state, schedule, first_position, model_args, model_kwargs):
-            """Discrete moves given the continuous sites, then one inner kernel move of the
-            continuous sites given the discrete ones."""
-            step_key, inner_key = keys
-            x = inner_state.z
-            evaluate = evaluate_at(x, target.log_density_for(model_args, model_kwargs))
-            # The continuous sites moved since the cached U was computed.
-            chain = init_chain(evaluate, chain.indices)
-            chain, moves = discrete_moves(step_key, chain, schedule, first_position, evaluate)
-            inner_args = (model_values(chain.indices), model_args, model_kwargs)
-            potential, gradient = jax.value_and_grad(potential_fn_gen(*inner_args))(x)
-            inner_state = inner_state._replace(
-                potential_energy=potential, z_grad=gradient, rng_key=inner_key
-            )
-            return chain, hmc_sample(inner_state, model_args=inner_args), moves
-
-        def move_continuous_first(key, x, indices, model_args, model_kwargs):
-            """``num_sweeps`` sweeps at the untuned cycle of the tuner's burn-in (Alg. 3), the
-            inner kernel adapting over them: the continuous sites (and the discrete ones with
-            them) go from the prior draw to where the posterior puts them."""
-            naive = untuned_schedule(resolve_settings(settings, variables))
-            init_key, key = jax.random.split(key)
-            inner_state = hmc_init(
-                x,
-                num_sweeps,
-                model_args=(model_values(indices), model_args, model_kwargs),
-                rng_key=init_key,
-                **hmc_settings,
-            )
-            chain = init_chain(
-                evaluate_at(x, target.log_density_for(model_args, model_kwargs)), indices
-            )
-
-            def one_sweep(carry, inputs):
-                keys, sweep_index = inputs
-                chain, inner_state = carry
-                chain, inner_state, _ = sweep(
-                    keys,
-                    chain,
-                    inner_state,
-                    naive,
-                    sweep_index * discrete_steps,
-                    model_args,
-                    model_kwargs,
-                )
-                return (chain, inner_state), None
-
-            (chain, inner_state), _ = jax.lax.scan(
-                one_sweep,
-                (chain, inner_state),
-                (jax.random.split(key, (num_sweeps, 2)), jnp.arange(num_sweeps)),
-            )
-            return inner_state.z, chain.indices
-
-        def init_one(rng_key, initial_indices, initial_x, conditioning):
-            # In a Gibbs block the tuner and the cached U use this chain's conditioning values.
-            model_args, model_kwargs = target.model_arguments
-            if conditioning:
-                model_kwargs = with_conditioning(model_kwargs, conditioning)
-            log_density_fn = target.log_density_for(model_args, model_kwargs)
-            draw_key, tune_key, inner_key, rng_key = jax.random.split(rng_key, 4)
-            x, indices = target.sample_initial_fn(draw_key, num_copies)
-            if initial_indices is not None:
-                indices = {
-                    name: index.at[0].set(initial_indices[name]) for name, index in indices.items()
-                }
-            x0 = x[0] if initial_x is None else initial_x
-            if num_sweeps:
-                sweep_key, tune_key = jax.random.split(tune_key)
-                first = jax.tree.map(lambda index: index[0], indices)
-                x0, first = move_continuous_first(sweep_key, x0, first, model_args, model_kwargs)
-                # Every copy the tuner averages over starts where the sweeps ended.
-                indices = jax.tree.map(
-                    lambda index, moved: jnp.broadcast_to(moved, index.shape), indices, first
-                )
-            evaluate = evaluate_at(x0, log_density_fn)
-            copies = jax.vmap(partial(init_chain, evaluate))(indices)
-            if schedule is None:
-                tuning, copies = tune_schedule(tune_key, copies, evaluate, variables, settings)
-            else:
-                tuning = fixed_tuning(schedule)
-            chain = jax.tree.map(lambda leaf: leaf[0], copies)
-            inner_state = None
-            if inner is not None:
-                inner_state = hmc_init(
-                    x0,
-                    num_warmup,
-                    model_args=(model_values(chain.indices), model_args, model_kwargs),
-                    rng_key=inner_key,
-                    **hmc_settings,
-                )
-            zero = jnp.zeros(())
-            return ACSState(
-                z_of(chain.indices, x0)
-                if self._model is not None
-                else z_for_potential(chain.indices),
-                chain,
-                tuning,
-                jnp.zeros((), jnp.int32),
-                tuning.schedule.step_sizes[0],
-                tuning.schedule.balancing[0],
-                zero,
-                zero,
-                inner_state,
-                tag,
-                rng_key,
-            )
-
-        def continuous_position(state):
-            return jnp.zeros(target.dimension) if inner is None else state.inner_state.z
-
-        def step_one(state: ACSState, model_args, model_kwargs):
-            rng_key, step_key, inner_key = jax.random.split(state.rng_key, 3)
-            schedule = state.tuning.schedule
-            first_position = state.iteration * discrete_steps
-            if inner is None:
-                x = continuous_position(state)
-                evaluate = evaluate_at(x, target.log_density_for(model_args, model_kwargs))
-                inner_state = None
-                chain, moves = discrete_moves(
-                    step_key, state.chain, schedule, first_position, evaluate
-                )
-            else:
-                chain, inner_state, moves = sweep(
-                    (step_key, inner_key),
-                    state.chain,
-                    state.inner_state,
-                    schedule,
-                    first_position,
-                    model_args,
-                    model_kwargs,
-                )
-                x = inner_state.z
-            alpha, beta, accept_prob = moves
-            iteration = state.iteration + 1
-            mean_accept_prob = running_accept_mean(
-                state.mean_accept_prob, accept_prob, iteration, num_warmup
-            )
-            z = (
-                z_of(chain.indices, x)
-                if self._model is not None
-                else z_for_potential(chain.indices)
-            )
-            return ACSState(
-                z,
-                chain,
-                state.tuning,
-                iteration,
-                alpha,
-                beta,
-                accept_prob,
-                mean_accept_prob,
-                inner_state,
-                state.build,
-                rng_key,
-            )
-
-        def refresh_one(state: ACSState, model_args, model_kwargs):
-            evaluate = evaluate_at(
-                continuous_position(state), target.log_density_for(model_args, model_kwargs)
-            )
-            return state._replace(chain=init_chain(evaluate, state.chain.indices))
-
-        return init_one, step_one, refresh_one
+        target, inner, schedule = self._target, self._inner, self._schedule
+        return acs_chain(
+            target,
+            self._settings,
+            schedule=schedule,
+            num_copies=1 if schedule is not None else self._num_tuning_chains,
+            # The discrete conditional, and so the schedule the tuner finds, can depend strongly
+            # on the continuous sites: with an inner kernel they first leave their prior draw.
+            num_sweeps=self._num_tuning_sweeps if inner is not None and schedule is None else 0,
+            inner=inner,
+            discrete_steps=self.moves_per_transition(inner is not None or target.conditioned),
+            num_warmup=num_warmup,
+            tag=tag,
+            model_sites=self._model is not None,
+        )
 
     def _initial_values(self, init_params, batched):
         """``init_params`` (site values; continuous ones unconstrained) -> (indices, x)."""
@@ -801,83 +381,6 @@ class ACS(ExtrasKernel):
                 f"The log density is not finite at the starting point of chain {int(bad[0])} "
                 "(after tuning). Check the model's support and data, or give init_params."
             )
-
-
-# Prior draws at which grad_mode="auto" compares first-order and exact differences, and the
-# median error (in nats) of the first-order ones, beyond a common offset, above which a site gets
-# exact differences.
-NUM_CHECK_POINTS = 4
-FIRST_ORDER_TOLERANCE = 0.5
-
-
-def _moved_values(layout, index):
-    """Every coordinate moved to another value: the complement of a binary state, the next class
-    of a one-hot one."""
-    return (index + 1) % layout.num_values
-
-
-def _first_order_is_faithful(latent, layout) -> bool:
-    """Whether the model can be differentiated in one binary or one-hot discrete site and the
-    gradient's first-order differences of ``U`` (ACS paper eq. 4) are close to the exact ones at a
-    few prior draws, up to an error common to every move.
-
-    Such a common error ``delta`` shifts every logit of eq. 5 by ``beta delta`` per changed
-    coordinate, exactly as the distance term ``D / (2 alpha)`` does (``D = 1`` per flip or class
-    change): the proposal is the exact-difference one at another ``alpha``, which the tuner sets.
-    It arises wherever ``U`` is quadratic in each coordinate with the same curvature everywhere,
-    e.g. a likelihood ``N(y | mu (2 z - 1), sigma)``, off by ``2 mu^2 / sigma^2`` per flip. So the
-    offset is the median error over the moves at each continuous value, taken at the drawn
-    discrete state and at every coordinate moved (an error that depends on a coordinate's own
-    value, as through a comparison, differs between the two), and the rest is what must be small.
-
-    The remainder is zero for a log density linear or uniformly quadratic in each coordinate
-    (Ising and Boltzmann energies, Gaussian likelihoods of such values), and large where the model
-    reads the value through a comparison (``jnp.where(z == 1, ...)`` has a zero gradient) or very
-    non-linearly (a spike-and-slab scale ``spike + z (slab - spike)``): there the proposal would
-    almost never suggest the moves the target favours.
-    """
-    if layout.kind not in ("binary", "one_hot"):
-        return False
-    name = layout.name
-    first_order = DiscreteVariable(layout.shape, layout.num_values, layout.kind, True, None)
-    exact = DiscreteVariable(layout.shape, layout.num_values, layout.kind, False, layout.dtype)
-
-    def errors_at(x, discrete):
-        def log_density(values):
-            return latent.log_density_fn(x, {**discrete, **values})
-
-        def signed_errors(index):
-            approximate = local_differences_fn(log_density, {name: first_order})(index)[1][name]
-            exact_differences = local_differences_fn(log_density, {name: exact})(index)[1][name]
-            moves = jnp.isfinite(exact_differences) & (exact_differences != 0.0)
-            return jnp.where(moves, approximate - exact_differences, jnp.nan)
-
-        index = decode({name: exact}, discrete)[name]
-        errors = jnp.stack(
-            [signed_errors({name: index}), signed_errors({name: _moved_values(layout, index)})]
-        )
-        return jnp.abs(errors - jnp.nanmedian(errors))
-
-    def errors_from(key):
-        return jax.vmap(errors_at)(*latent.split.sample_prior_fn(key, NUM_CHECK_POINTS))
-
-    # Drawing the points and comparing in one compiled call: run op by op, the prior draws alone
-    # would compile every sampling operation of the model separately.
-    try:
-        errors = quick_jit(errors_from)(jax.random.PRNGKey(0))
-    except NOT_DIFFERENTIABLE_ERRORS:
-        return False
-    if not not_jax_tracer(errors):
-        # Conditioning values traced by pmap (a Gibbs block under chain_method="parallel"):
-        # nothing to compare, keep the gradient.
-        return True
-    errors = np.asarray(errors)
-    errors = errors[np.isfinite(errors)]
-    return errors.size == 0 or float(np.median(errors)) <= FIRST_ORDER_TOLERANCE
-
-
-def _as_dict(values, name="x"):
-    return values if isinstance(values, dict) else {name: values}
 
 
 class DMALA(ACS):

@@ -22,8 +22,9 @@ from numpyro.util import find_stack_level, not_jax_tracer
 
 from numpyro_extras.bases import GaussianBase, MixtureBase, validate_base
 from numpyro_extras.compilation import quick_jit
-from numpyro_extras.discrete.kernels import ACS, DiscreteTarget
+from numpyro_extras.discrete.kernels import ACS
 from numpyro_extras.discrete.proposal import decode
+from numpyro_extras.discrete.target import DiscreteTarget
 from numpyro_extras.exchange.chains import (
     batched_scan_step,
     exchange_scan,
