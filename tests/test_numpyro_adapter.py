@@ -37,7 +37,9 @@ def test_an_instances_own_settings_are_read_back():
     assert algo == "NUTS"
     changed = {name: value for name, value in settings.items() if value != HMC_DEFAULTS[name]}
     assert changed == dict(target_accept_prob=0.9, max_tree_depth=7, dense_mass=True, step_size=0.3)
-    algo, settings = hmc_instance_settings(HMC(model, num_steps=5, adapt_mass_matrix=False))
+    algo, settings = hmc_instance_settings(
+        HMC(model, num_steps=5, trajectory_length=None, adapt_mass_matrix=False)
+    )
     assert algo == "HMC"
     assert settings["num_steps"] == 5
     assert settings["adapt_mass_matrix"] is False
