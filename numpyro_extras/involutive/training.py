@@ -75,10 +75,19 @@ DECLINE_MIN_BEST = 0.1
 MIXING_CHECK_STEPS = 1000
 MAX_MIXING_RHAT = 1.1
 # When the learned map fails that check, this share of the steps proposes independently of
-# the state, from a Gaussian mixture over the modes the seed chains found (or with the plain
-# swap, from the seed draws' Gaussian fit, when they found one), which reaches every mode it
-# spans; the learned map keeps the rest.
+# the state, from a Gaussian mixture over the modes the seed chains found (or from the seed
+# draws' widened Gaussian fit, when they found one), which reaches every mode it spans; the
+# learned map keeps the rest.
 FALLBACK_SWAP_PROBABILITY = 0.75
+# Where the seed chains found one region, this share of the steps proposes from a Gaussian fit
+# of the seed draws, widened 1 + sqrt(SEED_FIT_WIDENING / D) times in D dimensions, even when
+# the learned map passes that check: the map moves locally, and a tail it reaches only in rare
+# excursions leaves a run of a few hundred draws per chain off, with a standard error too
+# small, which neither the check's R-hat nor its ESS shows. A proposal wider than the
+# posterior reaches its tails (a narrower one strands the chains there); the widening shrinks
+# with the dimension, as an independence proposal's acceptance falls with D (w - 1)^2.
+SINGLE_REGION_SWAP_PROBABILITY = 0.25
+SEED_FIT_WIDENING = 2.0
 # Two seed chains sit in one mode when a chain's mean lies within this many standard deviations
 # (Mahalanobis, under the group's draws) of the group's mean.
 SAME_MODE_DISTANCE = 3.0
@@ -707,6 +716,31 @@ def seed_mixture(draws) -> MixtureBase | None:
     )
 
 
+def seed_fit(draws) -> MixtureBase:
+    """One Gaussian with the mean of all the seed chains' draws and their covariance, its scale
+    widened ``1 + sqrt(SEED_FIT_WIDENING / D)`` times in ``D`` dimensions: the independence
+    proposal mixed into the kernel of a posterior whose seed chains found one region.
+
+    :param draws: the seed chains' draws, ``(chains, draws, D)``.
+    :return: :class:`~numpyro_extras.MixtureBase` of one component.
+
+    **Example:**
+
+    .. code-block:: python
+
+        fit = seed_fit(pilot.draws)
+    """
+    draws = np.asarray(draws, dtype=np.float64)
+    mean, covariance = _mean_and_covariance(draws.reshape(-1, draws.shape[-1]))
+    widening = 1.0 + math.sqrt(SEED_FIT_WIDENING / draws.shape[-1])
+    return MixtureBase(
+        jnp.asarray(mean[None]),
+        jnp.asarray(widening * np.linalg.cholesky(covariance)[None]),
+        jnp.zeros(1),
+        jnp.zeros(()),
+    )
+
+
 def _mean_and_covariance(points):
     """The mean and covariance of ``points`` ``(N, D)``, with a small ridge so that a chain
     that barely moved still gives an invertible covariance."""
@@ -755,10 +789,12 @@ def _mixing_checked(
     Where the seed chains found several modes, ``FALLBACK_SWAP_PROBABILITY`` of the steps may
     propose from the mixture of those modes (:func:`seed_mixture`); the kernel kept is the one
     whose check chains agree (split R-hat at most ``MAX_MIXING_RHAT``) and know the modes'
-    weights best (the larger ESS of the mode indicators). Where they found one, the plain swap
-    is mixed in only when the learned map's chains disagree. When the chains of the kernel kept
-    still disagree, warn: the mode weights of a run would be off even where every chain agrees
-    with the others.
+    weights best (the larger ESS of the mode indicators). Where they found one,
+    ``SINGLE_REGION_SWAP_PROBABILITY`` of the steps propose from the seed draws' widened
+    Gaussian fit (:func:`seed_fit`; ``FALLBACK_SWAP_PROBABILITY`` of them when the learned
+    map's chains disagree), unless that kernel's chains disagree where the learned map's agree.
+    When the chains of the kernel kept still disagree, warn: the mode weights of a run would be
+    off even where every chain agrees with the others.
 
     :param seed_draws: the seed chains' draws ``(chains, draws, D)``.
     :param bool choose: consider mixing in independence proposals (else only check and warn).
@@ -767,22 +803,26 @@ def _mixing_checked(
         training's bootstrap chains); ``None`` compiles one.
     """
     starts = jnp.asarray(seed_draws[:, -1, :])
-    mixture = seed_mixture(seed_draws) if choose else None
-    if mixture is not None:
-        mixture = jax.tree.map(lambda leaf: leaf.astype(starts.dtype), mixture)
+    modes = seed_mixture(seed_draws) if choose else None
     if learned_draws is None:
         draws = _check_draws(proposal, potential_fn, starts, rng_key, settings)
     else:
         draws = learned_draws(proposal.params, starts, rng_key)
     rhat = _mixing_rhat(draws)
-    if choose and (mixture is not None or not rhat <= MAX_MIXING_RHAT):
-        mixed = _with_swap_probability(proposal.replace(mixture=mixture), FALLBACK_SWAP_PROBABILITY)
+    if choose:
+        mixture = modes if modes is not None else seed_fit(seed_draws)
+        mixture = jax.tree.map(lambda leaf: leaf.astype(starts.dtype), mixture)
+        agree = rhat <= MAX_MIXING_RHAT
+        share = SINGLE_REGION_SWAP_PROBABILITY if modes is None and agree else None
+        mixed = _with_swap_probability(
+            proposal.replace(mixture=mixture), share or FALLBACK_SWAP_PROBABILITY
+        )
         mixed_draws = _check_draws(mixed, potential_fn, starts, rng_key, settings)
         mixed_rhat = _mixing_rhat(mixed_draws)
-        if rhat <= MAX_MIXING_RHAT and mixed_rhat <= MAX_MIXING_RHAT:
-            better = mixture is not None and _mode_weight_ess(
-                mixed_draws, mixture
-            ) > _mode_weight_ess(draws, mixture)
+        if agree and mixed_rhat <= MAX_MIXING_RHAT:
+            better = modes is None or _mode_weight_ess(mixed_draws, mixture) > _mode_weight_ess(
+                draws, mixture
+            )
         else:
             better = mixed_rhat < rhat or not math.isfinite(rhat)
         if better:

@@ -25,6 +25,8 @@ from numpyro_extras.involutive.training import (
     DECLINE_MIN_BEST,
     DECLINE_PATIENCE,
     FALLBACK_SWAP_PROBABILITY,
+    SEED_FIT_WIDENING,
+    SINGLE_REGION_SWAP_PROBABILITY,
     SWAP_ACCEPTANCE,
     TrainingSettings,
     _mixing_checked,
@@ -127,6 +129,32 @@ def test_mixing_check_mixes_in_the_seed_modes_when_the_map_does_not_cross():
     ess = float(effective_sample_size(labels[..., None].astype(float))[0])
     assert ess > 1000
     assert abs(labels.mean() - 0.5) < 4 * 0.5 / np.sqrt(ess)
+
+
+def test_mixing_check_mixes_the_widened_seed_fit_into_a_single_region():
+    """Seed chains in one region and a map whose check chains agree (the untrained swap on a
+    standard normal): a quarter of the steps still propose from the seed draws' Gaussian fit,
+    its scale widened (here twice, in 2-D), so that a tail the map reaches only in rare
+    excursions is visited in a run of a few hundred draws too."""
+    seed_draws = jax.random.normal(jax.random.PRNGKey(2), (8, 300, 2))
+    swap_map = init_proposal(
+        jax.random.PRNGKey(0), InvolutionConfig(dimension=2), loc=jnp.zeros(2), scale=jnp.ones(2)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        checked = _mixing_checked(
+            swap_map,
+            lambda x: 0.5 * jnp.sum(x**2),
+            seed_draws,
+            jax.random.PRNGKey(1),
+            TrainingSettings(),
+        )
+    assert checked.config.swap_probability == SINGLE_REGION_SWAP_PROBABILITY
+    (scale_tril,) = np.asarray(checked.mixture.component_scale_trils)
+    draws = np.asarray(seed_draws).reshape(-1, 2)
+    np.testing.assert_allclose(checked.mixture.component_locs[0], draws.mean(0), atol=1e-12)
+    widening = 1.0 + np.sqrt(SEED_FIT_WIDENING / 2)
+    np.testing.assert_allclose(scale_tril @ scale_tril.T, widening**2 * np.cov(draws.T), rtol=1e-4)
 
 
 def _chains(kernel, num_chains=4, num_warmup=500, num_samples=3000, method="vectorized"):
