@@ -52,6 +52,7 @@ __all__ = [
     "train_ai_sampler",
     "check_train_kwargs",
     "seed_mixture",
+    "seed_fit",
     "declined_epochs",
     "LOW_ACCEPTANCE",
     "DECLINE_PATIENCE",
