@@ -222,11 +222,10 @@ def default_alpha_max_rule(variables: dict) -> str:
     """``"jump"`` when a variable is ordinal, else ``"acceptance"`` (the paper's Alg. 4).
 
     An ordinal coordinate can move far in one step, and a step that crosses between its modes
-    is accepted rarely: acceptance near ``rho*`` picks a step that never crosses (measured on
-    the ACS paper's synthetic grid: 9 of 25 modes against 24 with the jump rule, all chains
-    started in one). A binary or categorical coordinate moves by one value at most, and there the
-    jump rule's lower acceptance cost effective samples (docs/benchmarks.md: about 15% less ESS
-    per evaluation on an RBM).
+    is accepted rarely: acceptance near ``rho*`` picks a step that never crosses, and the
+    chains stay in the modes they start in. A binary or categorical coordinate moves by one
+    value at most, and there the jump rule's lower acceptance only costs effective samples
+    (docs/benchmarks.md, the ACS section, has both comparisons).
 
     :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
     :return: one of :data:`ALPHA_MAX_RULES`.
@@ -240,9 +239,8 @@ def default_beta_max(variables: dict) -> float:
     ``beta`` weighs the first-order change ``grad U . (v - theta)``, which is trusted over the
     whole jump. Across a long ordinal jump that linear extrapolation is far off (on the
     paper's synthetic grid it points every proposal back past the current mode), and the paper
-    itself ran its ordinal experiment with ``beta = 0.5`` throughout. Measured with the jump
-    rule (docs/benchmarks.md): more modes per chain on the paper's grid and its diagonal
-    variant at 0.5 than at 0.95.
+    itself ran its ordinal experiment with ``beta = 0.5`` throughout; with the jump rule, chains
+    visit more modes on the paper's grid at 0.5 than at 0.95 (docs/benchmarks.md).
 
     :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
     :return: float.
