@@ -792,8 +792,8 @@ def _mixing_checked(
     whose check chains agree (split R-hat at most ``MAX_MIXING_RHAT``) and know the modes'
     weights best (the larger ESS of the mode indicators). Where they found one,
     ``SINGLE_REGION_SWAP_PROBABILITY`` of the steps propose from the seed draws' widened
-    Gaussian fit (:func:`seed_fit`; ``FALLBACK_SWAP_PROBABILITY`` of them when the learned
-    map's chains disagree), unless that kernel's chains disagree where the learned map's agree.
+    Gaussian fit (:func:`seed_fit`); when the learned map's chains disagree there,
+    ``FALLBACK_SWAP_PROBABILITY`` of them, if that kernel's chains disagree less.
     When the chains of the kernel kept still disagree, warn: the mode weights of a run would be
     off even where every chain agrees with the others.
 
@@ -814,20 +814,24 @@ def _mixing_checked(
         mixture = modes if modes is not None else seed_fit(seed_draws)
         mixture = jax.tree.map(lambda leaf: leaf.astype(starts.dtype), mixture)
         agree = rhat <= MAX_MIXING_RHAT
-        share = SINGLE_REGION_SWAP_PROBABILITY if modes is None and agree else None
-        mixed = _with_swap_probability(
-            proposal.replace(mixture=mixture), share or FALLBACK_SWAP_PROBABILITY
-        )
-        mixed_draws = _check_draws(mixed, potential_fn, starts, rng_key, settings)
-        mixed_rhat = _mixing_rhat(mixed_draws)
-        if agree and mixed_rhat <= MAX_MIXING_RHAT:
-            better = modes is None or _mode_weight_ess(mixed_draws, mixture) > _mode_weight_ess(
-                draws, mixture
+        if modes is None and agree:
+            # Chains that agree under the map still agree with a quarter of their steps
+            # proposed independently of the state: no check of that kernel is needed.
+            proposal = _with_swap_probability(
+                proposal.replace(mixture=mixture), SINGLE_REGION_SWAP_PROBABILITY
             )
         else:
-            better = mixed_rhat < rhat or not math.isfinite(rhat)
-        if better:
-            proposal, rhat = mixed, mixed_rhat
+            mixed = _with_swap_probability(
+                proposal.replace(mixture=mixture), FALLBACK_SWAP_PROBABILITY
+            )
+            mixed_draws = _check_draws(mixed, potential_fn, starts, rng_key, settings)
+            mixed_rhat = _mixing_rhat(mixed_draws)
+            if agree and mixed_rhat <= MAX_MIXING_RHAT:
+                better = _mode_weight_ess(mixed_draws, mixture) > _mode_weight_ess(draws, mixture)
+            else:
+                better = mixed_rhat < rhat or not math.isfinite(rhat)
+            if better:
+                proposal, rhat = mixed, mixed_rhat
     if not rhat <= MAX_MIXING_RHAT:
         warnings.warn(
             f"The trained Ai-sampler does not move between the regions its {starts.shape[0]} "
