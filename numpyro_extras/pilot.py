@@ -59,7 +59,7 @@ def dispersed_starts(rng_key, potential_fn, initial_position, num_chains, radius
     starts = jax.random.uniform(
         rng_key, (num_chains, dimension), initial_position.dtype, -radius, radius
     )
-    finite = jax.vmap(lambda x: jnp.isfinite(potential_fn(x)))(starts)
+    finite = quick_jit(jax.vmap(lambda x: jnp.isfinite(potential_fn(x))))(starts)
     return jnp.where(finite[:, None], starts, initial_position)
 
 

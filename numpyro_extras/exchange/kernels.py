@@ -1006,12 +1006,9 @@ class ReplicaExchange(ExtrasKernel):
             rungs = self._num_replicas + (self._num_prior_replicas if self.stabilized else 0)
             starts = np.reshape(np.asarray(positions), (-1, rungs, positions.shape[-1]))
             # The posterior rung: the last of the (fitted) leg that comes first.
-            for chain, position in enumerate(starts[:, self._num_replicas - 1]):
-                check_finite_potential(
-                    self._path.potential_fn(1.0),
-                    jnp.asarray(position),
-                    f"the start of chain {chain}",
-                )
+            check_finite_potential(
+                self._path.potential_fn(1.0), starts[:, self._num_replicas - 1], "the start"
+            )
         return positions, chain_keys
 
     def _check_initial_state(self, state):

@@ -355,12 +355,7 @@ class VAESLMC(ExtrasKernel):
         )
         if not_jax_tracer(positions):
             flat = np.reshape(np.asarray(positions), (-1, positions.shape[-1]))
-            for chain, position in enumerate(flat):
-                check_finite_potential(
-                    self._flat_model.potential_fn,
-                    jnp.asarray(position),
-                    f"the start of chain {chain}",
-                )
+            check_finite_potential(self._flat_model.potential_fn, flat, "the start")
         return positions, chain_keys
 
     def get_diagnostics_str(self, state):

@@ -11,18 +11,16 @@ replica's exact posterior draws; the tempered chain is in the extra fields, from
 from __future__ import annotations
 
 import inspect
-from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
 from numpyro_extras.bases import GaussianBase, validate_base
-from numpyro_extras.compilation import quick_jit, split_each_key, split_key
+from numpyro_extras.compilation import split_each_key, split_key
 from numpyro_extras.kernel import (
     ExtrasKernel,
     fixed_target_functions,
@@ -56,11 +54,6 @@ __all__ = [
 # one mode; many modes are the sign of a multimodal posterior.
 AUTO_MOVES_PER_DRAW = 8
 MIN_MODES_FOR_MORE_MOVES = 8
-
-
-@lru_cache(maxsize=8)
-def _batched_value_and_grad(potential_fn):
-    return quick_jit(jax.vmap(jax.value_and_grad(potential_fn)))
 
 
 class _ContinuousTemperingKernel(ExtrasKernel):
@@ -194,13 +187,7 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         if not not_jax_tracer(positions):
             return
         positions = jnp.reshape(positions, (-1, self._flat_model.dimension))
-        # One compiled, vmapped evaluation for all chains; only a failing chain is re-checked
-        # one by one, for the error message.
-        values, gradients = _batched_value_and_grad(self._flat_model.potential_fn)(positions)
-        finite = np.isfinite(np.asarray(values)) & np.all(np.isfinite(np.asarray(gradients)), -1)
-        for chain in np.flatnonzero(~finite)[:1]:
-            what = f"the initial point of chain {chain}"
-            check_finite_potential(self._flat_model.potential_fn, positions[chain], what)
+        check_finite_potential(self._flat_model.potential_fn, positions)
 
     def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
         position_keys = split_each_key(rng_key) if batched else split_key(rng_key)
