@@ -126,7 +126,8 @@ def log_mean_exp(log_values):
 
     :param log_values: ``a``, shape ``(num_chains, num_draws)``.
     :return: ``(log_mean, stderr, ess)`` as floats; ``stderr`` is 0 when every value is the same
-        and NaN (with ``ess``) with fewer than 4 draws per chain.
+        and NaN (with ``ess``) with fewer than 4 draws per chain; ``inf`` (and ``ess`` 0) when
+        the mean is not finite, as when every value is ``-inf``: nothing then bounds the error.
 
     **Example:**
 
@@ -136,6 +137,8 @@ def log_mean_exp(log_values):
     """
     log_values = np.asarray(log_values, dtype=np.float64)
     log_mean, influence = log_mean_and_influence(log_values)
+    if not np.isfinite(log_mean):
+        return float(log_mean), float("inf"), 0.0
     if log_values.shape[-1] < 4:
         return float(log_mean), float("nan"), float("nan")
     if not np.std(influence) > 0:

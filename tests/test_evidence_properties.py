@@ -115,3 +115,12 @@ def test_the_influences_average_to_one_in_the_shape_of_the_values(values, centre
     assert abs(np.mean(influence) - 1.0) <= 8 * EPS * (1.0 + np.max(np.abs(values)))
     # The largest value has the largest influence, whatever the offset of the values.
     assert influence.flat[np.argmax(values)] == np.max(influence)
+
+
+def test_no_finite_value_gives_an_unbounded_error():
+    """Weights that are all zero (log -inf) give no estimate: an infinite error, not 0."""
+    log_mean, stderr, ess = log_mean_exp(np.full((2, 10), -np.inf))
+    assert log_mean == -np.inf and stderr == np.inf and ess == 0.0
+    some = np.log(np.r_[np.zeros(10), np.ones(10)].reshape(2, 10))
+    log_mean, stderr, _ = log_mean_exp(some)
+    assert abs(log_mean - np.log(0.5)) < 1e-12 and 0 < stderr < np.inf

@@ -79,8 +79,10 @@ def slmc_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
     log_z, stderr, _ = log_mean_exp(log_weights)
     # The importance-sampling ESS (Kish), not the autocorrelation ESS: the proposals are
     # independent, and what limits the estimate is how uneven their weights are.
-    _, influence = log_mean_and_influence(log_weights)
-    ess = float(influence.size / np.mean(influence**2))
+    ess = 0.0
+    if np.isfinite(log_z):
+        _, influence = log_mean_and_influence(log_weights)
+        ess = float(influence.size / np.mean(influence**2))
     pareto_k = pareto_tail_index(log_weights)
     history = getattr(kernel.proposal, "history", None)
     problems = list(history.problems) if history is not None else []
@@ -89,7 +91,13 @@ def slmc_log_marginal_likelihood(mcmc, warn=True) -> Evidence:
             "the isometric acceptance weighs proposals with Gamma (eq. 3), exact only for an "
             "isometric VAE, so log Z is approximate; use acceptance='exact'"
         )
-    if not ess >= MIN_WEIGHT_ESS:
+    if not np.any(np.isfinite(log_weights)):
+        problems.append(
+            "no proposal of the run had a finite importance weight: the proposal does not "
+            "reach the posterior's mass, so the run bounds log Z by nothing (its standard "
+            "error is inf)"
+        )
+    elif not ess >= MIN_WEIGHT_ESS:
         problems.append(
             f"only {ess:.0f} effective importance weights of {log_weights.size}: the proposal "
             "covers the posterior poorly (a longer run, or more training)"

@@ -75,6 +75,19 @@ def test_log_z(run):
     assert "proposal_log_weight" in idata.sample_stats
 
 
+def test_a_run_without_a_finite_weight_gives_an_unbounded_log_z(run, monkeypatch):
+    """Proposals that never reach the posterior's mass (every weight 0) give log Z = -inf with
+    an infinite error and a warning that says so, never a standard error of 0."""
+    import numpyro_extras.slmc.evidence as slmc_evidence
+
+    monkeypatch.setattr(
+        slmc_evidence, "proposal_log_weights", lambda mcmc: np.full((2, 3000), -np.inf)
+    )
+    with pytest.warns(UserWarning, match="no proposal of the run had a finite"):
+        evidence = nx.log_marginal_likelihood(run)
+    assert evidence.log_z == -np.inf and evidence.stderr == np.inf and evidence.ess == 0.0
+
+
 def test_other_chain_method_reuses_the_trained_proposal(run):
     kernel = run.sampler
     proposal = kernel.proposal
