@@ -136,9 +136,10 @@ def log_mean_exp(log_values):
         log_mean_exp(np.log(rng.uniform(size=(4, 1000))))  # (about -0.69, about 0.01, ...)
     """
     log_values = np.asarray(log_values, dtype=np.float64)
-    log_mean, influence = log_mean_and_influence(log_values)
+    log_mean = logsumexp(log_values) - np.log(log_values.size)
     if not np.isfinite(log_mean):
         return float(log_mean), float("inf"), 0.0
+    log_mean, influence = log_mean_and_influence(log_values)
     if log_values.shape[-1] < 4:
         return float(log_mean), float("nan"), float("nan")
     if not np.std(influence) > 0:

@@ -121,6 +121,6 @@ def test_no_finite_value_gives_an_unbounded_error():
     """Weights that are all zero (log -inf) give no estimate: an infinite error, not 0."""
     log_mean, stderr, ess = log_mean_exp(np.full((2, 10), -np.inf))
     assert log_mean == -np.inf and stderr == np.inf and ess == 0.0
-    some = np.log(np.r_[np.zeros(10), np.ones(10)].reshape(2, 10))
+    some = np.r_[np.full(10, -np.inf), np.zeros(10)].reshape(2, 10)
     log_mean, stderr, _ = log_mean_exp(some)
     assert abs(log_mean - np.log(0.5)) < 1e-12 and 0 < stderr < np.inf
