@@ -113,9 +113,6 @@ REFERENCE_STEPS = 200
 # Fewer round trips than this between the reference and p~^beta_0 and the starts' exchange may
 # not have carried states between the modes at all.
 MIN_START_ROUND_TRIPS = 2
-# A first exchange whose every chain made this many round trips carried states between the
-# modes it reaches many times over: a second, from a reference refitted to its draws, is not run.
-ENOUGH_ROUND_TRIPS = 20
 # The second exchange's reference is this many times as wide as the first exchange's draws
 # (its covariance is this squared times theirs).
 REFIT_INFLATION = 1.5
@@ -124,8 +121,6 @@ TRAINING_DTYPE = jnp.float32
 # Training points of the paper's runs (Table 7): per rung, and from the first rung's NUTS.
 PAPER_TRAINING_SIZE = 15_000
 PAPER_INITIAL_SIZE = 40_000
-# The paper's recipe holds from this dimension on; below it the data and networks shrink with D.
-PAPER_MIN_DIMENSION = 20
 # A model whose encoder is this close to the latent prior on its data, in nats of KL averaged
 # over the points, has collapsed: its latents are unused.
 COLLAPSED_INFORMATION = 0.05
@@ -158,16 +153,12 @@ class AnnealingSettings(NamedTuple):
     :param float tolerance: the relative fall of the held-out loss that counts as progress.
     :param float validation_fraction: the share of each training set held out to judge it.
     :param bool full_final_training: the last training (at ``beta_final``, the proposal the
-        sampler uses) runs all ``epochs`` on all its points, without early stopping; ``None``:
-        from ``D = 20`` on, as in the paper, and with early stopping below, where the network
-        fits the target within a few dozen epochs.
+        sampler uses) runs all ``epochs`` on all its points, without early stopping.
     :param int training_size: ``n(D_k)``, training points per model and rung; ``None``: the
         paper's 15,000 from ``D = 20`` on, ``750 D`` (at least 5,000) below: set-up in
         proportion to the model.
     :param int initial_size: training points per model from NUTS at ``beta_0``; ``None``: the
-        paper's 40,000 from ``D = 20`` on, as many as a later rung's data run records below
-        (``training_size`` rounded up to whole records of the data chains), so that one
-        compiled training serves every rung.
+        paper's 40,000 from ``D = 20`` on, ``2000 D`` (at least 10,000) below.
     :param int num_data_chains: parallel VAE-SLMC chains per model that make the training data.
     :param float burn_in_fraction: share of each data chain discarded as burn-in.
     :param int max_retrains: consecutive rounds in which no model climbs before giving up.
@@ -234,7 +225,7 @@ class AnnealingSettings(NamedTuple):
     patience: int | None = 10
     tolerance: float = 1e-3
     validation_fraction: float = 0.1
-    full_final_training: bool | None = None
+    full_final_training: bool = True
     training_size: int | None = None
     initial_size: int | None = None
     num_data_chains: int = 100
@@ -264,24 +255,15 @@ class AnnealingSettings(NamedTuple):
         # The paper's recipe (Tables 7 and 8) was set for mixtures in 20 to 100 dimensions; below
         # that its 40,000 points and 256-wide layers cost minutes where the modes need far less.
         widest = max(32, 16 * dimension)
-        paper_sized = dimension >= PAPER_MIN_DIMENSION
         defaults = {
-            "training_size": PAPER_TRAINING_SIZE if paper_sized else max(5000, 750 * dimension),
-            "initial_size": PAPER_INITIAL_SIZE if paper_sized else None,
-            "full_final_training": paper_sized,
+            "training_size": min(PAPER_TRAINING_SIZE, max(5000, 750 * dimension)),
+            "initial_size": min(PAPER_INITIAL_SIZE, max(10_000, 2000 * dimension)),
             "encoder_sizes": tuple(min(width, widest) for width in PAPER_ENCODER_SIZES),
             "decoder_sizes": tuple(min(width, widest) for width in PAPER_DECODER_SIZES),
         }
         self = self._replace(
             **{name: value for name, value in defaults.items() if getattr(self, name) is None}
         )
-        if self.initial_size is None:
-            # As many points as each later rung's data run records, so that one compiled
-            # training serves every rung.
-            records = math.ceil(
-                self.training_size / check_count("num_data_chains", self.num_data_chains)
-            )
-            self = self._replace(initial_size=records * self.num_data_chains)
         for name in (
             "num_check_steps",
             "num_check_chains",
@@ -479,12 +461,10 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
     covariance of those draws, widened ``REFIT_INFLATION`` times, is the reference of a second
     exchange (the variational reference of Surjanovic et al. 2022): it spans the modes found,
     so that the tempered path no longer favours the first mode and states cross between the
-    modes many times. Where every chain of the first exchange made ``ENOUGH_ROUND_TRIPS`` round
-    trips already, its own draws serve and the second is not run. Of the last exchange's
-    ``beta_0`` draws, ``len(starts)`` spread over the modes they visited are returned
-    (``spread_draws``: one per cell of a k-means partition), so that a mode the exchange
-    visited, however briefly, gets a chain. A ``UserWarning`` says when a
-    chain of the last exchange made fewer than ``MIN_START_ROUND_TRIPS`` round trips between
+    modes many times. Of its ``beta_0`` draws, ``len(starts)`` spread over the modes they
+    visited are returned (``spread_draws``: one per cell of a k-means partition), so that a
+    mode the exchange visited, however briefly, gets a chain. A ``UserWarning`` says when a
+    chain of the second exchange made fewer than ``MIN_START_ROUND_TRIPS`` round trips between
     the two ends.
     """
     reference_key, first_key, second_key, spread_key = jax.random.split(rng_key, 4)
@@ -501,24 +481,21 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
     local_variance = np.maximum(np.var(draws, 0), 1e-6)
     spread = settings.initial_spread * np.sqrt(local_variance)
     reference = GaussianBase(jnp.asarray(np.mean(draws, 0)), jnp.diag(jnp.asarray(spread)), 0.0)
-    found, first_evaluations, round_trips = _exchange_draws(
+    found, first_evaluations, _ = _exchange_draws(
         first_key, tempered_potential_fn, reference, starts, settings, progress_bar
     )
-    evaluations += first_evaluations
-    beta_0_draws = found
-    if round_trips < ENOUGH_ROUND_TRIPS:
-        last_found = found[:, -1]
-        found = found.reshape(-1, found.shape[-1])
-        # The local variance keeps the refitted covariance full rank when there are fewer draws
-        # than dimensions.
-        covariance = REFIT_INFLATION**2 * np.cov(found, rowvar=False) + np.diag(local_variance)
-        reference = GaussianBase(
-            jnp.asarray(np.mean(found, 0)), jnp.asarray(np.linalg.cholesky(covariance)), 0.0
-        )
-        beta_0_draws, second_evaluations, round_trips = _exchange_draws(
-            second_key, tempered_potential_fn, reference, last_found, settings, progress_bar
-        )
-        evaluations += second_evaluations
+    last_found = found[:, -1]
+    found = found.reshape(-1, found.shape[-1])
+    # The local variance keeps the refitted covariance full rank when there are fewer draws
+    # than dimensions.
+    covariance = REFIT_INFLATION**2 * np.cov(found, rowvar=False) + np.diag(local_variance)
+    reference = GaussianBase(
+        jnp.asarray(np.mean(found, 0)), jnp.asarray(np.linalg.cholesky(covariance)), 0.0
+    )
+    beta_0_draws, second_evaluations, round_trips = _exchange_draws(
+        second_key, tempered_potential_fn, reference, last_found, settings, progress_bar
+    )
+    evaluations += first_evaluations + second_evaluations
     scans = settings.initial_exchange_scans
     if round_trips < MIN_START_ROUND_TRIPS:
         warnings.warn(

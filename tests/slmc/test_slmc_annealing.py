@@ -187,18 +187,10 @@ def test_constant_annealing_follows_its_path_whatever_the_acceptance():
 
 
 def test_early_stopping_spares_the_final_training():
-    """With full_final_training (the default from D = 20 on), every training stops early
-    (patience 1, a 50% tolerance) except the last one, at beta_final: the proposal the sampler
-    uses gets every epoch."""
+    """Every training stops early (patience 1, a 50% tolerance) except the last one, at
+    beta_final: the proposal the sampler uses gets every epoch."""
     proposal = fit_on_beta_0_draws(
-        4,
-        5,
-        beta_0=0.5,
-        ar_min=0.01,
-        patience=1,
-        tolerance=0.5,
-        full_final_training=True,
-        **{**TINY, "beta_step": 0.5},
+        4, 5, beta_0=0.5, ar_min=0.01, patience=1, tolerance=0.5, **{**TINY, "beta_step": 0.5}
     )
     rungs = proposal.history.rungs
     last_round = rungs[-1].round
@@ -287,23 +279,19 @@ def test_an_exchange_too_short_for_a_round_trip_warns():
 
 def test_sizes_follow_the_dimension_below_the_papers_mixtures():
     small = nx.AnnealingSettings().checked(1, dimension=1)
-    assert (small.training_size, small.initial_size) == (5000, 5000)
-    assert not small.full_final_training
+    assert (small.training_size, small.initial_size) == (5000, 10_000)
     assert small.encoder_sizes == (32,) * 6 and small.decoder_sizes == (32,) * 6
     tenth = nx.AnnealingSettings().checked(1, dimension=10)
-    assert (tenth.training_size, tenth.initial_size) == (7500, 7500)
+    assert (tenth.training_size, tenth.initial_size) == (7500, 20_000)
     assert tenth.encoder_sizes == (160, 160, 128, 128, 64, 32)
     # From D = 20 on, the paper's recipe (Tables 7 and 8, App. F.3).
     for dimension in (20, 100):
         paper = nx.AnnealingSettings().checked(1, dimension=dimension)
         assert (paper.training_size, paper.initial_size) == (15_000, 40_000)
-        assert paper.full_final_training
         assert paper.encoder_sizes == PAPER_ENCODER_SIZES
         assert paper.decoder_sizes == PAPER_DECODER_SIZES
     given = nx.AnnealingSettings(training_size=123, encoder_sizes=(8,)).checked(1, dimension=50)
     assert given.training_size == 123 and given.encoder_sizes == (8,)
-    given = nx.AnnealingSettings(training_size=900, full_final_training=True).checked(1, 5)
-    assert (given.initial_size, given.full_final_training) == (900, True)
 
 
 def _two_cluster_log_density(x):
