@@ -116,8 +116,6 @@ MIN_START_ROUND_TRIPS = 2
 # The second exchange's reference is this many times as wide as the first exchange's draws
 # (its covariance is this squared times theirs).
 REFIT_INFLATION = 1.5
-# The precision of the networks' training, whatever the target's.
-TRAINING_DTYPE = jnp.float32
 # Training points of the paper's runs (Table 7): per rung, and from the first rung's NUTS.
 PAPER_TRAINING_SIZE = 15_000
 PAPER_INITIAL_SIZE = 40_000
@@ -587,17 +585,9 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
 
     def train(epochs, patience=settings.patience, fixed_noise=False):
         def trained(keys, proposals, data):
-            # Adam's steps in single precision take about half the time of double's; the
-            # trained network then evaluates its proposals in the data's precision again.
-            models, losses = compiled_train(
-                keys,
-                _cast_floats(proposals, TRAINING_DTYPE),
-                data.astype(TRAINING_DTYPE),
-                epochs,
-                0 if patience is None else patience,
-                fixed_noise,
+            return compiled_train(
+                keys, proposals, data, epochs, 0 if patience is None else patience, fixed_noise
             )
-            return _cast_floats(models, data.dtype), losses
 
         return trained
 
@@ -713,14 +703,6 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
         # its first level, which runs the networks as fast as the default and compiles sooner.
         search=_search_from_rows(search_one, chains),
         run=_run_from_rows(quick_jit(run, optimize=1), settings.num_data_chains),
-    )
-
-
-def _cast_floats(tree, dtype):
-    """``tree`` with its floating-point leaves in ``dtype``."""
-    return jax.tree.map(
-        lambda leaf: leaf.astype(dtype) if jnp.issubdtype(leaf.dtype, jnp.floating) else leaf,
-        tree,
     )
 
 
