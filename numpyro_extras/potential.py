@@ -566,10 +566,10 @@ def check_finite_potential(potential_fn, positions, what="the initial point"):
         check_finite_potential(flat_model.potential_fn, starts, "the start")  # (4, D): silent
     """
     positions = jnp.asarray(positions)
-    shape = jax.eval_shape(potential_fn, positions.reshape(-1, positions.shape[-1])[0]).shape
+    batch = positions.reshape(-1, positions.shape[-1])
+    shape = jax.eval_shape(potential_fn, batch[0]).shape
     if shape != ():
         raise ValueError(f"The potential must return a scalar, but returned shape {shape}.")
-    batch = positions.reshape(-1, positions.shape[-1])
     values, gradients = _batched_value_and_grad(potential_fn)(batch)
     values, gradients = np.asarray(values), np.asarray(gradients)
     finite_gradients = np.all(np.isfinite(gradients), -1)

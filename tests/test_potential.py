@@ -131,3 +131,19 @@ def test_discrete_sites_summed_out_or_refused_by_name():
 
     with pytest.raises(ValueError, match=r"every latent site of the model \(\['flip'\]\)"):
         nx.flatten_model(jax.random.PRNGKey(0), flips, sum_out_discrete=True)
+
+
+def test_check_finite_potential_names_the_chain_and_the_shape():
+    """One compiled check for a batch of starts: the first failing chain is named; a
+    potential that is not scalar is refused before anything is evaluated."""
+    from numpyro_extras.potential import check_finite_potential
+
+    potential_fn = lambda x: jnp.sum(x**2) + jnp.log(x[0])  # noqa: E731
+    starts = jnp.array([[1.0, 2.0], [1.0, 0.0], [-1.0, 0.0]])
+    check_finite_potential(potential_fn, starts[:2])
+    with pytest.raises(ValueError, match="not finite at the start of chain 2"):
+        check_finite_potential(potential_fn, starts, "the start")
+    with pytest.raises(ValueError, match="not finite at the initial point \\(value nan"):
+        check_finite_potential(potential_fn, starts[2])
+    with pytest.raises(ValueError, match="must return a scalar, but returned shape \\(2,\\)"):
+        check_finite_potential(lambda x: x**2, starts)
