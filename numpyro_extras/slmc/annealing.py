@@ -113,12 +113,17 @@ REFERENCE_STEPS = 200
 # Fewer round trips than this between the reference and p~^beta_0 and the starts' exchange may
 # not have carried states between the modes at all.
 MIN_START_ROUND_TRIPS = 2
+# A first exchange whose every chain made this many round trips carried states between the
+# modes it reaches many times over: a second, from a reference refitted to its draws, is not run.
+ENOUGH_ROUND_TRIPS = 20
 # The second exchange's reference is this many times as wide as the first exchange's draws
 # (its covariance is this squared times theirs).
 REFIT_INFLATION = 1.5
 # Training points of the paper's runs (Table 7): per rung, and from the first rung's NUTS.
 PAPER_TRAINING_SIZE = 15_000
 PAPER_INITIAL_SIZE = 40_000
+# The paper's recipe holds from this dimension on; below it the data and networks shrink with D.
+PAPER_MIN_DIMENSION = 20
 # A model whose encoder is this close to the latent prior on its data, in nats of KL averaged
 # over the points, has collapsed: its latents are unused.
 COLLAPSED_INFORMATION = 0.05
@@ -128,6 +133,9 @@ MEAN_SCORE_LIMIT = 8.0
 # A collapsed model that accepts this often at beta_0 fits the tempered target as one Gaussian
 # already: its latents have no modes to place.
 GAUSSIAN_FIT_RATE = 0.5
+# A collapsed model is trained afresh at most this many times, each from a new initialisation,
+# until one accepts more often than the collapsed model.
+SEPARATING_ATTEMPTS = 3
 
 
 class AnnealingSettings(NamedTuple):
@@ -156,7 +164,9 @@ class AnnealingSettings(NamedTuple):
         paper's 15,000 from ``D = 20`` on, ``750 D`` (at least 5,000) below: set-up in
         proportion to the model.
     :param int initial_size: training points per model from NUTS at ``beta_0``; ``None``: the
-        paper's 40,000 from ``D = 20`` on, ``2000 D`` (at least 10,000) below.
+        paper's 40,000 from ``D = 20`` on, as many as a later rung's data run records below
+        (``training_size`` rounded up to whole records of the data chains), so that one
+        compiled training serves every rung.
     :param int num_data_chains: parallel VAE-SLMC chains per model that make the training data.
     :param float burn_in_fraction: share of each data chain discarded as burn-in.
     :param int max_retrains: consecutive rounds in which no model climbs before giving up.
@@ -253,15 +263,23 @@ class AnnealingSettings(NamedTuple):
         # The paper's recipe (Tables 7 and 8) was set for mixtures in 20 to 100 dimensions; below
         # that its 40,000 points and 256-wide layers cost minutes where the modes need far less.
         widest = max(32, 16 * dimension)
+        paper_sized = dimension >= PAPER_MIN_DIMENSION
         defaults = {
-            "training_size": min(PAPER_TRAINING_SIZE, max(5000, 750 * dimension)),
-            "initial_size": min(PAPER_INITIAL_SIZE, max(10_000, 2000 * dimension)),
+            "training_size": PAPER_TRAINING_SIZE if paper_sized else max(5000, 750 * dimension),
+            "initial_size": PAPER_INITIAL_SIZE if paper_sized else None,
             "encoder_sizes": tuple(min(width, widest) for width in PAPER_ENCODER_SIZES),
             "decoder_sizes": tuple(min(width, widest) for width in PAPER_DECODER_SIZES),
         }
         self = self._replace(
             **{name: value for name, value in defaults.items() if getattr(self, name) is None}
         )
+        if self.initial_size is None:
+            # As many points as each later rung's data run records, so that one compiled
+            # training serves every rung.
+            records = math.ceil(
+                self.training_size / check_count("num_data_chains", self.num_data_chains)
+            )
+            self = self._replace(initial_size=records * self.num_data_chains)
         for name in (
             "num_check_steps",
             "num_check_chains",
@@ -459,10 +477,12 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
     covariance of those draws, widened ``REFIT_INFLATION`` times, is the reference of a second
     exchange (the variational reference of Surjanovic et al. 2022): it spans the modes found,
     so that the tempered path no longer favours the first mode and states cross between the
-    modes many times. Of its ``beta_0`` draws, ``len(starts)`` spread over the modes they
-    visited are returned (``spread_draws``: one per cell of a k-means partition), so that a
-    mode the exchange visited, however briefly, gets a chain. A ``UserWarning`` says when a
-    chain of the second exchange made fewer than ``MIN_START_ROUND_TRIPS`` round trips between
+    modes many times. Where every chain of the first exchange made ``ENOUGH_ROUND_TRIPS`` round
+    trips already, its own draws serve and the second is not run. Of the last exchange's
+    ``beta_0`` draws, ``len(starts)`` spread over the modes they visited are returned
+    (``spread_draws``: one per cell of a k-means partition), so that a mode the exchange
+    visited, however briefly, gets a chain. A ``UserWarning`` says when a
+    chain of the last exchange made fewer than ``MIN_START_ROUND_TRIPS`` round trips between
     the two ends.
     """
     reference_key, first_key, second_key, spread_key = jax.random.split(rng_key, 4)
@@ -479,21 +499,24 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
     local_variance = np.maximum(np.var(draws, 0), 1e-6)
     spread = settings.initial_spread * np.sqrt(local_variance)
     reference = GaussianBase(jnp.asarray(np.mean(draws, 0)), jnp.diag(jnp.asarray(spread)), 0.0)
-    found, first_evaluations, _ = _exchange_draws(
+    found, first_evaluations, round_trips = _exchange_draws(
         first_key, tempered_potential_fn, reference, starts, settings, progress_bar
     )
-    last_found = found[:, -1]
-    found = found.reshape(-1, found.shape[-1])
-    # The local variance keeps the refitted covariance full rank when there are fewer draws
-    # than dimensions.
-    covariance = REFIT_INFLATION**2 * np.cov(found, rowvar=False) + np.diag(local_variance)
-    reference = GaussianBase(
-        jnp.asarray(np.mean(found, 0)), jnp.asarray(np.linalg.cholesky(covariance)), 0.0
-    )
-    beta_0_draws, second_evaluations, round_trips = _exchange_draws(
-        second_key, tempered_potential_fn, reference, last_found, settings, progress_bar
-    )
-    evaluations += first_evaluations + second_evaluations
+    evaluations += first_evaluations
+    beta_0_draws = found
+    if round_trips < ENOUGH_ROUND_TRIPS:
+        last_found = found[:, -1]
+        found = found.reshape(-1, found.shape[-1])
+        # The local variance keeps the refitted covariance full rank when there are fewer draws
+        # than dimensions.
+        covariance = REFIT_INFLATION**2 * np.cov(found, rowvar=False) + np.diag(local_variance)
+        reference = GaussianBase(
+            jnp.asarray(np.mean(found, 0)), jnp.asarray(np.linalg.cholesky(covariance)), 0.0
+        )
+        beta_0_draws, second_evaluations, round_trips = _exchange_draws(
+            second_key, tempered_potential_fn, reference, last_found, settings, progress_bar
+        )
+        evaluations += second_evaluations
     scans = settings.initial_exchange_scans
     if round_trips < MIN_START_ROUND_TRIPS:
         warnings.warn(
@@ -907,18 +930,18 @@ def fit_vae_proposal(
             )
             evaluations += evaluations_per_search
             rates = np.asarray(rates)
-            if round_index == 1:
-                # fold_in leaves the other keys, and so every run without a collapse, as they are.
-                proposals, rates, searches = _separated_if_collapsed(
-                    jax.random.fold_in(whiten_key, 1),
-                    machinery,
-                    proposals,
-                    rates,
-                    data,
-                    grid_array,
-                    settings,
-                )
-                evaluations += searches * evaluations_per_search
+            # fold_in leaves the other keys, and so every run without a collapse, as they are.
+            proposals, rates, searches = _separated_if_collapsed(
+                jax.random.fold_in(whiten_key, round_index),
+                machinery,
+                proposals,
+                rates,
+                _grid_columns(grid, betas),
+                data,
+                grid_array,
+                settings,
+            )
+            evaluations += searches * evaluations_per_search
             if round_index == 1 and settings.whiten is None:
                 proposals, rates, searches = _whitened_if_better(
                     whiten_key, machinery, proposals, rates, data, grid_array, settings
@@ -954,9 +977,7 @@ def fit_vae_proposal(
                     stacklevel=2,
                 )
                 break
-            chosen_rates = np.array(
-                [rates[j][np.argmin(np.abs(grid - new_betas[j]))] for j in range(num_models)]
-            )
+            chosen_rates = rates[np.arange(num_models), _grid_columns(grid, new_betas)]
             thin = int(math.ceil(1.0 / max(float(chosen_rates.min()), MIN_THINNING_RATE)))
             records = math.ceil(settings.training_size / settings.num_data_chains)
             fraction = settings.burn_in_fraction
@@ -996,7 +1017,32 @@ def fit_vae_proposal(
     final_rates, final_log_z = machinery.search(
         jax.random.split(check_key, num_models), proposals, pooled, grid_array
     )
+    evaluations += evaluations_per_search
     stalled_out = not _finished(betas, settings)
+    if not stalled_out:
+        # The last rung's training starts from a model that may have collapsed where one
+        # Gaussian still fitted; only the search at beta_final shows it.
+        unfinished_pass = np.where(betas >= settings.beta_final, np.asarray(final_rates)[:, 0], 1.0)
+        repaired, _, searches = _separated_if_collapsed(
+            jax.random.fold_in(whiten_key, 0),
+            machinery,
+            proposals,
+            unfinished_pass[:, None],
+            np.zeros(num_models, int),
+            pooled,
+            grid_array,
+            settings,
+        )
+        evaluations += searches * evaluations_per_search
+        if repaired is not proposals:
+            proposals = repaired
+            final_rates, final_log_z = machinery.search(
+                jax.random.split(jax.random.fold_in(check_key, 1), num_models),
+                proposals,
+                pooled,
+                grid_array,
+            )
+            evaluations += evaluations_per_search
     # A stalled annealing offers every model at beta_final, the one that finds most mass chosen.
     finished = np.full(num_models, True) if stalled_out else betas >= settings.beta_final
     final_rates = np.where(finished, np.asarray(final_rates)[:, 0], np.nan)
@@ -1032,7 +1078,7 @@ def fit_vae_proposal(
         final_log_z=tuple(float(value) for value in final_log_z),
         chosen_model=chosen,
         ar_min=float(settings.ar_min),
-        density_evaluations=evaluations + evaluations_per_search,
+        density_evaluations=evaluations,
         problems=tuple(problems),
     )
     proposal = jax.tree.map(lambda leaf: leaf[chosen], proposals)
@@ -1056,48 +1102,66 @@ def _largest_mean_score(log_density_fn, draws):
     return float(scores[coordinate]), coordinate
 
 
-def _separated_if_collapsed(rng_key, machinery, proposals, rates, data, grid, settings):
-    """On the first beta search, with a learned decoder noise: when a model's latents carry no
-    information about the first rung's ``data`` (:func:`~numpyro_extras.slmc.vae.latent_information`
-    below ``COLLAPSED_INFORMATION``) and it accepts less than ``GAUSSIAN_FIT_RATE`` at
-    ``beta_0``, train models afresh on ``training_size`` of those points,
-    first with eq. 2's fixed small noise, which can only reconstruct through the latents, then
-    with the learned noise from there, and keep them if their best rate at ``beta_0`` is
-    higher.
+def _separated_if_collapsed(rng_key, machinery, proposals, rates, columns, data, grid, settings):
+    """On every beta search, with a learned decoder noise: when a model's latents carry no
+    information about the rung's ``data`` (:func:`~numpyro_extras.slmc.vae.latent_information`
+    below ``COLLAPSED_INFORMATION``) and it accepts less than ``GAUSSIAN_FIT_RATE`` at its
+    current beta (``rates[j, columns[j]]``), train models afresh on ``training_size`` of those
+    points, first with eq. 2's fixed small noise, which can only reconstruct through the
+    latents, then with the learned noise from there, and keep them if their best rate at the
+    current beta is higher. The learned noise can collapse such a model again: up to
+    ``SEPARATING_ATTEMPTS`` initialisations are tried until one is kept.
 
     A learned noise profiles the reconstruction error out of the loss, and a network can then
     settle where the noise spans every mode at once and the latents are unused (posterior
     collapse): on separated modes in few dimensions its proposal is one broad Gaussian, whose
-    acceptance falls as the annealing narrows the modes.
+    acceptance falls as the annealing narrows the modes. At a small beta the modes may still
+    overlap, so that one Gaussian fits and the collapse shows only at a later rung.
 
     :return: ``(proposals, rates, searches)``: the models kept, their search rates, and the
-        extra beta searches run (0 or 1).
+        extra beta searches run (0 to ``SEPARATING_ATTEMPTS``).
     """
     config = proposals.config
     if not config.learn_decoder_scale:
         return proposals, rates, 0
-    fits_poorly = rates[:, -1] < GAUSSIAN_FIT_RATE
+    current_rates = rates[np.arange(rates.shape[0]), columns]
+    fits_poorly = current_rates < GAUSSIAN_FIT_RATE
     if not fits_poorly.any():
         return proposals, rates, 0
-    information = np.asarray(jax.vmap(latent_information)(proposals, data))
+    information = np.asarray(_latent_informations(proposals, data))
     if not np.any((information < COLLAPSED_INFORMATION) & fits_poorly):
         return proposals, rates, 0
     num_models = rates.shape[0]
-    subset_key, init_key, fixed_key, train_key, search_key = jax.random.split(rng_key, 5)
+    subset_key, rng_key = jax.random.split(rng_key)
     subset = jax.vmap(lambda key, rows: _take_rows(key, rows, settings.training_size))(
         jax.random.split(subset_key, num_models), data
     )
-    fresh = _new_models(init_key, config, proposals.sites, num_models, subset.dtype)
-    fixed, _ = machinery.train_fixed_noise(jax.random.split(fixed_key, num_models), fresh, subset)
-    separated = proposals.replace(
-        params={
-            **proposals.params,
-            "encoder": fixed.params["encoder"],
-            "decoder": fixed.params["decoder"],
-        }
-    )
-    separated, _ = machinery.train(jax.random.split(train_key, num_models), separated, subset)
-    return _kept_if_better(search_key, machinery, separated, proposals, rates, data, grid)
+    for attempt in range(SEPARATING_ATTEMPTS):
+        init_key, fixed_key, train_key, search_key = jax.random.split(
+            jax.random.fold_in(rng_key, attempt), 4
+        )
+        fresh = _new_models(init_key, config, proposals.sites, num_models, subset.dtype)
+        fixed, _ = machinery.train_fixed_noise(
+            jax.random.split(fixed_key, num_models), fresh, subset
+        )
+        separated = proposals.replace(
+            params={
+                **proposals.params,
+                "encoder": fixed.params["encoder"],
+                "decoder": fixed.params["decoder"],
+            }
+        )
+        separated, _ = machinery.train(jax.random.split(train_key, num_models), separated, subset)
+        proposals, rates, _ = _kept_if_better(
+            search_key, machinery, separated, proposals, rates, data, grid, columns
+        )
+        if proposals is separated:
+            break
+    return proposals, rates, attempt + 1
+
+
+# Compiled: op by op, the encoder's first evaluation compiles every layer's operations apart.
+_latent_informations = quick_jit(jax.vmap(latent_information))
 
 
 def _whitened_if_better(rng_key, machinery, proposals, rates, data, grid, settings):
@@ -1145,16 +1209,23 @@ def _initialised_models(init_key, config, sites, num_models, dtype):
     return jax.tree.map(lambda leaf: leaf.astype(dtype), models)
 
 
-def _kept_if_better(search_key, machinery, candidates, proposals, rates, data, grid):
+def _kept_if_better(search_key, machinery, candidates, proposals, rates, data, grid, columns=-1):
     """``(models, rates, 1)``: the ``candidates`` with their search rates when their best rate at
-    ``beta_0`` (the grid's last entry) beats the ``proposals``' ``rates``, else those."""
+    the models' current betas (the grid's ``columns``; by default its last entry, ``beta_0``)
+    beats the ``proposals``' ``rates``, else those."""
     candidate_rates, _ = machinery.search(
         jax.random.split(search_key, data.shape[0]), candidates, data, grid
     )
     candidate_rates = np.asarray(candidate_rates)
-    if candidate_rates[:, -1].max() > rates[:, -1].max():
+    models = np.arange(rates.shape[0])
+    if candidate_rates[models, columns].max() > rates[models, columns].max():
         return candidates, candidate_rates, 1
     return proposals, rates, 1
+
+
+def _grid_columns(grid, betas):
+    """The index in ``grid`` of each model's current beta."""
+    return np.argmin(np.abs(np.asarray(grid)[None, :] - np.asarray(betas)[:, None]), axis=1)
 
 
 def _round_rungs(round_index, betas, accept_rates, retrained, losses, swap_rate, round_start):

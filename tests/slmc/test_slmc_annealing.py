@@ -190,7 +190,13 @@ def test_early_stopping_spares_the_final_training():
     """Every training stops early (patience 1, a 50% tolerance) except the last one, at
     beta_final: the proposal the sampler uses gets every epoch."""
     proposal = fit_on_beta_0_draws(
-        4, 5, beta_0=0.5, ar_min=0.01, patience=1, tolerance=0.5, **{**TINY, "beta_step": 0.5}
+        4,
+        5,
+        beta_0=0.5,
+        ar_min=0.01,
+        patience=1,
+        tolerance=0.5,
+        **{**TINY, "beta_step": 0.5},
     )
     rungs = proposal.history.rungs
     last_round = rungs[-1].round
@@ -279,19 +285,23 @@ def test_an_exchange_too_short_for_a_round_trip_warns():
 
 def test_sizes_follow_the_dimension_below_the_papers_mixtures():
     small = nx.AnnealingSettings().checked(1, dimension=1)
-    assert (small.training_size, small.initial_size) == (5000, 10_000)
+    assert (small.training_size, small.initial_size) == (5000, 5000)
+    assert small.full_final_training
     assert small.encoder_sizes == (32,) * 6 and small.decoder_sizes == (32,) * 6
     tenth = nx.AnnealingSettings().checked(1, dimension=10)
-    assert (tenth.training_size, tenth.initial_size) == (7500, 20_000)
+    assert (tenth.training_size, tenth.initial_size) == (7500, 7500)
     assert tenth.encoder_sizes == (160, 160, 128, 128, 64, 32)
     # From D = 20 on, the paper's recipe (Tables 7 and 8, App. F.3).
     for dimension in (20, 100):
         paper = nx.AnnealingSettings().checked(1, dimension=dimension)
         assert (paper.training_size, paper.initial_size) == (15_000, 40_000)
+        assert paper.full_final_training
         assert paper.encoder_sizes == PAPER_ENCODER_SIZES
         assert paper.decoder_sizes == PAPER_DECODER_SIZES
     given = nx.AnnealingSettings(training_size=123, encoder_sizes=(8,)).checked(1, dimension=50)
     assert given.training_size == 123 and given.encoder_sizes == (8,)
+    given = nx.AnnealingSettings(training_size=900, full_final_training=True).checked(1, 5)
+    assert (given.initial_size, given.full_final_training) == (900, True)
 
 
 def _two_cluster_log_density(x):
@@ -301,18 +311,20 @@ def _two_cluster_log_density(x):
     return jnp.logaddexp(left, right)
 
 
-def test_a_collapsed_model_is_retrained_through_its_latents():
+@pytest.mark.parametrize("beta", [0.1, 1.0])
+def test_a_collapsed_model_is_retrained_through_its_latents(beta):
     """A model whose encoder returns the prior everywhere proposes one broad Gaussian over both
-    modes; the repair trains one that places the modes in its latents and accepts far more."""
+    modes; the repair trains one that places the modes in its latents and accepts far more at
+    the model's current beta, the annealing's first (0.1) or its last (1)."""
     settings = nx.AnnealingSettings(
         **{**TINY, "training_size": 2000, "batch_size": 128, "epochs": 60, "initial_epochs": 100}
     ).checked(1, dimension=1)
     key = jax.random.PRNGKey(0)
-    # Draws at beta_0 = 0.1, where the search judges the models: each mode's sd is
-    # 0.1 / sqrt(0.1), their weights 0.6^0.1 : 0.4^0.1.
-    left_weight = 0.6**0.1 / (0.6**0.1 + 0.4**0.1)
+    # Draws at beta, where the search judges the models: each mode's sd is 0.1 / sqrt(beta),
+    # their weights 0.6^beta : 0.4^beta.
+    left_weight = 0.6**beta / (0.6**beta + 0.4**beta)
     data = jnp.where(jax.random.uniform(key, (1, 2000, 1)) < left_weight, -3.0, 3.0)
-    data = data + 0.1 / np.sqrt(0.1) * jax.random.normal(jax.random.PRNGKey(1), data.shape)
+    data = data + 0.1 / np.sqrt(beta) * jax.random.normal(jax.random.PRNGKey(1), data.shape)
     config = VAEConfig(
         dimension=1,
         latent_dim=1,
@@ -331,25 +343,35 @@ def test_a_collapsed_model_is_retrained_through_its_latents():
     assert float(latent_information(collapsed, data[0])) == 0.0
     proposals = jax.tree.map(lambda leaf: leaf[None], collapsed)
     machinery = annealing._machinery(_two_cluster_log_density, settings, "exact")
-    grid = jnp.asarray(annealing.candidate_betas(0.1, 1.0, 0.05))
+    grid = annealing.candidate_betas(0.1, 1.0, 0.05)
+    column = np.flatnonzero(np.isclose(grid, beta))
+    grid = jnp.asarray(grid)
     rates, _ = machinery.search(jax.random.split(jax.random.PRNGKey(3), 1), proposals, data, grid)
     rates = np.asarray(rates)
+    assert rates[0, column] < annealing.GAUSSIAN_FIT_RATE
     repaired, repaired_rates, searches = annealing._separated_if_collapsed(
-        jax.random.PRNGKey(4), machinery, proposals, rates, data, grid, settings
+        jax.random.PRNGKey(4), machinery, proposals, rates, column, data, grid, settings
     )
-    assert searches == 1
+    assert 1 <= searches <= annealing.SEPARATING_ATTEMPTS
     assert float(latent_information(jax.tree.map(lambda leaf: leaf[0], repaired), data[0])) > (
         10 * annealing.COLLAPSED_INFORMATION
     )
-    assert repaired_rates[0, -1] > rates[0, -1] + 0.2, (rates[0, -1], repaired_rates[0, -1])
+    assert repaired_rates[0, column] > rates[0, column] + 0.2, (rates, repaired_rates)
     # A collapsed model that already accepts half its proposals fits as one Gaussian: kept.
     kept, _, searches = annealing._separated_if_collapsed(
-        jax.random.PRNGKey(4), machinery, proposals, np.full_like(rates, 0.6), data, grid, settings
+        jax.random.PRNGKey(4),
+        machinery,
+        proposals,
+        np.full_like(rates, 0.6),
+        column,
+        data,
+        grid,
+        settings,
     )
     assert searches == 0 and kept is proposals
     # A model that uses its latents is left alone, without a search.
     same, same_rates, searches = annealing._separated_if_collapsed(
-        jax.random.PRNGKey(5), machinery, repaired, repaired_rates, data, grid, settings
+        jax.random.PRNGKey(5), machinery, repaired, repaired_rates, column, data, grid, settings
     )
     assert searches == 0 and same is repaired
 
