@@ -20,6 +20,7 @@ from numpyro_extras.exchange.ladder import (
     initial_ladder,
     replicas_for_barrier,
 )
+from numpyro_extras.exchange.pilot import potential_flops
 
 # HMC with a few leapfrog steps compiles faster than NUTS; the rule does not depend on the move.
 # One ladder from the prior: the pilot of each leg of a stabilised run is the same measurement.
@@ -105,8 +106,8 @@ def test_auto_runs_a_pilot_only_where_the_potential_is_costly():
     costly = nx.ReplicaExchange(_costly_gaussian_model, **MOVES)
     cheap_state = cheap.init(jax.random.PRNGKey(0), 10, None, (), {})
     costly.init(jax.random.PRNGKey(0), 10, None, (), {})
-    assert cheap._potential_flops() <= exchange_kernels.PILOT_FREE_POTENTIAL_FLOPS
-    assert costly._potential_flops() > exchange_kernels.PILOT_FREE_POTENTIAL_FLOPS
+    assert potential_flops(cheap.path) <= exchange_kernels.PILOT_FREE_POTENTIAL_FLOPS
+    assert potential_flops(costly.path) > exchange_kernels.PILOT_FREE_POTENTIAL_FLOPS
     # Without a pilot: the floor's count, from the initial ladder, and nothing measured.
     assert cheap.pilot is None and cheap.pilot_barrier is None
     assert cheap.num_replicas == MIN_AUTO_REPLICAS
@@ -176,7 +177,7 @@ def test_auto_uses_more_replicas_on_a_hard_target_than_on_an_easy_one(capsys, pi
     pilot = hard.pilot
     assert pilot.betas.shape == (16,) and pilot.betas[1] > initial_ladder(16)[1]
     np.testing.assert_allclose(
-        hard._starting_betas,
+        hard._plan.starting_betas,
         equalized_ladder(
             jnp.asarray(pilot.betas), jnp.asarray(pilot.swap_accept_rate), hard.num_replicas
         ),
