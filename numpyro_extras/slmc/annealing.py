@@ -869,21 +869,7 @@ def fit_vae_proposal(
     settings = settings.checked(num_models, flat_model.dimension)
     log_density_fn = lambda x: -flat_model.potential_fn(x)  # noqa: E731
     dimension = flat_model.dimension
-    config = VAEConfig(
-        dimension=dimension,
-        latent_dim=settings.latent_dim or dimension,
-        encoder_sizes=settings.encoder_sizes,
-        decoder_sizes=settings.decoder_sizes,
-        beta_vae=settings.beta_vae,
-        decoder_scale=settings.decoder_scale,
-        learn_decoder_scale=(
-            acceptance == "exact"
-            if settings.learn_decoder_scale is None
-            else settings.learn_decoder_scale
-        ),
-        whiten=bool(settings.whiten),
-    )
-    check_acceptance(acceptance, config)
+    config = _vae_config(dimension, settings, acceptance)
     sites = site_shapes(flat_model)
     round_start = time.perf_counter()
     if initial_data is None:
@@ -925,67 +911,30 @@ def fit_vae_proposal(
             round_index += 1
             round_start = time.perf_counter()
             search_key, run_key, train_key, loop_key = jax.random.split(loop_key, 4)
-            rates, _ = machinery.search(
-                jax.random.split(search_key, num_models), proposals, data, grid_array
-            )
-            evaluations += evaluations_per_search
-            rates = np.asarray(rates)
-            # fold_in leaves the other keys, and so every run without a collapse, as they are.
-            proposals, rates, searches = _separated_if_collapsed(
-                jax.random.fold_in(whiten_key, round_index),
+            proposals, rates, searches = _searched_models(
+                search_key,
+                whiten_key,
+                round_index,
                 machinery,
                 proposals,
-                rates,
-                _grid_columns(grid, betas),
                 data,
-                grid_array,
+                betas,
+                grid,
                 settings,
             )
             evaluations += searches * evaluations_per_search
-            if round_index == 1 and settings.whiten is None:
-                proposals, rates, searches = _whitened_if_better(
-                    whiten_key, machinery, proposals, rates, data, grid_array, settings
-                )
-                evaluations += searches * evaluations_per_search
-            if settings.constant_step is None:
-                new_betas = np.array(
-                    [
-                        select_beta(grid, rates[j], betas[j], settings.ar_min, settings.ar_max)
-                        for j in range(num_models)
-                    ]
-                )
-            else:
-                new_betas = np.round(
-                    np.minimum(betas + settings.constant_step, settings.beta_final), 12
-                )
+            new_betas = _next_betas(grid, rates, betas, settings)
             climbed = new_betas > betas
             finished = betas >= settings.beta_final
             stalled = 0 if climbed.any() else stalled + 1
             if stalled > settings.max_retrains:
-                warnings.warn(
-                    f"VAE-SLMC annealing made no progress in {stalled} consecutive rounds: no "
-                    f"model's acceptance rate above beta = {betas.min():.3g} reached "
-                    f"ar_min = {settings.ar_min} after retraining. It stops there, and the "
-                    f"model trained at beta = {betas.max():.3g} proposes at beta = "
-                    f"{settings.beta_final}: the sampler stays exact (every proposal is "
-                    "accepted or rejected against the target) but mixes only as well as that "
-                    "model fits the target. On a target with strongly correlated coordinates, "
-                    "whiten=True (per-coordinate standardisation leaves the correlations to the "
-                    "network); else train longer (epochs), use a larger network or more data "
-                    "(training_size), lower ar_min, or raise max_retrains.",
-                    AnnealingStalledWarning,
-                    stacklevel=2,
-                )
+                _warn_stalled(stalled, betas, settings)
                 break
             chosen_rates = rates[np.arange(num_models), _grid_columns(grid, new_betas)]
-            thin = int(math.ceil(1.0 / max(float(chosen_rates.min()), MIN_THINNING_RATE)))
-            records = math.ceil(settings.training_size / settings.num_data_chains)
-            fraction = settings.burn_in_fraction
-            burn = int(math.ceil(fraction / (1.0 - fraction) * records * thin))
-            data, _, swap_rate = machinery.run(
-                run_key, proposals, jnp.asarray(new_betas, data.dtype), data, burn, thin
+            data, swap_rate, run_evaluations = _data_run(
+                run_key, machinery, proposals, new_betas, chosen_rates, data, settings
             )
-            evaluations += num_models * settings.num_data_chains * (1 + burn + records * thin)
+            evaluations += run_evaluations
             train_fn = machinery.train_final if _finished(new_betas, settings) else machinery.train
             proposals, losses = train_fn(jax.random.split(train_key, num_models), proposals, data)
             rungs += _round_rungs(
@@ -1004,73 +953,21 @@ def fit_vae_proposal(
                 + f", acceptance {' '.join(f'{rate:.2f}' for rate in chosen_rates)}"
             )
             bar.refresh()
-    # Every model is checked from states of every model's chain, and the model returned is the one
-    # whose proposals find the most mass (the largest estimate of log Z at beta_final): a model
-    # that collapsed onto some modes can have the best acceptance rate, from its own states, yet
-    # misses the other modes' mass. The whole grid is passed again (its first entry is
-    # beta_final), so nothing is compiled anew.
-    pool_key, check_key = jax.random.split(loop_key)
-    pooled = data.reshape(-1, dimension)
-    pooled = jnp.stack(
-        [_take_rows(key, pooled, data.shape[1]) for key in jax.random.split(pool_key, num_models)]
+    final_rates, final_log_z, proposals, final_evaluations = _final_check(
+        loop_key,
+        jax.random.fold_in(whiten_key, 0),
+        machinery,
+        proposals,
+        data,
+        betas,
+        grid_array,
+        settings,
     )
-    final_rates, final_log_z = machinery.search(
-        jax.random.split(check_key, num_models), proposals, pooled, grid_array
-    )
-    evaluations += evaluations_per_search
-    stalled_out = not _finished(betas, settings)
-    if not stalled_out:
-        # The last rung's training starts from a model that may have collapsed where one
-        # Gaussian still fitted; only the search at beta_final shows it.
-        unfinished_pass = np.where(betas >= settings.beta_final, np.asarray(final_rates)[:, 0], 1.0)
-        repaired, _, searches = _separated_if_collapsed(
-            jax.random.fold_in(whiten_key, 0),
-            machinery,
-            proposals,
-            unfinished_pass[:, None],
-            np.zeros(num_models, int),
-            pooled,
-            grid_array,
-            settings,
-        )
-        evaluations += searches * evaluations_per_search
-        if repaired is not proposals:
-            proposals = repaired
-            final_rates, final_log_z = machinery.search(
-                jax.random.split(jax.random.fold_in(check_key, 1), num_models),
-                proposals,
-                pooled,
-                grid_array,
-            )
-            evaluations += evaluations_per_search
-    # A stalled annealing offers every model at beta_final, the one that finds most mass chosen.
-    finished = np.full(num_models, True) if stalled_out else betas >= settings.beta_final
-    final_rates = np.where(finished, np.asarray(final_rates)[:, 0], np.nan)
-    final_log_z = np.where(finished, np.asarray(final_log_z), np.nan)
+    evaluations += final_evaluations * evaluations_per_search
     chosen = int(np.nanargmax(final_log_z))
-    # The chains' draws are the target's only where the annealing reached beta_final.
-    score, coordinate = (
-        (0.0, 0) if stalled_out else _largest_mean_score(log_density_fn, data[chosen])
+    problems = _final_problems(
+        log_density_fn, data[chosen], final_rates[chosen], _finished(betas, settings), settings
     )
-    problems = []
-    if score > MEAN_SCORE_LIMIT:
-        problems.append(
-            f"the trained VAE proposal's draws at beta = {settings.beta_final} are not where "
-            f"the target's mass is: the mean gradient of its log density over them is "
-            f"{score:.0f} standard errors from 0 in coordinate {coordinate} (0 for draws from "
-            "the target). The annealing's chains stayed where its proposals reach, a region "
-            "the target barely weighs (tempering can move a hierarchical model's mass to huge "
-            "scales, away from the posterior), so the sampler's draws and its log Z will be "
-            "wrong. Use nx.ReplicaExchange or NUTS for this model"
-        )
-        warnings.warn(problems[-1][0].upper() + problems[-1][1:] + ".", stacklevel=2)
-    if final_rates[chosen] < settings.ar_min:
-        warnings.warn(
-            f"The trained VAE proposal's acceptance rate at beta = {settings.beta_final} is "
-            f"{final_rates[chosen]:.3f}, below ar_min = {settings.ar_min}: the sampler stays "
-            "exact but will mix slowly. Train longer or with more data.",
-            stacklevel=2,
-        )
     history = AnnealingHistory(
         rungs=tuple(rungs),
         num_models=num_models,
@@ -1083,6 +980,191 @@ def fit_vae_proposal(
     )
     proposal = jax.tree.map(lambda leaf: leaf[chosen], proposals)
     return proposal.replace(history=history)
+
+
+def _vae_config(dimension, settings: AnnealingSettings, acceptance) -> VAEConfig:
+    """The network of every model: the settings' sizes, a learned decoder noise for the exact
+    acceptance unless set, and a check that the acceptance can use it."""
+    config = VAEConfig(
+        dimension=dimension,
+        latent_dim=settings.latent_dim or dimension,
+        encoder_sizes=settings.encoder_sizes,
+        decoder_sizes=settings.decoder_sizes,
+        beta_vae=settings.beta_vae,
+        decoder_scale=settings.decoder_scale,
+        learn_decoder_scale=(
+            acceptance == "exact"
+            if settings.learn_decoder_scale is None
+            else settings.learn_decoder_scale
+        ),
+        whiten=bool(settings.whiten),
+    )
+    check_acceptance(acceptance, config)
+    return config
+
+
+def _searched_models(
+    search_key, whiten_key, round_index, machinery, proposals, data, betas, grid, settings
+):
+    """A round's beta search (Algorithm 4's candidates ``grid``, all at once), after which a
+    collapsed model is retrained (:func:`_separated_if_collapsed`) and, in the first round of
+    ``whiten=None``, whitened models are tried (:func:`_whitened_if_better`). Their keys are
+    folded from ``whiten_key``, which leaves every run without a collapse as it is.
+
+    :return: ``(proposals, rates, searches)``: the models, their acceptance rates on the grid
+        ``(J, len(grid))``, and the beta searches run.
+    """
+    num_models = len(betas)
+    grid_array = jnp.asarray(grid, data.dtype)
+    rates, _ = machinery.search(
+        jax.random.split(search_key, num_models), proposals, data, grid_array
+    )
+    rates = np.asarray(rates)
+    proposals, rates, repairs = _separated_if_collapsed(
+        jax.random.fold_in(whiten_key, round_index),
+        machinery,
+        proposals,
+        rates,
+        _grid_columns(grid, betas),
+        data,
+        grid_array,
+        settings,
+    )
+    searches = 1 + repairs
+    if round_index == 1 and settings.whiten is None:
+        proposals, rates, whitenings = _whitened_if_better(
+            whiten_key, machinery, proposals, rates, data, grid_array, settings
+        )
+        searches += whitenings
+    return proposals, rates, searches
+
+
+def _next_betas(grid, rates, betas, settings: AnnealingSettings):
+    """Each model's next rung: Algorithm 4's search over ``grid`` with its ``rates``, or
+    ``constant_step`` above its beta."""
+    if settings.constant_step is None:
+        return np.array(
+            [
+                select_beta(grid, rates[j], betas[j], settings.ar_min, settings.ar_max)
+                for j in range(len(betas))
+            ]
+        )
+    return np.round(np.minimum(betas + settings.constant_step, settings.beta_final), 12)
+
+
+def _warn_stalled(stalled, betas, settings: AnnealingSettings):
+    warnings.warn(
+        f"VAE-SLMC annealing made no progress in {stalled} consecutive rounds: no "
+        f"model's acceptance rate above beta = {betas.min():.3g} reached "
+        f"ar_min = {settings.ar_min} after retraining. It stops there, and the "
+        f"model trained at beta = {betas.max():.3g} proposes at beta = "
+        f"{settings.beta_final}: the sampler stays exact (every proposal is "
+        "accepted or rejected against the target) but mixes only as well as that "
+        "model fits the target. On a target with strongly correlated coordinates, "
+        "whiten=True (per-coordinate standardisation leaves the correlations to the "
+        "network); else train longer (epochs), use a larger network or more data "
+        "(training_size), lower ar_min, or raise max_retrains.",
+        AnnealingStalledWarning,
+        stacklevel=3,
+    )
+
+
+def _data_run(run_key, machinery, proposals, new_betas, chosen_rates, data, settings):
+    """The training data of the new rungs (Algorithm 6): the models' chains thinned by the
+    inverse of the lowest acceptance rate, after a burn-in of ``burn_in_fraction``.
+
+    :return: ``(data, swap_rate, evaluations)``.
+    """
+    thin = int(math.ceil(1.0 / max(float(chosen_rates.min()), MIN_THINNING_RATE)))
+    records = math.ceil(settings.training_size / settings.num_data_chains)
+    fraction = settings.burn_in_fraction
+    burn = int(math.ceil(fraction / (1.0 - fraction) * records * thin))
+    data, _, swap_rate = machinery.run(
+        run_key, proposals, jnp.asarray(new_betas, data.dtype), data, burn, thin
+    )
+    evaluations = len(new_betas) * settings.num_data_chains * (1 + burn + records * thin)
+    return data, swap_rate, evaluations
+
+
+def _final_check(rng_key, repair_key, machinery, proposals, data, betas, grid, settings):
+    """Every model's acceptance rate and ``log Z`` estimate at ``beta_final``, after a repair of
+    collapsed models (:func:`_separated_if_collapsed`) where the annealing reached it.
+
+    Every model is checked from states of every model's chain, and the model returned is the
+    one whose proposals find the most mass (the largest estimate of ``log Z`` at
+    ``beta_final``): a model that collapsed onto some modes can have the best acceptance rate,
+    from its own states, yet misses the other modes' mass. The whole grid is passed again (its
+    first entry is ``beta_final``), so nothing is compiled anew. The last rung's training starts
+    from a model that may have collapsed where one Gaussian still fitted; only this search
+    shows it. A stalled annealing offers every model at ``beta_final``.
+
+    :return: ``(final_rates, final_log_z, proposals, searches)``: NaN for a model that is not
+        offered, the models (repaired or not), and the beta searches run.
+    """
+    num_models, rows, dimension = data.shape
+    pool_key, check_key = jax.random.split(rng_key)
+    pooled = data.reshape(-1, dimension)
+    pooled = jnp.stack(
+        [_take_rows(key, pooled, rows) for key in jax.random.split(pool_key, num_models)]
+    )
+    final_rates, final_log_z = machinery.search(
+        jax.random.split(check_key, num_models), proposals, pooled, grid
+    )
+    searches = 1
+    stalled_out = not _finished(betas, settings)
+    if not stalled_out:
+        unfinished_pass = np.where(betas >= settings.beta_final, np.asarray(final_rates)[:, 0], 1.0)
+        repaired, _, repairs = _separated_if_collapsed(
+            repair_key,
+            machinery,
+            proposals,
+            unfinished_pass[:, None],
+            np.zeros(num_models, int),
+            pooled,
+            grid,
+            settings,
+        )
+        searches += repairs
+        if repaired is not proposals:
+            proposals = repaired
+            final_rates, final_log_z = machinery.search(
+                jax.random.split(jax.random.fold_in(check_key, 1), num_models),
+                proposals,
+                pooled,
+                grid,
+            )
+            searches += 1
+    offered = np.full(num_models, True) if stalled_out else betas >= settings.beta_final
+    final_rates = np.where(offered, np.asarray(final_rates)[:, 0], np.nan)
+    final_log_z = np.where(offered, np.asarray(final_log_z), np.nan)
+    return final_rates, final_log_z, proposals, searches
+
+
+def _final_problems(log_density_fn, draws, final_rate, finished, settings):
+    """Warn, and return the problems to record, when the chosen model's final ``draws`` are not
+    the target's (:func:`_largest_mean_score`; only where the annealing reached
+    ``beta_final``) or it accepts less than ``ar_min`` there."""
+    score, coordinate = _largest_mean_score(log_density_fn, draws) if finished else (0.0, 0)
+    problems = []
+    if score > MEAN_SCORE_LIMIT:
+        problems.append(
+            f"the trained VAE proposal's draws at beta = {settings.beta_final} are not where "
+            f"the target's mass is: the mean gradient of its log density over them is "
+            f"{score:.0f} standard errors from 0 in coordinate {coordinate} (0 for draws from "
+            "the target). The annealing's chains stayed where its proposals reach, a region "
+            "the target barely weighs (tempering can move a hierarchical model's mass to huge "
+            "scales, away from the posterior), so the sampler's draws and its log Z will be "
+            "wrong. Use nx.ReplicaExchange or NUTS for this model"
+        )
+        warnings.warn(problems[-1][0].upper() + problems[-1][1:] + ".", stacklevel=3)
+    if final_rate < settings.ar_min:
+        warnings.warn(
+            f"The trained VAE proposal's acceptance rate at beta = {settings.beta_final} is "
+            f"{final_rate:.3f}, below ar_min = {settings.ar_min}: the sampler stays "
+            "exact but will mix slowly. Train longer or with more data.",
+            stacklevel=3,
+        )
+    return problems
 
 
 def _largest_mean_score(log_density_fn, draws):
