@@ -953,7 +953,7 @@ def fit_vae_proposal(
                 + f", acceptance {' '.join(f'{rate:.2f}' for rate in chosen_rates)}"
             )
             bar.refresh()
-    final_rates, final_log_z, proposals, final_evaluations = _final_check(
+    final_rates, final_log_z, proposals, final_searches = _final_check(
         loop_key,
         jax.random.fold_in(whiten_key, 0),
         machinery,
@@ -963,7 +963,7 @@ def fit_vae_proposal(
         grid_array,
         settings,
     )
-    evaluations += final_evaluations * evaluations_per_search
+    evaluations += final_searches * evaluations_per_search
     chosen = int(np.nanargmax(final_log_z))
     problems = _final_problems(
         log_density_fn, data[chosen], final_rates[chosen], _finished(betas, settings), settings
