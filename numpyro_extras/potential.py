@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from jax.extend.core import jaxpr_as_fun
 from jax.flatten_util import ravel_pytree
 from numpyro.handlers import condition, infer_config, seed, substitute, trace
-from numpyro.infer import Predictive
 from numpyro.infer.gibbs import prototype_trace
 from numpyro.infer.util import (
     init_to_uniform,
@@ -52,6 +52,7 @@ __all__ = [
     "flat_potential_for",
     "flat_target",
     "check_trained_for",
+    "trace_once",
 ]
 
 
@@ -273,6 +274,57 @@ def check_observed_data(model_trace, who="The model"):
         )
 
 
+def trace_once(fn, *example_args):
+    """``fn`` traced to a JAX program once per kind of argument, and replayed from that program
+    at every later call.
+
+    A function built from a NumPyro model runs the model's Python each time JAX traces it: once
+    for every program that calls it (every ``jit``, ``vmap`` or ``grad`` around it). Replaying
+    the recorded program (a closed jaxpr) binds its operations directly, so the model runs once
+    however many programs use it. A program is recorded for ``example_args`` at once and for
+    each new combination of argument shapes and dtypes when it first comes (discrete values
+    given as floats to take gradients, say). The replay may be batched, differentiated and
+    compiled like ``fn``.
+
+    :param fn: a function of arrays (pytrees of arrays) returning arrays.
+    :param example_args: arguments of the structure, shapes and dtypes ``fn`` is called with.
+    :return: a function with ``fn``'s signature and results.
+
+    **Example:**
+
+    .. code-block:: python
+
+        potential_fn = trace_once(flat.potential_fn, flat.initial_position)
+        jax.grad(potential_fn)(flat.initial_position)  # the model does not run again
+    """
+    argument_tree = jax.tree.structure(example_args)
+    programs = {}
+
+    def program_for(leaves):
+        signature = tuple((leaf.shape, leaf.dtype) for leaf in leaves)
+        if signature not in programs:
+            shapes = [jax.ShapeDtypeStruct(leaf.shape, leaf.dtype) for leaf in leaves]
+            closed, results = jax.make_jaxpr(fn, return_shape=True)(
+                *jax.tree.unflatten(argument_tree, shapes)
+            )
+            programs[signature] = (jaxpr_as_fun(closed), jax.tree.structure(results))
+        return programs[signature]
+
+    def array_leaves(args):
+        return [
+            jnp.asarray(leaf, jnp.result_type(leaf)) for leaf in argument_tree.flatten_up_to(args)
+        ]
+
+    program_for(array_leaves(example_args))
+
+    def replay(*args):
+        leaves = array_leaves(args)
+        program, result_tree = program_for(leaves)
+        return jax.tree.unflatten(result_tree, program(*leaves))
+
+    return functools.wraps(fn)(replay)
+
+
 def flatten_model(
     rng_key,
     model,
@@ -375,8 +427,10 @@ def flatten_model(
     initial_position, unravel_fn = ravel_pytree(initial_values)
     dict_potential = model_info.potential_fn
 
-    def potential_fn(position):
+    def model_potential_fn(position):
         return dict_potential(unravel_fn(position))
+
+    potential_fn = trace_once(model_potential_fn, initial_position)
 
     def ravel_fn(constrained_values):
         latent = {name: constrained_values[name] for name in initial_values}
@@ -746,6 +800,123 @@ def _check_marginalizable(model_trace, marginalize):
         enumerated_support(site)
 
 
+def _prior_sampler(model, model_args, model_kwargs, latent, discrete_sites, unconstrain):
+    """``(rng_key, num_samples) -> (x, discrete)``: exact prior draws of a split model, from one
+    recorded draw per key (:func:`trace_once`).
+
+    :param model: the NumPyro model.
+    :param tuple model_args: its positional arguments.
+    :param dict model_kwargs: its keyword arguments.
+    :param dict latent: name -> trace site of its latent sample sites.
+    :param tuple discrete_sites: the discrete sites kept in the state (not summed out).
+    :param unconstrain: ``(continuous values, discrete values) -> unconstrained values``.
+    :return: the sampling function of :class:`SplitModel`.
+    """
+    discrete_names = tuple(n for n, site in latent.items() if site["fn"].support.is_discrete)
+    continuous_sites = tuple(n for n in latent if n not in discrete_names)
+
+    def one_prior_draw(key):
+        draw = trace(seed(model, key)).get_trace(*model_args, **model_kwargs)
+        values = {name: draw[name]["value"] for name in latent}
+        continuous = {name: values[name] for name in continuous_sites}
+        flat = ravel_pytree(unconstrain(continuous, {n: values[n] for n in discrete_names}))[0]
+        return flat, {name: values[name] for name in discrete_sites}
+
+    recorded_prior_draw = trace_once(one_prior_draw, jax.random.PRNGKey(0))
+
+    def sample_prior_fn(key, num_samples):
+        # One key per draw, as NumPyro's Predictive splits them; a sequential map over them:
+        # XLA compiles a batch of per-key random draws (a vmap, often nested in the chains'
+        # own) several times more slowly on CPU than the loop, and the loop's run is short.
+        if jax.dtypes.issubdtype(jnp.result_type(key), jax.dtypes.prng_key):
+            key = jax.random.key_data(key)
+        keys = jax.random.split(key, num_samples) if num_samples > 1 else key[None]
+        return jax.lax.map(recorded_prior_draw, keys)
+
+    return sample_prior_fn
+
+
+def _split_densities(
+    model, model_args, model_kwargs, model_trace, marginalize, likelihood_sites, unravel_fn, example
+):
+    """A split model's prior, likelihood and scaled log densities, each recorded once
+    (:func:`trace_once`) on the example state.
+
+    :param model: the NumPyro model.
+    :param tuple model_args: its positional arguments.
+    :param dict model_kwargs: its keyword arguments.
+    :param model_trace: a trace of the model (its plates, for enumeration).
+    :param tuple marginalize: the discrete sites summed out by enumeration.
+    :param tuple likelihood_sites: the observed sites.
+    :param unravel_fn: flat ``x`` -> dict of unconstrained continuous site values.
+    :param tuple example: ``(x, discrete)``, a state of the shapes and dtypes the densities take.
+    :return: ``(log_prior_fn, log_likelihood_fn, scaled_log_density_fn)`` of
+        :class:`SplitModel` (the first two ``None`` when sites are summed out).
+    """
+    is_likelihood = frozenset(likelihood_sites).__contains__
+    summed = frozenset(marginalize)
+
+    def is_prior(name):
+        return name not in summed and not is_likelihood(name)
+
+    def log_density_of(wrapped_model, x, enum=False):
+        return -potential_energy(wrapped_model, model_args, model_kwargs, unravel_fn(x), enum=enum)
+
+    if marginalize:
+        try:
+            from numpyro.contrib.funsor import enum as enum_handler
+        except ImportError as error:
+            raise ImportError(
+                "Summing sites out (marginalize=) needs funsor, NumPyro's enumeration engine: "
+                "pip install 'numpyro-extras[enum]' (or pip install funsor)."
+            ) from error
+
+        max_plate_nesting = _max_plate_nesting(model_trace)
+
+        def mark_enumerated(site):
+            return {"enumerate": "parallel"} if site["name"] in summed else {}
+
+    def model_scaled_log_density_fn(x, discrete, prior_scale, likelihood_scale):
+        scaled = _ScaleSites(
+            _ScaleSites(
+                substitute(model, data=discrete), scale=likelihood_scale, select=is_likelihood
+            ),
+            scale=prior_scale,
+            select=is_prior,
+        )
+        if not marginalize:
+            return log_density_of(scaled, x)
+        # funsor multiplies each site's log density by its scale before the logsumexp over the
+        # enumerated values, so the likelihood is tempered inside the sum (mAIS eq. 19).
+        enumerated = enum_handler(
+            infer_config(scaled, config_fn=mark_enumerated), -max_plate_nesting - 1
+        )
+        return log_density_of(enumerated, x, enum=True)
+
+    example_scale = jnp.ones((), example[0].dtype)
+    if marginalize:
+        # Summed-out sites tie prior and likelihood together: there is no split.
+        log_prior_fn = log_likelihood_fn = None
+    else:
+
+        def model_log_prior_fn(x, discrete):
+            dropped = _DropSites(substitute(model, data=discrete), select=is_likelihood)
+            return log_density_of(dropped, x)
+
+        def model_log_likelihood_fn(x, discrete):
+            dropped = _DropSites(
+                substitute(model, data=discrete), select=lambda name: not is_likelihood(name)
+            )
+            return log_density_of(dropped, x)
+
+        log_prior_fn = trace_once(model_log_prior_fn, *example)
+        log_likelihood_fn = trace_once(model_log_likelihood_fn, *example)
+    scaled_log_density_fn = trace_once(
+        model_scaled_log_density_fn, *example, example_scale, example_scale
+    )
+    return log_prior_fn, log_likelihood_fn, scaled_log_density_fn
+
+
 def split_model(
     rng_key, model, model_args=(), model_kwargs=None, *, marginalize=(), model_trace=None
 ) -> SplitModel:
@@ -823,81 +994,20 @@ def split_model(
         flat = ravel_pytree(unconstrain(continuous, conditioning))[0]
         return flat, discrete
 
-    discrete_names = tuple(all_discrete)
-
-    def sample_prior_fn(key, num_samples):
-        # A sequential map over the draws' keys: XLA compiles a batch of per-key random draws
-        # (a vmap, often nested in the chains' own) several times more slowly on CPU than the
-        # loop, and the loop's run is short.
-        draws = Predictive(
-            model, num_samples=num_samples, parallel=False, return_sites=list(latent)
-        )(key, *model_args, **model_kwargs)
-        return jax.vmap(
-            lambda draw: (
-                ravel_pytree(
-                    unconstrain(
-                        {n: draw[n] for n in continuous_sites},
-                        {n: draw[n] for n in discrete_names},
-                    )
-                )[0],
-                {n: draw[n] for n in discrete_sites},
-            )
-        )({n: draws[n] for n in latent})
-
-    is_likelihood = frozenset(likelihood_sites).__contains__
-    summed = frozenset(marginalize)
-
-    def is_prior(name):
-        return name not in summed and not is_likelihood(name)
-
-    def log_density_of(wrapped_model, x, enum=False):
-        return -potential_energy(wrapped_model, model_args, model_kwargs, unravel_fn(x), enum=enum)
-
-    if marginalize:
-        try:
-            from numpyro.contrib.funsor import enum as enum_handler
-        except ImportError as error:
-            raise ImportError(
-                "Summing sites out (marginalize=) needs funsor, NumPyro's enumeration engine: "
-                "pip install 'numpyro-extras[enum]' (or pip install funsor)."
-            ) from error
-
-        max_plate_nesting = _max_plate_nesting(model_trace)
-
-        def mark_enumerated(site):
-            return {"enumerate": "parallel"} if site["name"] in summed else {}
-
-    def scaled_log_density_fn(x, discrete, prior_scale, likelihood_scale):
-        scaled = _ScaleSites(
-            _ScaleSites(
-                substitute(model, data=discrete), scale=likelihood_scale, select=is_likelihood
-            ),
-            scale=prior_scale,
-            select=is_prior,
-        )
-        if not marginalize:
-            return log_density_of(scaled, x)
-        # funsor multiplies each site's log density by its scale before the logsumexp over the
-        # enumerated values, so the likelihood is tempered inside the sum (mAIS eq. 19).
-        enumerated = enum_handler(
-            infer_config(scaled, config_fn=mark_enumerated), -max_plate_nesting - 1
-        )
-        return log_density_of(enumerated, x, enum=True)
-
-    if marginalize:
-        # Summed-out sites tie prior and likelihood together: there is no split.
-        log_prior_fn = log_likelihood_fn = None
-    else:
-
-        def log_prior_fn(x, discrete):
-            dropped = _DropSites(substitute(model, data=discrete), select=is_likelihood)
-            return log_density_of(dropped, x)
-
-        def log_likelihood_fn(x, discrete):
-            dropped = _DropSites(
-                substitute(model, data=discrete), select=lambda name: not is_likelihood(name)
-            )
-            return log_density_of(dropped, x)
+    example_discrete = {name: all_discrete[name] for name in discrete_sites}
+    log_prior_fn, log_likelihood_fn, scaled_log_density_fn = _split_densities(
+        model,
+        model_args,
+        model_kwargs,
+        model_trace,
+        marginalize,
+        likelihood_sites,
+        unravel_fn,
+        (first_position, example_discrete),
+    )
+    sample_prior_fn = _prior_sampler(
+        model, model_args, model_kwargs, latent, discrete_sites, unconstrain
+    )
 
     return SplitModel(
         log_prior_fn=log_prior_fn,

@@ -47,3 +47,20 @@ def _release_compiled_code():
     modules, none of which reuses another's compilations, and what it keeps only grows."""
     yield
     jax.clear_caches()
+
+
+@pytest.fixture
+def counted_model():
+    """A Student-t model with a plate, and a dict counting how often its Python ran."""
+    import numpyro.distributions as dist
+
+    calls = {"model": 0}
+
+    def model(y):
+        calls["model"] += 1
+        mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+        scale = numpyro.sample("scale", dist.HalfNormal(2.0))
+        with numpyro.plate("data", y.shape[0]):
+            numpyro.sample("y", dist.StudentT(4.0, mu, scale), obs=y)
+
+    return model, calls

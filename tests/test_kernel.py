@@ -1,13 +1,17 @@
 """The kernel shell: what is rebuilt for which model arguments, and the inner HMC/NUTS settings."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 import pytest
-from numpyro.infer import HMC, NUTS
+from jax.random import PRNGKey
+from numpyro.infer import HMC, MCMC, NUTS
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 
+import numpyro_extras as nx
 from numpyro_extras.compiled_chain import evaluated_now
 from numpyro_extras.kernel import build_fingerprint, conditioning_values, hmc_settings
 
@@ -81,3 +85,46 @@ def test_evaluated_now_computes_under_a_trace_and_stages_jit_traces_outside_one(
         return rng_key
 
     jax.jit(init)(jax.random.PRNGKey(0))
+
+
+# Small training, so that the learned kernels build in seconds.
+AI_TRAINING = dict(epochs=2, seed_epochs=1, seed_chains=2, seed_warmup=100, seed_samples=100)
+VAE_TRAINING = dict(
+    encoder_sizes=(16,),
+    decoder_sizes=(16,),
+    training_size=500,
+    epochs=5,
+    initial_epochs=10,
+    num_data_chains=10,
+    num_check_chains=5,
+    num_check_steps=50,
+    initial_exchange_scans=50,
+    initial_warmup=50,
+)
+KERNELS = {
+    "JointContinuousTempering": lambda model: nx.JointContinuousTempering(model),
+    "GibbsContinuousTempering": lambda model: nx.GibbsContinuousTempering(model),
+    "ReplicaExchange": lambda model: nx.ReplicaExchange(model),
+    "AiSampler": lambda model: nx.AiSampler(model, train_kwargs=AI_TRAINING),
+    "VAESLMC": lambda model: nx.VAESLMC(model, fit_kwargs=VAE_TRAINING),
+}
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_the_model_runs_while_a_kernel_reads_it_and_never_in_its_programs(name, counted_model):
+    """The model's Python runs while the kernel reads the model (sites, NumPyro's initial
+    point, one recorded program per view of the density): a few times in the first run,
+    never again in later runs, whatever new programs they compile."""
+    model, calls = counted_model
+    y = jnp.array([0.3, -1.2, 2.0, 0.7, 1.1, -0.4])
+    kernel = KERNELS[name](model)
+    sizes = dict(num_warmup=50, num_samples=50, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        MCMC(kernel, num_chains=2, chain_method="vectorized", **sizes).run(PRNGKey(0), y)
+        first = calls["model"]
+        assert 0 < first <= 16
+        MCMC(kernel, num_chains=2, chain_method="vectorized", **sizes).run(PRNGKey(1), y)
+        sizes.update(num_warmup=20, num_samples=30)
+        MCMC(kernel, **sizes).run(PRNGKey(2), y)
+    assert calls["model"] == first

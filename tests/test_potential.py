@@ -18,6 +18,7 @@ from numpyro_extras.potential import (
     continuous_latent_sites,
     discrete_latent_sites,
     evaluation_flops,
+    trace_once,
 )
 
 
@@ -147,3 +148,45 @@ def test_check_finite_potential_names_the_chain_and_the_shape():
         check_finite_potential(potential_fn, starts[2])
     with pytest.raises(ValueError, match="must return a scalar, but returned shape \\(2,\\)"):
         check_finite_potential(lambda x: x**2, starts)
+
+
+def test_flat_potential_runs_the_model_once_for_every_program(counted_model):
+    model, calls = counted_model
+    y = jnp.array([0.3, -1.2, 2.0, 0.7])
+    flat = nx.flatten_model(jax.random.PRNGKey(0), model, (y,))
+    built = calls["model"]
+    positions = flat.initial_position + jnp.linspace(-1.0, 1.0, 6)[:, None]
+    energies = jax.jit(jax.vmap(flat.potential_fn))(positions)
+    gradients = jax.vmap(jax.grad(flat.potential_fn))(positions)
+    hessian = jax.hessian(flat.potential_fn)(positions[0])
+    assert calls["model"] == built
+
+    # NumPyro's own potential, which runs the model at every trace, gives the same numbers.
+    def numpyro_energy(position):
+        return numpyro.infer.util.potential_energy(model, (y,), {}, flat.unravel_fn(position))
+
+    np.testing.assert_allclose(energies, jax.vmap(numpyro_energy)(positions), rtol=1e-12)
+    np.testing.assert_allclose(gradients, jax.vmap(jax.grad(numpyro_energy))(positions), rtol=1e-12)
+    np.testing.assert_allclose(hessian, jax.hessian(numpyro_energy)(positions[0]), rtol=1e-12)
+
+
+def test_trace_once_records_a_program_per_kind_of_argument():
+    calls = {"fn": 0}
+
+    def fn(x, values):
+        calls["fn"] += 1
+        return {"sum": jnp.sum(x * values["k"]), "shape": jnp.zeros(x.shape)}
+
+    replay = trace_once(fn, jnp.ones(3), {"k": jnp.arange(3)})
+    assert calls["fn"] == 1
+    out = jax.jit(replay)(jnp.array([1.0, 2.0, 3.0]), {"k": jnp.array([1, 0, 2])})
+    assert calls["fn"] == 1
+    assert float(out["sum"]) == 7.0 and out["shape"].shape == (3,)
+    # Integer values given as floats, to differentiate through them: one more program.
+    gradient = jax.grad(lambda k: replay(jnp.array([1.0, 2.0, 3.0]), {"k": k})["sum"])(
+        jnp.array([1.0, 0.0, 2.0])
+    )
+    np.testing.assert_array_equal(gradient, [1.0, 2.0, 3.0])
+    assert calls["fn"] == 2
+    replay(jnp.zeros(3), {"k": jnp.ones(3)})
+    assert calls["fn"] == 2

@@ -26,6 +26,7 @@ from numpyro_extras.kernel import (
 from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
 from numpyro_extras.potential import (
     FlatModel,
+    arguments_fingerprint,
     check_trained_for,
     flat_model_from_potential,
     flat_potential_for,
@@ -182,10 +183,21 @@ class AiSampler(ExtrasKernel):
     def _potential_for(self):
         """``(model_args, model_kwargs) -> U``: the model's potential for a step's arguments
         (a Gibbs block's conditioning values change at every step)."""
+        potential_fn = self._flat_model.potential_fn
         if self._model is None:
-            potential_fn = self._flat_model.potential_fn
             return lambda model_args, model_kwargs: potential_fn
-        return flat_potential_for(self._model, self._flat_model.unravel_fn)
+        model_potential_for = flat_potential_for(self._model, self._flat_model.unravel_fn)
+        prepared = arguments_fingerprint(*self._prepared_arguments)
+
+        def potential_for(model_args, model_kwargs):
+            # The flat model's potential, recorded once, serves the arguments it was built for;
+            # a Gibbs block's new conditioning values and traced arguments run the model.
+            fingerprint = arguments_fingerprint(model_args, model_kwargs)
+            if fingerprint is not None and fingerprint == prepared:
+                return potential_fn
+            return model_potential_for(model_args, model_kwargs)
+
+        return potential_for
 
     def _build(self, num_warmup, tag):
         params = self._params
