@@ -818,7 +818,7 @@ def _warn_on_small_ess(evidence, num_particles, path_base, reverse):
         num_particles,
         f"on the path from {start} such weights bias the estimate {'high' if reverse else 'low'}",
         "use more temperatures or a better base",
-        stacklevel=3,
+        stacklevel=4,
     )
 
 
@@ -849,7 +849,7 @@ def _check_against_prior(rng_key, split, model_key, evidence, num_draws):
         ),
     )
     if problem is not None:
-        warnings.warn(f"AIS {problem}.", UserWarning, stacklevel=3)
+        warnings.warn(f"AIS {problem}.", UserWarning, stacklevel=4)
     return evidence
 
 
@@ -886,54 +886,41 @@ def ais(
     **The base.** By default (``base="auto"``) the run starts from a base fitted to the
     posterior by variational inference and follows the geometric path
     ``-(1 - beta) psi(x) + beta log p(x, y)`` (mAIS paper eq. 5): the path is short when the
-    base is close to the posterior. Four VI fits from dispersed starts (seeded from
-    ``rng_key``) look for modes first. When they agree on one mode and the importance weights
-    show no mass they miss, the base is that fit's Gaussian
-    (:class:`~numpyro_extras.GaussianBase`; about a second more than one fit). When they find
-    more than one, a single Gaussian would leave the other modes out of the estimate with
-    nothing in the weights to show it, so the base is :func:`~numpyro_extras.fit_base`'s
-    Gaussian mixture, a component on each mode it finds with its mass (a longer fit, which
-    warns with :class:`~numpyro_extras.BaseCoverageWarning` when it may still miss modes).
-    The base is cached per model, arguments and key, so an identical call does not fit again.
-    A model that keeps discrete latent sites (not summed out by ``marginalize``) has no
-    Gaussian base: ``"auto"`` then anneals from the prior, as ``base="prior"`` does for any
-    model (``log p(x) + beta log p(y | x)``, the likelihood annealed in; slow when the posterior
-    is much narrower than the prior). A :class:`~numpyro_extras.GaussianBase` or
-    :class:`~numpyro_extras.MixtureBase` of your own can be passed too. If every fit
-    diverges, ``"auto"`` warns and anneals from the prior.
+    base is close to the posterior. The base is a Gaussian (:class:`~numpyro_extras.GaussianBase`)
+    or, when dispersed fits find more than one mode, :func:`~numpyro_extras.fit_base`'s
+    Gaussian mixture, a component on each mode it finds (which warns with
+    :class:`~numpyro_extras.BaseCoverageWarning` when it may still miss modes); it is cached
+    per model, arguments and key. A model that keeps discrete latent sites (not summed out by
+    ``marginalize``) has no Gaussian base: ``"auto"`` then anneals from the prior, as
+    ``base="prior"`` does for any model (``log p(x) + beta log p(y | x)``, the likelihood
+    annealed in; slow when the posterior is much narrower than the prior). A
+    :class:`~numpyro_extras.GaussianBase` or :class:`~numpyro_extras.MixtureBase` of your own
+    can be passed too. If every fit diverges, ``"auto"`` warns and anneals from the prior.
 
     **A warning when the answer is unreliable.** When the final effective sample size of the
     weights is below 5% of the particles, a few particles carry the estimate: its stderr
     understates the error and ``log Z`` is biased (low; high for a reverse run). ``ais`` then
     warns (``UserWarning``) with the ESS; use more temperatures or a better base. A run from a
-    fitted base is also compared with plain importance sampling from the prior
-    (``mean p(y | x)`` over ten prior draws per particle, one likelihood evaluation each): the
-    particles reach only where their HMC moves carry them, and where the posterior's scale
-    shrinks (the neck of a centred hierarchical model's funnel) no particle may arrive, with
-    weights that show nothing. When the prior's estimate lies above the annealing's by more
-    than 1.645 combined standard errors (a one-sided test at level 0.05), the truth may lie as
-    far off as the prior's estimate: the stderr is raised to the gap between them; beyond 4,
-    ``ais`` also warns and records the problem. The check says nothing when the prior's draws
-    have an ESS below 5% (a likelihood much narrower than the prior).
+    fitted base is also compared with plain importance sampling from the prior (ten draws per
+    particle): where the posterior's scale shrinks (the neck of a centred hierarchical model's
+    funnel) no particle may arrive, with weights that show nothing. When the prior's estimate
+    lies above the annealing's by more than 1.645 combined standard errors, the stderr is
+    raised to the gap between them; beyond 4, ``ais`` also warns and records the problem. The
+    check says nothing when the prior's draws have an ESS below 5%.
 
-    **Transitions.** Continuous sites: HMC with ``num_leapfrog_steps`` steps (BlackJAX's kernel,
-    or for a continuous model without summed-out sites the same kernel keeping each particle's
-    path terms, so that a temperature costs ``num_leapfrog_steps`` model gradients); unless
-    ``step_size`` is given, the step size is adapted from the particles' mean acceptance after
-    every temperature (towards ``target_accept``), starting from a pilot of ``num_pilot_steps``
-    moves at the first temperature (the moved particles are still exact draws there); with
-    ``adapt_mass`` the diagonal inverse mass matrix is the particles' variance.
-    Each particle is tuned on the OTHER particles (leave one out), so its kernel never depends
-    on its own state (which would bias the weights); fix ``step_size`` and ``adapt_mass=False``
-    for exactly independent runs. Discrete sites: exact single-site Gibbs from the enumerated full
-    conditionals (Bernoulli, Categorical, under plates or with event dims). Mixed models
-    alternate the two. A move to a non-finite density is rejected.
+    **Transitions.** Continuous sites: HMC with ``num_leapfrog_steps`` steps; unless
+    ``step_size`` is given, the step size is adapted towards ``target_accept`` after every
+    temperature, and with ``adapt_mass`` the diagonal inverse mass matrix is the particles'
+    variance. Each particle is tuned on the OTHER particles, so its kernel never depends on its
+    own state; fix ``step_size`` and ``adapt_mass=False`` for exactly independent runs.
+    Discrete sites: exact single-site Gibbs from the enumerated full conditionals (Bernoulli,
+    Categorical, under plates or with event dims). Mixed models alternate the two. A move to a
+    non-finite density is rejected.
 
     **Marginalized AIS.** ``marginalize=("h", ...)`` sums those discrete sites out exactly with
     ``numpyro.contrib.funsor`` and anneals the rest; the likelihood is tempered inside the sum,
     ``log f_beta(x) = log sum_h p(x) p(h | x) p(y | x, h)^beta`` (mAIS paper eq. 19-26), the
-    marginal of the tempered joint rather than the tempered marginal. The default base is then
-    fitted to the marginal of the remaining continuous sites.
+    marginal of the tempered joint rather than the tempered marginal.
 
     **Bidirectional Monte Carlo.** ``reverse=True`` starts from ``init_samples`` (posterior draws,
     constrained, by site name as ``MCMC.get_samples()`` gives them), anneals from ``beta = 1`` to
@@ -1016,25 +1003,59 @@ def ais(
         num_pilot_steps=num_pilot_steps,
         progress_bar=progress_bar,
     )
-    num_particles = checked["num_particles"]
-    step_size = checked["step_size"]
-    num_pilot_steps = checked["num_pilot_steps"]
-    reverse = checked["reverse"]
-    progress_bar = checked["progress_bar"]
-    betas = checked["betas"]
     model_args, model_kwargs = check_model_arguments(model_args, model_kwargs)
     check_proper_prior(model, model_args, model_kwargs, "nx.ais")
     fit_key, init_key, anneal_key = np.asarray(split_key(rng_key, 3))
     split, model_key = _model_split(model, model_args, model_kwargs, checked["marginalize"])
+    _check_has_latent_sites(split)
+    path_base = _resolve_base(
+        base, fit_key, model, model_args, model_kwargs, split, model_key, checked["progress_bar"]
+    )
+    result = _annealed(
+        anneal_key, init_key, split, model_key, path_base, transition, init_samples, checked
+    )
+    return _checked_evidence(result.log_weights, rng_key, split, model_key, path_base, checked)
+
+
+def _check_has_latent_sites(split):
+    """Refuse a model whose every site is observed: its log Z is its log density at the data.
+
+    :param SplitModel split: the model's view, from :func:`_model_split`.
+    :raises ValueError: when the model has no latent sample site.
+    """
     if not (split.continuous_sites or split.discrete_sites or split.marginalized_sites):
         raise ValueError(
             "nx.ais needs a model with at least one latent sample site; every site of this "
             "model is observed, so its log Z is its log density at the data (numpyro.infer.util."
             "log_density), with nothing to integrate."
         )
-    path_base = _resolve_base(
-        base, fit_key, model, model_args, model_kwargs, split, model_key, progress_bar
-    )
+
+
+def _annealed(anneal_key, init_key, split, model_key, path_base, transition, init_samples, checked):
+    """The annealing of :func:`ais`: the particles start from exact draws of the base (of the
+    posterior, ``init_samples``, for a reverse run, which follows the schedule backwards) and
+    move through the tempered densities with ``transition`` or HMC and Gibbs.
+
+    HMC is BlackJAX's kernel, or for a continuous model without summed-out sites the same
+    kernel keeping each particle's path terms, so that a temperature costs
+    ``num_leapfrog_steps`` model gradients. Unless ``step_size`` is fixed, its step size starts
+    at 0.5 and is adapted after every temperature, from a pilot of ``num_pilot_steps`` moves at
+    the first temperature (the moved particles are still exact draws there).
+
+    :param anneal_key: the annealing's key.
+    :param init_key: the initial draws' key.
+    :param SplitModel split: the model's view, with ``model_key``, its cache key.
+    :param path_base: the base, or ``None`` for the prior.
+    :param transition: the user's per-particle transition, or ``None``.
+    :param dict init_samples: the posterior draws of a reverse run.
+    :param dict checked: the settings, from :func:`_check_settings`.
+    :return: the result of :func:`~numpyro_extras.annealing.driver.anneal`.
+    """
+    step_size = checked["step_size"]
+    num_particles = checked["num_particles"]
+    num_pilot_steps = checked["num_pilot_steps"]
+    reverse = checked["reverse"]
+    betas = checked["betas"]
     settings = dict(
         adapt_step_size=step_size is None,
         adapt_mass=checked["adapt_mass"],
@@ -1064,7 +1085,7 @@ def ais(
         # schedule: their weight increments are zero and the moved particles are still exact
         # draws of f(., beta_0), so one compiled scan does both.
         betas = np.concatenate([np.full(num_pilot_steps, betas[0]), betas])
-    result = anneal(
+    return anneal(
         anneal_key,
         log_density_fn,
         positions,
@@ -1072,10 +1093,26 @@ def ais(
         betas,
         adaptation,
         log_weight_increment_fn=increment_fn,
-        progress_bar=progress_bar,
+        progress_bar=checked["progress_bar"],
         parameters=parameters,
     )
-    evidence = evidence_from_log_weights(result.log_weights, 0.0, reverse=reverse)
+
+
+def _checked_evidence(log_weights, rng_key, split, model_key, path_base, checked):
+    """The estimate from the annealing's log weights, after the checks that warn at the caller
+    of :func:`ais`: the weights' ESS, and for a forward run from a fitted base, importance
+    sampling from the prior (:func:`_check_against_prior`).
+
+    :param log_weights: the particles' log weights.
+    :param rng_key: the key of :func:`ais`; the prior's draws use a key folded from it.
+    :param SplitModel split: the model's view, with ``model_key``, its cache key.
+    :param path_base: the base, or ``None`` for the prior.
+    :param dict checked: the settings, from :func:`_check_settings`.
+    :return: :class:`~numpyro_extras.Evidence`.
+    """
+    reverse = checked["reverse"]
+    num_particles = checked["num_particles"]
+    evidence = evidence_from_log_weights(log_weights, 0.0, reverse=reverse)
     evidence = _warn_on_small_ess(evidence, num_particles, path_base, reverse)
     if path_base is not None and not reverse and split.log_likelihood_fn is not None:
         # Its own key, so that the annealing's draws are those of a run without the check.

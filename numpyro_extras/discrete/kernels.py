@@ -182,13 +182,7 @@ class ACS(ExtrasKernel):
             raise ValueError(f"grad_mode must be one of {GRAD_MODES}, got {grad_mode!r}.")
         self._variables = variables
         self._grad_mode = grad_mode
-        self._inner = (
-            None
-            if inner_kernel is None
-            else hmc_settings(inner_kernel, owner_model=model, **inner_kwargs)
-        )
-        if inner_kernel is None and inner_kwargs:
-            raise ValueError(f"Unknown arguments {sorted(inner_kwargs)} (no inner kernel).")
+        self._inner = _inner_settings(inner_kernel, model, inner_kwargs)
         self._schedule = None if schedule is None else check_schedule(schedule)
         self._settings = TuningSettings(
             steps_per_cycle=check_count("steps_per_cycle", steps_per_cycle),
@@ -203,14 +197,7 @@ class ACS(ExtrasKernel):
         )
         if self._schedule is None:
             self._settings.validate()
-        if num_tuning_chains is None:
-            # Beside continuous sites the tuner's estimates come from one conditional, often
-            # with a flat acceptance curve at beta_max, where 8 copies let noise end the
-            # alpha_max search early (at a far too large step).
-            num_tuning_chains = 8 if inner_kernel is None else 32
-        if int(num_tuning_chains) < 1:
-            raise ValueError(f"num_tuning_chains must be >= 1, got {num_tuning_chains}.")
-        self._num_tuning_chains = int(num_tuning_chains)
+        self._num_tuning_chains = _num_tuning_chains(num_tuning_chains, inner_kernel is not None)
         self._discrete_steps = (
             None if discrete_steps is None else check_count("discrete_steps", discrete_steps)
         )
@@ -253,12 +240,7 @@ class ACS(ExtrasKernel):
         :param bool mixed: whether continuous sites move between the discrete moves.
         :return: the number of moves.
         """
-        if self._discrete_steps is not None:
-            return self._discrete_steps
-        if not mixed:
-            return 1
-        schedule = self._schedule
-        return self._settings.steps_per_cycle if schedule is None else len(schedule.step_sizes)
+        return _moves_per_transition(self._discrete_steps, self._schedule, self._settings, mixed)
 
     @property
     def has_inner_kernel(self) -> bool:
@@ -332,43 +314,11 @@ class ACS(ExtrasKernel):
     # --- the chain ------------------------------------------------------------------------------
 
     def _build(self, num_warmup, tag):
-        target, inner, schedule = self._target, self._inner, self._schedule
-        return acs_chain(
-            target,
-            self._settings,
-            schedule=schedule,
-            num_copies=1 if schedule is not None else self._num_tuning_chains,
-            # The discrete conditional, and so the schedule the tuner finds, can depend strongly
-            # on the continuous sites: with an inner kernel they first leave their prior draw.
-            num_sweeps=self._num_tuning_sweeps if inner is not None and schedule is None else 0,
-            inner=inner,
-            discrete_steps=self.moves_per_transition(inner is not None or target.conditioned),
-            num_warmup=num_warmup,
-            tag=tag,
-            model_sites=self._model is not None,
-        )
-
-    def _initial_values(self, init_params, batched):
-        """``init_params`` (site values; continuous ones unconstrained) -> (indices, x)."""
-        if init_params is None:
-            return None, None
-        target = self._target
-        single = self._model is None and isinstance(self._variables, DiscreteVariable)
-        values = {"x": init_params} if single else init_params
-        missing = [name for name in target.variables if name not in values]
-        if missing:
-            raise ValueError(f"init_params lack the discrete sites {missing}.")
-        decode_fn = partial(decode, target.variables)
-        indices = jax.vmap(decode_fn)(values) if batched else decode_fn(values)
-        x = None
-        if target.continuous_sites:
-            continuous = {name: values[name] for name in target.continuous_sites}
-            ravel = lambda tree: ravel_pytree(tree)[0]  # noqa: E731
-            x = jax.vmap(ravel)(continuous) if batched else ravel(continuous)
-        return indices, x
+        return _chain_functions(self, self._target, num_warmup, tag)
 
     def _init_inputs(self, rng_key, init_params, batched, model_kwargs):
-        indices, x = self._initial_values(init_params, batched)
+        single = self._model is None and isinstance(self._variables, DiscreteVariable)
+        indices, x = _initial_values(self._target, init_params, batched, single)
         return rng_key, indices, x, conditioning_values(model_kwargs)
 
     def _check_initial_state(self, state):
@@ -406,3 +356,111 @@ class DMALA(ACS):
             raise ValueError("DMALA has a fixed step size; use ACS for a schedule.")
         step_size = check_real("step_size", step_size, "a positive finite number", low=0.0)
         super().__init__(model, schedule=([step_size], [0.5]), **kwargs)
+
+
+def _inner_settings(inner_kernel, model, inner_kwargs: dict):
+    """The settings of the inner HMC/NUTS move of the continuous sites
+    (:func:`~numpyro_extras.kernel.hmc_settings`).
+
+    :param inner_kernel: ``NUTS`` or ``HMC`` (class or instance), or ``None``.
+    :param model: the model the kernel is built on.
+    :param dict inner_kwargs: settings of an inner kernel class.
+    :return: ``(algo, settings)``, or ``None`` without an inner kernel.
+    :raises ValueError: for settings given without an inner kernel.
+    """
+    if inner_kernel is None:
+        if inner_kwargs:
+            raise ValueError(f"Unknown arguments {sorted(inner_kwargs)} (no inner kernel).")
+        return None
+    return hmc_settings(inner_kernel, owner_model=model, **inner_kwargs)
+
+
+def _num_tuning_chains(num_tuning_chains, has_inner_kernel: bool) -> int:
+    """The copies per chain the tuner averages over: 8, or 32 with an inner kernel, unless given.
+
+    Beside continuous sites the tuner's estimates come from one conditional, often with a flat
+    acceptance curve at ``beta_max``, where 8 copies let noise end the ``alpha_max`` search
+    early (at a far too large step).
+
+    :param int num_tuning_chains: as given to :class:`ACS`; ``None``: the default.
+    :param bool has_inner_kernel: whether an inner kernel moves continuous sites.
+    :return: int.
+    :raises ValueError: for fewer than one copy.
+    """
+    if num_tuning_chains is None:
+        num_tuning_chains = 32 if has_inner_kernel else 8
+    if int(num_tuning_chains) < 1:
+        raise ValueError(f"num_tuning_chains must be >= 1, got {num_tuning_chains}.")
+    return int(num_tuning_chains)
+
+
+def _moves_per_transition(discrete_steps, schedule, settings, mixed: bool) -> int:
+    """ACS moves of the discrete sites per transition (:meth:`ACS.moves_per_transition`).
+
+    :param int discrete_steps: the moves asked for, or ``None`` for the default.
+    :param CyclicalSchedule schedule: the fixed schedule, or ``None`` (tuned).
+    :param TuningSettings settings: the tuner's constants (their ``steps_per_cycle``).
+    :param bool mixed: whether continuous sites move between the discrete moves.
+    :return: ``discrete_steps`` if given, else the length of a cycle when ``mixed``, else 1.
+    """
+    if discrete_steps is not None:
+        return discrete_steps
+    if not mixed:
+        return 1
+    return settings.steps_per_cycle if schedule is None else len(schedule.step_sizes)
+
+
+def _chain_functions(kernel: ACS, target: DiscreteTarget, num_warmup, tag):
+    """The pure functions of one chain of ``kernel`` on ``target`` (:func:`acs_chain`), from
+    the kernel's public settings: the tuner's copies and sweeps only when it tunes, the sweeps
+    only with an inner kernel.
+
+    :param ACS kernel: the kernel (its schedule, tuning settings and inner move).
+    :param DiscreteTarget target: the model (or potential) read for the current arguments.
+    :param int num_warmup: warm-up transitions.
+    :param BuildTag tag: the kernel build's tag.
+    :return: ``(init_one, step_one, refresh_one)``.
+    """
+    schedule, inner = kernel.schedule, kernel.inner_settings
+    return acs_chain(
+        target,
+        kernel.tuning_settings,
+        schedule=schedule,
+        num_copies=1 if schedule is not None else kernel.num_tuning_chains,
+        # The discrete conditional, and so the schedule the tuner finds, can depend strongly
+        # on the continuous sites: with an inner kernel they first leave their prior draw.
+        num_sweeps=kernel.num_tuning_sweeps if inner is not None and schedule is None else 0,
+        inner=inner,
+        discrete_steps=kernel.moves_per_transition(inner is not None or target.conditioned),
+        num_warmup=num_warmup,
+        tag=tag,
+        model_sites=kernel.model is not None,
+    )
+
+
+def _initial_values(target: DiscreteTarget, init_params, batched: bool, single: bool):
+    """``init_params`` (site values; continuous ones unconstrained) as the chain's starting
+    indices and flat continuous sites.
+
+    :param DiscreteTarget target: the model (or potential) read for the current arguments.
+    :param init_params: dict of site values (a potential's single variable: its array), or
+        ``None``.
+    :param bool batched: whether ``init_params`` has a leading axis of chains.
+    :param bool single: whether the potential has one variable, given as an array.
+    :return: ``(indices, x)``; ``(None, None)`` without ``init_params``, ``x = None`` without
+        continuous sites.
+    """
+    if init_params is None:
+        return None, None
+    values = {"x": init_params} if single else init_params
+    missing = [name for name in target.variables if name not in values]
+    if missing:
+        raise ValueError(f"init_params lack the discrete sites {missing}.")
+    decode_fn = partial(decode, target.variables)
+    indices = jax.vmap(decode_fn)(values) if batched else decode_fn(values)
+    x = None
+    if target.continuous_sites:
+        continuous = {name: values[name] for name in target.continuous_sites}
+        ravel = lambda tree: ravel_pytree(tree)[0]  # noqa: E731
+        x = jax.vmap(ravel)(continuous) if batched else ravel(continuous)
+    return indices, x

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -362,6 +363,360 @@ def _where(flag, new, old):
     return jax.tree.map(lambda a, b: jnp.where(flag, a, b), new, old)
 
 
+class _TunerSetup(NamedTuple):
+    """What every step of the tuner's loop reads and never changes.
+
+    :param TuningSettings settings: resolved settings (:func:`resolve_settings`).
+    :param alpha_fractions: where a round's step-size candidates lie, as fractions of the way
+        from the search's bound to its proposal (``linspace(0, 1, t)``).
+    :param beta_fractions: where a balancing round's candidates lie, as fractions of the way
+        from ``beta_min`` to the previous entry's beta.
+    :param move: ``(key, batch, alpha, beta, mh) -> (batch, mean acceptance, mean jump)``, one
+        ACS step of every chain of the batch (:func:`_batch_step`).
+    :param hold: the same signature, for a step the tuner skips: the batch unchanged.
+    """
+
+    settings: TuningSettings
+    alpha_fractions: jax.Array
+    beta_fractions: jax.Array
+    move: Callable
+    hold: Callable
+
+
+class _StepValues(NamedTuple):
+    """Where one step of the tuner's loop moves the chains.
+
+    :param alpha: the step size of the move.
+    :param beta: its balancing exponent.
+    :param active: whether the step moves the chains (else it is skipped and not counted).
+    :param search_alpha: the step size a search step tries (Alg. 4).
+    :param entry_beta: the beta a balancing step tries (Alg. 5).
+    """
+
+    alpha: jax.Array
+    beta: jax.Array
+    active: jax.Array
+    search_alpha: jax.Array
+    entry_beta: jax.Array
+
+
+def _loop_inputs(settings: TuningSettings, dtype) -> tuple:
+    """What each step of the tuner's loop does (:func:`_step_plan`) and the ``(alpha, beta)``
+    of Alg. 3's burn-in at it: free moves at ``(alpha_ceil, beta_max)``, then whole MH cycles
+    of the naive schedule, then zeros for the steps after the burn-in (which set their own).
+
+    :param TuningSettings settings: resolved settings (:func:`resolve_settings`).
+    :param dtype: the float dtype of the schedule.
+    :return: ``(plan, burnin_alphas, burnin_betas)``, one entry a step of the loop.
+    """
+    s = int(settings.steps_per_cycle)
+    num_free = int(settings.num_burnin)
+    num_cycle_steps = s * (int(settings.num_burnin_mh) // s)
+    cycle_positions = jnp.arange(num_cycle_steps) % s
+    burnin_alphas = jnp.concatenate(
+        [
+            jnp.full((num_free,), settings.alpha_ceil, dtype),
+            cyclical_step_sizes(settings.alpha_ceil, settings.alpha_floor, s)[cycle_positions],
+        ]
+    )
+    burnin_betas = jnp.concatenate(
+        [
+            jnp.full((num_free,), settings.beta_max, dtype),
+            cosine_balancing(settings.beta_max, settings.beta_min, s)[cycle_positions],
+        ]
+    )
+    plan = _step_plan(settings, num_free + num_cycle_steps)
+    num_plan_steps = plan.phase.shape[0]
+    pad = num_plan_steps - (num_free + num_cycle_steps)
+    burnin_alphas = jnp.concatenate([burnin_alphas, jnp.zeros((pad,), dtype)])
+    burnin_betas = jnp.concatenate([burnin_betas, jnp.zeros((pad,), dtype)])
+    return plan, burnin_alphas, burnin_betas
+
+
+def _batch_step(evaluate_fn: Callable, variables: dict, key, batch, alpha, beta, mh):
+    """One ACS step (:func:`~numpyro_extras.discrete.acs_transition`) of every chain of the
+    batch, each with its own key split from ``key``.
+
+    :param evaluate_fn: ``indices -> (U, differences)`` for ONE chain.
+    :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
+    :param key: PRNG key.
+    :param ChainState batch: the chains (leading axis).
+    :param alpha: the step size.
+    :param beta: the balancing exponent.
+    :param mh: whether the MH test applies (else every proposal is accepted).
+    :return: ``(batch, mean acceptance probability, mean expected squared jump)``.
+    """
+    keys = jax.random.split(key, jax.tree.leaves(batch.log_density)[0].shape[0])
+    new_batch, accept_prob, jump = jax.vmap(
+        lambda k, state: acs_transition(k, state, alpha, beta, evaluate_fn, variables, mh)
+    )(keys, batch)
+    return new_batch, jnp.mean(accept_prob), jnp.mean(jump)
+
+
+def _hold(dtype, key, batch, alpha, beta, mh):
+    """A skipped step: the batch unchanged, zero acceptance and jump (of ``dtype``); the
+    signature of :func:`_batch_step` after its first two arguments."""
+    return batch, jnp.zeros((), dtype), jnp.zeros((), dtype)
+
+
+def _step_values(setup: _TunerSetup, state: _TunerState, step, burnin_alpha, burnin_beta):
+    """The ``(alpha, beta)`` of one step of the tuner's loop, by its phase: the burn-in's,
+    a search's candidate (Alg. 4) or a balancing candidate (Alg. 5).
+
+    :param _TunerSetup setup: the loop's constants.
+    :param _TunerState state: the tuner before the step.
+    :param _StepPlan step: the step's row of the plan.
+    :param burnin_alpha: the burn-in's step size at this step.
+    :param burnin_beta: the burn-in's balancing exponent at this step.
+    :return: :class:`_StepValues`.
+    """
+    settings, phase = setup.settings, step.phase
+    s = int(settings.steps_per_cycle)
+    searching = (phase == _SEARCH_ALPHA_MIN) | (phase == _SEARCH_ALPHA_MAX)
+    search_maximum = phase == _SEARCH_ALPHA_MAX
+    balancing = phase == _BALANCING
+
+    # Alg. 4, multiplicative form: down from alpha_ceil for alpha_max, up from alpha_floor
+    # for alpha_min, by zeta |rho* - rho|, trying t candidates between bound and proposal.
+    shift = settings.zeta * jnp.abs(settings.target_accept_prob - state.accept)
+    proposal = jnp.where(search_maximum, state.bound * (1.0 - shift), state.bound * (1.0 + shift))
+    alpha_fractions = setup.alpha_fractions
+    fraction = alpha_fractions[jnp.minimum(step.candidate, alpha_fractions.shape[0] - 1)]
+    search_alpha = jnp.where(
+        search_maximum,
+        proposal + (state.bound - proposal) * fraction,
+        state.bound + (proposal - state.bound) * fraction,
+    )
+    # Alg. 5: entry k of the corrected eq. 7 cycle, beta from beta_min to the previous
+    # entry's beta (so the schedule is non-increasing, eq. 8).
+    entry_alpha = cyclical_step_sizes(state.alpha_max, state.alpha_min, s)[step.entry + 1]
+    beta_fractions = setup.beta_fractions
+    entry_beta = (
+        settings.beta_min
+        + (state.beta_ceiling - settings.beta_min)
+        * (beta_fractions[jnp.minimum(step.candidate, beta_fractions.shape[0] - 1)])
+    )
+    alpha = jnp.where(searching, search_alpha, jnp.where(balancing, entry_alpha, burnin_alpha))
+    beta = jnp.where(
+        searching,
+        jnp.where(search_maximum, settings.beta_max, settings.beta_min),
+        jnp.where(balancing, entry_beta, burnin_beta),
+    )
+    # A search stops once it reaches rho*; entries clipped to alpha_min are the exploitation
+    # phase and keep beta_min.
+    active = jnp.where(
+        searching, ~state.done, jnp.where(balancing, entry_alpha > state.alpha_min, True)
+    )
+    return _StepValues(alpha, beta, active, search_alpha, entry_beta)
+
+
+def _keep_best(settings: TuningSettings, state: _TunerState, step, values: _StepValues):
+    """A candidate is complete: keep it if it is the round's best so far.
+
+    Searches keep the acceptance closest to ``rho*`` (probabilities, not 0/1 accepts), upward
+    ties going to the candidate farthest along (where no candidate moves, every one accepts
+    with probability 1, and the search must still leave ``alpha_floor``); balancing keeps the
+    highest acceptance. The jump rule's candidate is tracked over the whole downward search.
+
+    :param TuningSettings settings: resolved settings.
+    :param _TunerState state: the tuner after the step's move.
+    :param _StepPlan step: the step's row of the plan.
+    :param _StepValues values: where the step moved.
+    :return: ``state`` with the round's best and the jump rule's best updated.
+    """
+    phase = step.phase
+    balancing = phase == _BALANCING
+    candidate_accept = state.accept_total / settings.test_steps
+    candidate_jump = state.jump_total / settings.test_steps
+    value = jnp.where(balancing, values.entry_beta, values.search_alpha)
+    score = jnp.where(
+        balancing, -candidate_accept, jnp.abs(candidate_accept - settings.target_accept_prob)
+    )
+    better = jnp.where(
+        phase == _SEARCH_ALPHA_MIN, score <= state.best_score, score < state.best_score
+    )
+    take = step.last & ((step.candidate == 0) | better)
+    return state._replace(
+        best_batch=_where(take, state.batch, state.best_batch),
+        best_score=jnp.where(take, score, state.best_score),
+        best_value=jnp.where(take, value, state.best_value),
+        best_accept=jnp.where(take, candidate_accept, state.best_accept),
+        # The jump rule's alpha_max: the tried candidate with the largest expected squared jump.
+        jump_best=_where(
+            step.last
+            & (phase == _SEARCH_ALPHA_MAX)
+            & values.active
+            & (candidate_jump > state.jump_best[2]),
+            (values.search_alpha, candidate_accept, candidate_jump),
+            state.jump_best,
+        ),
+    )
+
+
+def _end_round(settings: TuningSettings, state: _TunerState, step, active):
+    """The round is complete: move the chains to its best candidate's states, and move the
+    search's bound there (stopping it once it reaches ``rho*``) or set the balancing entry.
+
+    :param TuningSettings settings: resolved settings.
+    :param _TunerState state: the tuner after :func:`_keep_best`.
+    :param _StepPlan step: the step's row of the plan.
+    :param active: whether the step moved the chains.
+    :return: the updated ``state``.
+    """
+    phase = step.phase
+    searching = (phase == _SEARCH_ALPHA_MIN) | (phase == _SEARCH_ALPHA_MAX)
+    round_moves = step.round_last & active
+    batch = _where(round_moves, state.best_batch, state.batch)
+    search_moves = round_moves & searching
+    bound = jnp.where(search_moves, state.best_value, state.bound)
+    accept = jnp.where(search_moves, state.best_accept, state.accept)
+    # The search only moves one way, so once the acceptance has reached rho* it stops:
+    # noise would otherwise push it past the target with no way back (the reference
+    # code's early stop).
+    target = settings.target_accept_prob
+    reached = jnp.where(phase == _SEARCH_ALPHA_MAX, accept >= target, accept <= target)
+    done = state.done | (search_moves & reached)
+    entry_done = step.round_last & (phase == _BALANCING)
+    entry_beta_tuned = jnp.where(active, state.best_value, settings.beta_min)
+    balancing_betas = jnp.where(
+        entry_done, state.balancing.at[step.entry].set(entry_beta_tuned), state.balancing
+    )
+    beta_ceiling = jnp.where(entry_done, entry_beta_tuned, state.beta_ceiling)
+    return state._replace(
+        batch=batch,
+        bound=bound,
+        accept=accept,
+        done=done,
+        balancing=balancing_betas,
+        beta_ceiling=beta_ceiling,
+    )
+
+
+def _end_search(settings: TuningSettings, state: _TunerState, step):
+    """A search is complete: record ``alpha_min`` (then start the ``alpha_max`` search where
+    it ended) or ``alpha_max`` (by ``alpha_max_rule``).
+
+    :param TuningSettings settings: resolved settings.
+    :param _TunerState state: the tuner after :func:`_end_round`.
+    :param _StepPlan step: the step's row of the plan.
+    :return: the updated ``state``.
+    """
+    phase = step.phase
+    min_found = step.phase_last & (phase == _SEARCH_ALPHA_MIN)
+    max_found = step.phase_last & (phase == _SEARCH_ALPHA_MAX)
+    alpha_min = jnp.where(min_found, state.bound, state.alpha_min)
+    if settings.alpha_max_rule == "jump":
+        found, found_accept = state.jump_best[0], state.jump_best[1]
+    else:
+        found, found_accept = state.bound, state.accept
+    return state._replace(
+        alpha_min=alpha_min,
+        accept_at_min=jnp.where(min_found, state.accept, state.accept_at_min),
+        # Where rho* is reached only at tiny steps (a near-deterministic conditional: no move
+        # is likely), the downward search can end below alpha_min; the cycle is then constant.
+        alpha_max=jnp.where(max_found, jnp.maximum(found, alpha_min), state.alpha_max),
+        accept_at_max=jnp.where(max_found, found_accept, state.accept_at_max),
+        # The alpha_max search starts where the alpha_min search ended.
+        bound=jnp.where(min_found, settings.alpha_ceil, state.bound),
+        accept=jnp.where(min_found, 0.0, state.accept),
+        done=jnp.where(min_found, False, state.done),
+    )
+
+
+def _tuner_step(setup: _TunerSetup, state: _TunerState, inputs):
+    """One step of the tuner's loop. Every phase runs in this one loop of single MH steps, so
+    that the ACS step is compiled once, not once a phase.
+
+    :param _TunerSetup setup: the loop's constants.
+    :param _TunerState state: the tuner before the step.
+    :param inputs: ``(key, step, burnin_alpha, burnin_beta)``: the step's key, its row of the
+        plan and the burn-in's ``(alpha, beta)`` there.
+    :return: ``(state, None)``, for :func:`jax.lax.scan`.
+    """
+    key, step, burnin_alpha, burnin_beta = inputs
+    values = _step_values(setup, state, step, burnin_alpha, burnin_beta)
+    round_start = _where(step.round_first, state.batch, state.round_start)
+    source = _where(step.first, round_start, state.batch)
+    batch, accept_prob, jump = jax.lax.cond(
+        values.active,
+        setup.move,
+        setup.hold,
+        key,
+        source,
+        values.alpha,
+        values.beta,
+        step.phase != _FREE_BURNIN,
+    )
+    state = state._replace(
+        batch=batch,
+        round_start=round_start,
+        accept_total=jnp.where(step.first, 0.0, state.accept_total) + accept_prob,
+        jump_total=jnp.where(step.first, 0.0, state.jump_total) + jump,
+    )
+    state = _keep_best(setup.settings, state, step, values)
+    state = _end_round(setup.settings, state, step, values.active)
+    state = _end_search(setup.settings, state, step)
+    return state._replace(num_steps=state.num_steps + values.active.astype(jnp.int32)), None
+
+
+def _initial_tuner_state(settings: TuningSettings, states: ChainState, dtype) -> _TunerState:
+    """The tuner before its first step: the ``alpha_min`` search at ``alpha_floor``.
+
+    :param TuningSettings settings: resolved settings.
+    :param ChainState states: the batch of chains.
+    :param dtype: the float dtype of the schedule.
+    :return: :class:`_TunerState`.
+    """
+    zero = jnp.zeros((), dtype)
+    return _TunerState(
+        batch=states,
+        round_start=states,
+        best_batch=states,
+        accept_total=zero,
+        jump_total=zero,
+        best_score=zero,
+        best_value=zero,
+        best_accept=zero,
+        bound=jnp.asarray(settings.alpha_floor, dtype),
+        accept=zero,
+        done=jnp.zeros((), bool),
+        jump_best=(jnp.asarray(settings.alpha_ceil, dtype), zero, jnp.full((), -1.0, dtype)),
+        alpha_min=jnp.asarray(settings.alpha_floor, dtype),
+        accept_at_min=zero,
+        alpha_max=jnp.asarray(settings.alpha_ceil, dtype),
+        accept_at_max=zero,
+        beta_ceiling=jnp.asarray(settings.beta_max, dtype),
+        balancing=jnp.zeros((max(int(settings.steps_per_cycle) - 2, 0),), dtype),
+        num_steps=jnp.zeros((), jnp.int32),
+    )
+
+
+def _tuning_result(settings: TuningSettings, final: _TunerState, dtype) -> TuningResult:
+    """The frozen schedule and what the tuner found, from its final state.
+
+    :param TuningSettings settings: resolved settings.
+    :param _TunerState final: the tuner after its last step.
+    :param dtype: the float dtype of the schedule.
+    :return: :class:`TuningResult`.
+    """
+    balancing = jnp.concatenate(
+        [
+            jnp.full((1,), settings.beta_max, dtype),
+            final.balancing,
+            jnp.full((1,), settings.beta_min, dtype),
+        ]
+    )
+    s = int(settings.steps_per_cycle)
+    return TuningResult(
+        CyclicalSchedule(cyclical_step_sizes(final.alpha_max, final.alpha_min, s), balancing),
+        final.alpha_max,
+        final.alpha_min,
+        final.accept_at_max,
+        final.accept_at_min,
+        final.num_steps,
+    )
+
+
 def tune_schedule(
     rng_key,
     states: ChainState,
@@ -406,219 +761,23 @@ def tune_schedule(
         result.schedule.step_sizes, result.schedule.balancing
     """
     settings = resolve_settings(settings, variables)
-    jump_rule = settings.alpha_max_rule == "jump"
     dtype = jnp.result_type(float)
-    s = int(settings.steps_per_cycle)
-    target = settings.target_accept_prob
-    alpha_fractions = jnp.linspace(0.0, 1.0, int(settings.num_alpha_candidates), dtype=dtype)
-    beta_fractions = jnp.linspace(0.0, 1.0, int(settings.num_beta_candidates), dtype=dtype)
-
-    # Alg. 3's burn-in: free moves at (alpha_ceil, beta_max), then whole MH cycles of the naive
-    # schedule.
-    num_free = int(settings.num_burnin)
-    num_cycle_steps = s * (int(settings.num_burnin_mh) // s)
-    cycle_positions = jnp.arange(num_cycle_steps) % s
-    burnin_alphas = jnp.concatenate(
-        [
-            jnp.full((num_free,), settings.alpha_ceil, dtype),
-            cyclical_step_sizes(settings.alpha_ceil, settings.alpha_floor, s)[cycle_positions],
-        ]
+    setup = _TunerSetup(
+        settings,
+        jnp.linspace(0.0, 1.0, int(settings.num_alpha_candidates), dtype=dtype),
+        jnp.linspace(0.0, 1.0, int(settings.num_beta_candidates), dtype=dtype),
+        partial(_batch_step, evaluate_fn, variables),
+        partial(_hold, dtype),
     )
-    burnin_betas = jnp.concatenate(
-        [
-            jnp.full((num_free,), settings.beta_max, dtype),
-            cosine_balancing(settings.beta_max, settings.beta_min, s)[cycle_positions],
-        ]
-    )
-    plan = _step_plan(settings, num_free + num_cycle_steps)
-    num_plan_steps = plan.phase.shape[0]
-    pad = num_plan_steps - (num_free + num_cycle_steps)
-    burnin_alphas = jnp.concatenate([burnin_alphas, jnp.zeros((pad,), dtype)])
-    burnin_betas = jnp.concatenate([burnin_betas, jnp.zeros((pad,), dtype)])
-
-    def batch_step(key, batch, alpha, beta, mh):
-        keys = jax.random.split(key, jax.tree.leaves(batch.log_density)[0].shape[0])
-        new_batch, accept_prob, jump = jax.vmap(
-            lambda k, state: acs_transition(k, state, alpha, beta, evaluate_fn, variables, mh)
-        )(keys, batch)
-        return new_batch, jnp.mean(accept_prob), jnp.mean(jump)
-
-    def hold(key, batch, alpha, beta, mh):
-        return batch, jnp.zeros((), dtype), jnp.zeros((), dtype)
-
-    # Every phase runs in this one loop of single MH steps, with one copy of the ACS step to
-    # compile (three separate loops took about three times as long to compile).
-    def one_step(state, inputs):
-        key, step, burnin_alpha, burnin_beta = inputs
-        phase = step.phase
-        searching = (phase == _SEARCH_ALPHA_MIN) | (phase == _SEARCH_ALPHA_MAX)
-        search_maximum = phase == _SEARCH_ALPHA_MAX
-        balancing = phase == _BALANCING
-
-        # Alg. 4, multiplicative form: down from alpha_ceil for alpha_max, up from alpha_floor
-        # for alpha_min, by zeta |rho* - rho|, trying t candidates between bound and proposal.
-        shift = settings.zeta * jnp.abs(target - state.accept)
-        proposal = jnp.where(
-            search_maximum, state.bound * (1.0 - shift), state.bound * (1.0 + shift)
-        )
-        fraction = alpha_fractions[jnp.minimum(step.candidate, alpha_fractions.shape[0] - 1)]
-        search_alpha = jnp.where(
-            search_maximum,
-            proposal + (state.bound - proposal) * fraction,
-            state.bound + (proposal - state.bound) * fraction,
-        )
-        # Alg. 5: entry k of the corrected eq. 7 cycle, beta from beta_min to the previous
-        # entry's beta (so the schedule is non-increasing, eq. 8).
-        entry_alpha = cyclical_step_sizes(state.alpha_max, state.alpha_min, s)[step.entry + 1]
-        entry_beta = (
-            settings.beta_min
-            + (state.beta_ceiling - settings.beta_min)
-            * (beta_fractions[jnp.minimum(step.candidate, beta_fractions.shape[0] - 1)])
-        )
-        alpha = jnp.where(searching, search_alpha, jnp.where(balancing, entry_alpha, burnin_alpha))
-        beta = jnp.where(
-            searching,
-            jnp.where(search_maximum, settings.beta_max, settings.beta_min),
-            jnp.where(balancing, entry_beta, burnin_beta),
-        )
-        # A search stops once it reaches rho*; entries clipped to alpha_min are the exploitation
-        # phase and keep beta_min.
-        active = jnp.where(
-            searching, ~state.done, jnp.where(balancing, entry_alpha > state.alpha_min, True)
-        )
-
-        round_start = _where(step.round_first, state.batch, state.round_start)
-        source = _where(step.first, round_start, state.batch)
-        batch, accept_prob, jump = jax.lax.cond(
-            active, batch_step, hold, key, source, alpha, beta, phase != _FREE_BURNIN
-        )
-        accept_total = jnp.where(step.first, 0.0, state.accept_total) + accept_prob
-        jump_total = jnp.where(step.first, 0.0, state.jump_total) + jump
-
-        # A candidate is complete: keep it if it is the round's best so far. Searches keep the
-        # acceptance closest to rho* (probabilities, not 0/1 accepts), upward ties
-        # going to the candidate farthest along (where no candidate moves, every one accepts
-        # with probability 1, and the search must still leave alpha_floor); balancing keeps the
-        # highest acceptance.
-        candidate_accept = accept_total / settings.test_steps
-        candidate_jump = jump_total / settings.test_steps
-        value = jnp.where(balancing, entry_beta, search_alpha)
-        score = jnp.where(balancing, -candidate_accept, jnp.abs(candidate_accept - target))
-        better = jnp.where(
-            phase == _SEARCH_ALPHA_MIN, score <= state.best_score, score < state.best_score
-        )
-        take = step.last & ((step.candidate == 0) | better)
-        best_batch = _where(take, batch, state.best_batch)
-        best_score = jnp.where(take, score, state.best_score)
-        best_value = jnp.where(take, value, state.best_value)
-        best_accept = jnp.where(take, candidate_accept, state.best_accept)
-        # The jump rule's alpha_max: the tried candidate with the largest expected squared jump.
-        jump_best = _where(
-            step.last & search_maximum & active & (candidate_jump > state.jump_best[2]),
-            (search_alpha, candidate_accept, candidate_jump),
-            state.jump_best,
-        )
-
-        # The round is complete: move the chains to its best candidate's states.
-        round_moves = step.round_last & active
-        batch = _where(round_moves, best_batch, batch)
-        search_moves = round_moves & searching
-        bound = jnp.where(search_moves, best_value, state.bound)
-        accept = jnp.where(search_moves, best_accept, state.accept)
-        # The search only moves one way, so once the acceptance has reached rho* it stops:
-        # noise would otherwise push it past the target with no way back (the reference
-        # code's early stop).
-        reached = jnp.where(search_maximum, accept >= target, accept <= target)
-        done = state.done | (search_moves & reached)
-        entry_done = step.round_last & balancing
-        entry_beta_tuned = jnp.where(active, best_value, settings.beta_min)
-        balancing_betas = jnp.where(
-            entry_done, state.balancing.at[step.entry].set(entry_beta_tuned), state.balancing
-        )
-        beta_ceiling = jnp.where(entry_done, entry_beta_tuned, state.beta_ceiling)
-
-        # A search is complete.
-        min_found = step.phase_last & (phase == _SEARCH_ALPHA_MIN)
-        alpha_min = jnp.where(min_found, bound, state.alpha_min)
-        accept_at_min = jnp.where(min_found, accept, state.accept_at_min)
-        max_found = step.phase_last & search_maximum
-        found, found_accept = (jump_best[0], jump_best[1]) if jump_rule else (bound, accept)
-        # Where rho* is reached only at tiny steps (a near-deterministic conditional: no move
-        # is likely), the downward search can end below alpha_min; the cycle is then constant.
-        alpha_max = jnp.where(max_found, jnp.maximum(found, alpha_min), state.alpha_max)
-        accept_at_max = jnp.where(max_found, found_accept, state.accept_at_max)
-        # The alpha_max search starts where the alpha_min search ended.
-        bound = jnp.where(min_found, settings.alpha_ceil, bound)
-        accept = jnp.where(min_found, 0.0, accept)
-        done = jnp.where(min_found, False, done)
-
-        return _TunerState(
-            batch,
-            round_start,
-            best_batch,
-            accept_total,
-            jump_total,
-            best_score,
-            best_value,
-            best_accept,
-            bound,
-            accept,
-            done,
-            jump_best,
-            alpha_min,
-            accept_at_min,
-            alpha_max,
-            accept_at_max,
-            beta_ceiling,
-            balancing_betas,
-            state.num_steps + active.astype(jnp.int32),
-        ), None
-
-    zero = jnp.zeros((), dtype)
-    initial = _TunerState(
-        batch=states,
-        round_start=states,
-        best_batch=states,
-        accept_total=zero,
-        jump_total=zero,
-        best_score=zero,
-        best_value=zero,
-        best_accept=zero,
-        bound=jnp.asarray(settings.alpha_floor, dtype),
-        accept=zero,
-        done=jnp.zeros((), bool),
-        jump_best=(jnp.asarray(settings.alpha_ceil, dtype), zero, jnp.full((), -1.0, dtype)),
-        alpha_min=jnp.asarray(settings.alpha_floor, dtype),
-        accept_at_min=zero,
-        alpha_max=jnp.asarray(settings.alpha_ceil, dtype),
-        accept_at_max=zero,
-        beta_ceiling=jnp.asarray(settings.beta_max, dtype),
-        balancing=jnp.zeros((max(s - 2, 0),), dtype),
-        num_steps=jnp.zeros((), jnp.int32),
-    )
+    plan, burnin_alphas, burnin_betas = _loop_inputs(settings, dtype)
     final, _ = jax.lax.scan(
-        one_step,
-        initial,
+        partial(_tuner_step, setup),
+        _initial_tuner_state(settings, states, dtype),
         (
-            jax.random.split(rng_key, num_plan_steps),
+            jax.random.split(rng_key, plan.phase.shape[0]),
             jax.tree.map(jnp.asarray, plan),
             burnin_alphas,
             burnin_betas,
         ),
     )
-    balancing = jnp.concatenate(
-        [
-            jnp.full((1,), settings.beta_max, dtype),
-            final.balancing,
-            jnp.full((1,), settings.beta_min, dtype),
-        ]
-    )
-    result = TuningResult(
-        CyclicalSchedule(cyclical_step_sizes(final.alpha_max, final.alpha_min, s), balancing),
-        final.alpha_max,
-        final.alpha_min,
-        final.accept_at_max,
-        final.accept_at_min,
-        final.num_steps,
-    )
-    return result, final.batch
+    return _tuning_result(settings, final, dtype), final.batch

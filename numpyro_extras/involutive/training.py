@@ -16,6 +16,7 @@ import functools
 import math
 import time
 import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -382,35 +383,21 @@ def train_ai_sampler(
 ) -> InvolutiveProposal:
     """Train the Ai-sampler's involution on a model (the paper's Algorithm 1).
 
-    1. Seed data: ``seed_chains`` NUTS chains from dispersed starts on the unconstrained space
-       (or ``init_samples``, for example replica-exchange draws). The position is whitened
-       with the seed data's mean and the Cholesky factor of their covariance (``whiten``), and
-       the untrained flow is the swap of position and momentum (``swap``): an independence
-       proposal from the seed data's Gaussian fit, when it accepts often enough on them.
-    2. When the untrained flow accepts at least ``start_acceptance``, on the seed draws or in
-       its first bootstrap epoch (the swap start on a near-Gaussian posterior), no more: the
-       start is kept, and its chains start at seed draws. Else
-       ``seed_epochs`` epochs on the seed data, then up to ``epochs - seed_epochs`` bootstrap
-       epochs (fewer when ``patience`` of them in a row bring no better acceptance than the best
-       of them so far, or when the acceptance has fallen below half its best, at least 0.1, for
-       ``DECLINE_PATIENCE`` epochs in a row), each on ``num_chains x num_kept`` fresh draws of
-       the current kernel (exact Metropolis-Hastings, chains continuing from epoch to epoch
-       from seed draws). An epoch shuffles its data into minibatches; per minibatch
-       ``kernel_steps`` Adam updates of the flow, then ``discriminator_steps`` of the
-       discriminator (eq. 23).
-    3. The flow whose bootstrap accepted most is returned, frozen; the discriminator is dropped.
-    4. Chains of the trained kernel started at the NUTS seed chains' last states keep 1000
-       steps (the bootstrap's chains, in blocks). An involution pairs regions, and can tie a
-       heavy mode to one light mode and leave a third unreached; where the seed chains found
-       several modes, the kernel with three quarters of its steps proposed from a Gaussian
-       mixture over them (:func:`seed_mixture`) runs too, and the one whose chains agree and
-       know the modes' weights best is kept. Where they found one, the plain swap is mixed in
-       only when the map's chains disagree.
+    Seed draws (``seed_chains`` NUTS chains from dispersed starts on the unconstrained space, or
+    ``init_samples``, for example replica-exchange draws) standardise the position and choose
+    the untrained flow (``swap``). Unless it already accepts ``start_acceptance`` of its
+    proposals, ``seed_epochs`` epochs train on the seed draws, then up to
+    ``epochs - seed_epochs`` bootstrap epochs on fresh draws of the current kernel (exact
+    Metropolis-Hastings), each a pass of Adam updates of the flow and the discriminator
+    (eq. 23). The flow whose bootstrap accepted most is returned, frozen; the discriminator is
+    dropped. A mixing check of chains from the NUTS seed chains' last states then chooses
+    whether a share of the steps propose from a Gaussian mixture over the modes those found
+    (:func:`seed_mixture`), or from their widened Gaussian fit (:func:`seed_fit`), instead.
 
     The losses never evaluate the target, so a mode that no seed draw visits cannot be learned:
     seed widely (more ``seed_chains``, a larger ``seed_radius``, or ``init_samples`` from a
     sampler that crosses between modes). Training warns when the kernel's bootstrap acceptance
-    stays below 5% (it then barely moves), and when the check of step 4 still fails with the
+    stays below 5% (it then barely moves), and when the mixing check still fails with the
     swap mixed in: the kernel then does not move between the modes the seed chains found, and
     a run's mode weights are off even where its own chains agree.
 
@@ -433,8 +420,9 @@ def train_ai_sampler(
     :param float swap_probability: the share of the sampler's steps that propose with the plain
         swap instead of the learned map (see
         :class:`~numpyro_extras.involutive.networks.InvolutionConfig`), skipping the choice of
-        step 4 (its check still warns). By default chosen by step 4: 0, or 0.75 with the seed
-        modes' mixture or the plain swap.
+        the mixing check (its check still warns). By default chosen by the mixing check: 0,
+        0.75 with the seed modes' mixture or the plain swap, or 0.25 with the seed draws'
+        widened Gaussian fit where the seed chains found one region.
     :param bool whiten: standardise with the Cholesky factor of the seed draws' covariance
         (``False``: their per-coordinate standard deviations).
     :param bool progress_bar: show the pilot run's and the training's progress.
@@ -464,48 +452,114 @@ def train_ai_sampler(
     # Compiled once here, the potential is not traced op by op wherever it runs outside a jit
     # (the pilot's checks of its starts and NUTS's set-up).
     potential_fn = quick_jit(flat_model.potential_fn)
+    pilot, seed = _seed_draws(
+        seed_key, flat_model, potential_fn, init_samples, settings, progress_bar
+    )
+    loc, scale = _standardization(seed, whiten)
+    swap, start_rate = _chosen_start(init_key, swap, seed, loc, scale, potential_fn)
+    settings = settings.for_start(swap)
+    config = InvolutionConfig(flat_model.dimension, num_layers, hidden, discriminator_hidden, swap)
+    proposal, training = _training_programs(
+        init_key, config, settings, site_shapes(flat_model), potential_fn, seed, loc, scale
+    )
+    run = _run_epochs(rng_key, training, settings, start_rate, progress_bar)
+    seed_evaluations = 0 if pilot is None else pilot.gradient_evaluations
+    history = _history(run, start_rate, seed_evaluations, time.perf_counter() - start)
+    proposal = proposal.replace(params=_best_flow(run), starts=run.positions, history=history)
+    seed_draws = None if pilot is None else pilot.draws.astype(flat_model.initial_position.dtype)
+    return _checked_proposal(
+        proposal, seed_draws, potential_fn, rng_key, settings, swap_probability, training.bootstrap
+    )
+
+
+def _seed_draws(rng_key, flat_model, potential_fn, init_samples, settings, progress_bar):
+    """The seed draws: those of ``seed_chains`` pilot NUTS chains from dispersed starts, or
+    ``init_samples``.
+
+    :param rng_key: the pilot run's key.
+    :param flat_model: the target, from :func:`~numpyro_extras.potential.flat_target`.
+    :param potential_fn: its compiled potential.
+    :param init_samples: the user's seed draws, or ``None`` for the pilot run.
+    :param TrainingSettings settings: the pilot's settings (``seed_chains``, ...).
+    :param bool progress_bar: show the pilot run's progress.
+    :return: ``(pilot, seed)``: the pilot run (``None`` with ``init_samples``) and the seed
+        draws as flat points ``(N, D)`` of the target's dtype.
+    """
     dimension = flat_model.dimension
     dtype = flat_model.initial_position.dtype
-    seed_evaluations = 0
-    if init_samples is None:
-        pilot = dispersed_nuts_draws(
-            seed_key,
-            potential_fn,
-            flat_model.initial_position,
-            num_chains=settings.seed_chains,
-            num_warmup=settings.seed_warmup,
-            num_samples=settings.seed_samples,
-            radius=settings.seed_radius,
-            progress_bar=progress_bar,
-        )
-        seed = jnp.asarray(pilot.draws.reshape(-1, dimension), dtype)
-        seed_evaluations = pilot.gradient_evaluations
-    else:
-        seed = _flat_samples(init_samples, flat_model, dimension, dtype)
-    loc, scale = _standardization(seed, whiten)
-    start_rate = math.nan
-    if swap is None:
-        # fold_in leaves the other keys, and so the training, as they are without the test.
-        start_rate = _swap_acceptance(
-            jax.random.fold_in(init_key, 1), seed, loc, scale, potential_fn
-        )
-        swap = start_rate >= SWAP_ACCEPTANCE
-    settings = settings.for_start(swap)
+    if init_samples is not None:
+        return None, _flat_samples(init_samples, flat_model, dimension, dtype)
+    pilot = dispersed_nuts_draws(
+        rng_key,
+        potential_fn,
+        flat_model.initial_position,
+        num_chains=settings.seed_chains,
+        num_warmup=settings.seed_warmup,
+        num_samples=settings.seed_samples,
+        radius=settings.seed_radius,
+        progress_bar=progress_bar,
+    )
+    return pilot, jnp.asarray(pilot.draws.reshape(-1, dimension), dtype)
 
-    config = InvolutionConfig(dimension, num_layers, hidden, discriminator_hidden, swap)
+
+def _chosen_start(rng_key, swap, seed, loc, scale, potential_fn):
+    """The flow's start: ``swap`` as given, or by default the swap of position and momentum
+    when it accepts at least ``SWAP_ACCEPTANCE`` of its proposals from the seed draws.
+
+    :param rng_key: the networks' initialisation key; the test runs on a key folded from it.
+    :param swap: the user's choice, or ``None``.
+    :param seed: the seed draws ``(N, D)``, with their standardisation ``loc`` and ``scale``.
+    :param potential_fn: the target's potential.
+    :return: ``(swap, start_rate)``: the start, and the swap's acceptance on the seed draws
+        (NaN when ``swap`` was given).
+    """
+    if swap is not None:
+        return swap, math.nan
+    # fold_in leaves the other keys, and so the training, as they are without the test.
+    start_rate = _swap_acceptance(jax.random.fold_in(rng_key, 1), seed, loc, scale, potential_fn)
+    return start_rate >= SWAP_ACCEPTANCE, start_rate
+
+
+class _Training(NamedTuple):
+    """The state a training starts from and the compiled programs its epochs run.
+
+    :param networks: ``(flow, discriminator, flow optimiser, discriminator optimiser)``.
+    :param positions: the bootstrap chains' starts, seed draws ``(num_chains, D)``.
+    :param seed_standardized: the seed draws in standardised coordinates, shuffled and topped
+        up to fill the seed epochs' batches.
+    :param seed_shape: ``(batches, size)`` of a seed epoch's minibatches.
+    :param kept_shape: the same for a bootstrap epoch.
+    :param train: ``(networks, batches) -> (networks, losses)``, one pass of updates.
+    :param batches: :func:`_extended_batches`, compiled.
+    :param bootstrap: ``(flow_params, positions, rng_key) -> (positions, standardized,
+        accept_rate, kept)``, the bootstrap chains and their draws, standardised too.
+    """
+
+    networks: tuple
+    positions: jax.Array
+    seed_standardized: jax.Array
+    seed_shape: tuple
+    kept_shape: tuple
+    train: Callable
+    batches: Callable
+    bootstrap: Callable
+
+
+def _training_programs(init_key, config, settings, sites, potential_fn, seed, loc, scale):
+    """The untrained proposal and networks, the bootstrap chains' starts and the compiled
+    programs of the training's epochs.
+
+    :param init_key: the networks' initialisation key.
+    :param InvolutionConfig config: the flow's configuration, for the start chosen.
+    :param TrainingSettings settings: the settings, for the start chosen.
+    :param sites: the model's site shapes, kept on the proposal.
+    :param potential_fn: the target's potential.
+    :param seed: the seed draws ``(N, D)``, with their standardisation ``loc`` and ``scale``.
+    :return: ``(proposal, training)``: the untrained proposal and a :class:`_Training`.
+    """
+    dimension = config.dimension
     init_optimizers, train = _trainer(config, settings)
-    sites = site_shapes(flat_model)
-    # The batches are made apart from the updates, and of one shape for the seed draws and the
-    # bootstrap draws when they need as many, so that one compiled update serves every epoch;
-    # fewer seed draws than bootstrap draws are then topped up with repeats of some of them, so
-    # that one compiled batching serves too.
-    num_kept_points = settings.num_chains * settings.num_kept
-    seed_shape = _batch_shape(seed.shape[0], settings.batch_size)
-    kept_shape = _batch_shape(num_kept_points, settings.batch_size)
-    seed_rows = seed.shape[0]
-    if seed_shape[0] == kept_shape[0]:
-        seed_shape = kept_shape = (kept_shape[0], max(seed_shape[1], kept_shape[1]))
-        seed_rows = max(seed_rows, num_kept_points)
+    seed_shape, kept_shape, seed_rows = _batch_shapes(seed.shape[0], settings)
 
     @quick_jit
     def initial_networks(init_key, loc, scale, seed):
@@ -526,9 +580,6 @@ def train_ai_sampler(
         return proposal, networks, seed_standardized, positions
 
     proposal, networks, seed_standardized, positions = initial_networks(init_key, loc, scale, seed)
-    # The updates and the flow's chains run for seconds: LLVM's optimisation pays there.
-    train = quick_jit(train, optimize=True)
-    batches = quick_jit(_extended_batches, static_argnums=(2, 3))
     run_bootstrap = _bootstrap(proposal, potential_fn, settings)
 
     @functools.partial(quick_jit, optimize=True)
@@ -537,22 +588,83 @@ def train_ai_sampler(
         standardized = proposal.standardize(kept.reshape(-1, dimension))
         return positions, standardized, accept_rate, kept
 
-    def learned_check_draws(flow_params, starts, rng_key):
-        """The mixing check's draws of the learned map, ``(len(starts), MIXING_CHECK_STEPS,
-        D)``, from the bootstrap's compiled chains: ``num_chains`` chains from ``starts`` (tiled)
-        run blocks of ``burn_in`` steps, then ``num_kept`` kept ones, and the chains started at
-        ``starts`` themselves are returned."""
-        positions = jnp.resize(starts, (settings.num_chains, dimension))
-        blocks = []
-        for block_key in jax.random.split(rng_key, -(-MIXING_CHECK_STEPS // settings.num_kept)):
-            positions, _, _, kept = bootstrap(flow_params, positions, block_key)
-            blocks.append(np.asarray(kept[:, : len(starts)], dtype=np.float64))
-        return np.swapaxes(np.concatenate(blocks)[:MIXING_CHECK_STEPS], 0, 1)
+    # The updates and the flow's chains run for seconds: LLVM's optimisation pays there.
+    return proposal, _Training(
+        networks,
+        positions,
+        seed_standardized,
+        seed_shape,
+        kept_shape,
+        quick_jit(train, optimize=True),
+        quick_jit(_extended_batches, static_argnums=(2, 3)),
+        bootstrap,
+    )
 
+
+def _batch_shapes(num_seed, settings):
+    """The minibatch shapes ``(batches, size)`` of a seed epoch and of a bootstrap epoch, and
+    how many seed draws a seed epoch's batches hold.
+
+    The batches are made apart from the updates, and of one shape for the seed draws and the
+    bootstrap draws when they need as many, so that one compiled update serves every epoch;
+    fewer seed draws than bootstrap draws are then topped up with repeats of some of them, so
+    that one compiled batching serves too.
+
+    :param int num_seed: the number of seed draws.
+    :param TrainingSettings settings: the settings (``num_chains``, ``num_kept``,
+        ``batch_size``).
+    :return: ``(seed_shape, kept_shape, seed_rows)``.
+    """
+    num_kept_points = settings.num_chains * settings.num_kept
+    seed_shape = _batch_shape(num_seed, settings.batch_size)
+    kept_shape = _batch_shape(num_kept_points, settings.batch_size)
+    seed_rows = num_seed
+    if seed_shape[0] == kept_shape[0]:
+        seed_shape = kept_shape = (kept_shape[0], max(seed_shape[1], kept_shape[1]))
+        seed_rows = max(seed_rows, num_kept_points)
+    return seed_shape, kept_shape, seed_rows
+
+
+class _EpochsRun(NamedTuple):
+    """What the training's epochs leave: the last ``networks``, the bootstrap chains' last
+    ``positions``, per epoch ``outputs`` ``(acceptance, flow loss, discriminator loss)``, the
+    flow whose bootstrap accepted most (``best_params``, ``best_rate``) and why training ended
+    (``stopped``, as :class:`TrainingHistory` gives it)."""
+
+    networks: tuple
+    positions: jax.Array
+    outputs: list
+    best_params: object
+    best_rate: float
+    stopped: str
+
+
+def _run_epochs(rng_key, training, settings, start_rate, progress_bar):
+    """Run the training's epochs: ``seed_epochs`` on the seed draws, then bootstrap epochs,
+    each on ``num_chains x num_kept`` fresh draws of the current kernel (exact
+    Metropolis-Hastings, chains continuing from epoch to epoch from seed draws). An epoch
+    shuffles its data into minibatches; per minibatch ``kernel_steps`` Adam updates of the
+    flow, then ``discriminator_steps`` of the discriminator.
+
+    When the untrained flow accepts at least ``start_acceptance``, on the seed draws
+    (``start_rate``) or in the first bootstrap epoch, training ends before any update. It ends
+    early when ``patience`` bootstrap epochs in a row bring no better acceptance than the best
+    of them so far, or when the acceptance has fallen below half its best, at least 0.1, for
+    ``DECLINE_PATIENCE`` epochs in a row (:func:`declined_epochs`).
+
+    :param rng_key: the epochs' key, split once per epoch.
+    :param _Training training: the networks and chains to start from, and the programs.
+    :param TrainingSettings settings: the settings, for the start chosen.
+    :param float start_rate: the swap start's acceptance on the seed draws (NaN when untested).
+    :param bool progress_bar: show the epochs' progress.
+    :return: :class:`_EpochsRun`.
+    """
+    train, batches, bootstrap = training.train, training.batches, training.bootstrap
+    seed_standardized = training.seed_standardized
     # The flow kept is the one whose bootstrap accepted most (the reference code's checkpoint
     # choice): adversarial updates do not raise the acceptance monotonically, and the flow of the
     # last update has never been run.
-    best = {"params": networks[0], "rate": -math.inf}
+    best = {"params": training.networks[0], "rate": -math.inf}
     progress = {"trained_rate": -math.inf, "stalled": 0, "declined": 0, "stopped": "epochs"}
     # The swap test has measured the start's acceptance at the seed draws: the stationary
     # acceptance that a first bootstrap epoch would estimate.
@@ -568,7 +680,7 @@ def train_ai_sampler(
         # The first epoch also runs the untrained flow, so that a good start (the swap) is a
         # candidate even when the seed epochs spoil it.
         if seed_epoch and epoch > 0:
-            data = batches(train_key, seed_standardized, *seed_shape)
+            data = batches(train_key, seed_standardized, *training.seed_shape)
             networks, losses = train(networks, data)
             return (networks, positions, key), (np.nan, *losses)
         positions, kept, accept_rate, _ = bootstrap(networks[0], positions, bootstrap_key)
@@ -585,9 +697,9 @@ def train_ai_sampler(
             else:
                 progress["stalled"] += 1
         if seed_epoch:
-            data = batches(train_key, seed_standardized, *seed_shape)
+            data = batches(train_key, seed_standardized, *training.seed_shape)
         else:
-            data = batches(train_key, kept, *kept_shape)
+            data = batches(train_key, kept, *training.kept_shape)
         networks, losses = train(networks, data)
         return (networks, positions, key), (accept_rate, *losses)
 
@@ -603,53 +715,119 @@ def train_ai_sampler(
 
     (networks, positions, _), outputs = run_chunks(
         run_epoch,
-        (networks, positions, rng_key),
+        (training.networks, training.positions, rng_key),
         epochs(),
         total=settings.epochs,
         description="training the Ai-sampler",
         progress_bar=progress_bar,
         postfix=lambda output: {"acceptance": f"{float(output[0]):.2f}"},
     )
-    columns = tuple(zip(*outputs, strict=True)) or ((start_rate,), (np.nan,), (np.nan,))
+    return _EpochsRun(
+        networks, positions, outputs, best["params"], best["rate"], progress["stopped"]
+    )
+
+
+def _history(run, start_rate, seed_evaluations, seconds):
+    """The :class:`TrainingHistory` of a training.
+
+    :param _EpochsRun run: the epochs run; with none, the history holds ``start_rate``.
+    :param float start_rate: the swap start's acceptance on the seed draws.
+    :param int seed_evaluations: the pilot run's gradient evaluations.
+    :param float seconds: the training's wall time.
+    :return: :class:`TrainingHistory`.
+    """
+    columns = tuple(zip(*run.outputs, strict=True)) or ((start_rate,), (np.nan,), (np.nan,))
     accept_rates, kernel_losses, discriminator_losses = (
         tuple(float(value) for value in column) for column in columns
     )
-    history = TrainingHistory(
+    return TrainingHistory(
         accept_rates,
         kernel_losses,
         discriminator_losses,
         seed_evaluations,
-        time.perf_counter() - start,
-        progress["stopped"],
+        seconds,
+        run.stopped,
     )
-    flow_params, best_rate = best["params"], best["rate"]
-    if not math.isfinite(best_rate):
-        flow_params = networks[0]
-    elif best_rate < LOW_ACCEPTANCE:
+
+
+def _best_flow(run):
+    """The flow parameters to keep: those whose bootstrap accepted most, or the last ones when
+    no bootstrap ran; warns, at the caller of :func:`train_ai_sampler`, when the best accepts
+    less than ``LOW_ACCEPTANCE``.
+
+    :param _EpochsRun run: the epochs run.
+    :return: the flow's parameters.
+    """
+    if not math.isfinite(run.best_rate):
+        return run.networks[0]
+    if run.best_rate < LOW_ACCEPTANCE:
         warnings.warn(
-            f"The trained Ai-sampler accepts {best_rate:.1%} of its proposals in its best "
+            f"The trained Ai-sampler accepts {run.best_rate:.1%} of its proposals in its best "
             "bootstrap epoch: it will barely move. Train longer (epochs), seed it with draws "
             "closer to the posterior (init_samples), or use another kernel.",
-            stacklevel=2,
+            stacklevel=3,
         )
-    proposal = proposal.replace(params=flow_params, starts=positions, history=history)
+    return run.best_params
+
+
+def _checked_proposal(
+    proposal, seed_draws, potential_fn, rng_key, settings, swap_probability, bootstrap
+):
+    """The trained proposal with the user's ``swap_probability``, after the mixing check from
+    the pilot chains' last states (:func:`_mixing_checked`), which may mix in independence
+    proposals where ``swap_probability`` is not given, and warns at the caller of
+    :func:`train_ai_sampler`. With ``init_samples`` (no pilot draws) there is no check.
+
+    :param InvolutiveProposal proposal: the trained proposal.
+    :param seed_draws: the pilot NUTS chains' draws ``(chains, draws, D)``, or ``None``.
+    :param potential_fn: the target's potential.
+    :param rng_key: the epochs' key; the check runs on a key folded from it.
+    :param TrainingSettings settings: the training's settings.
+    :param swap_probability: the user's share of plain swaps, or ``None``.
+    :param bootstrap: the training's compiled bootstrap (:class:`_Training`).
+    :return: :class:`~numpyro_extras.involutive.networks.InvolutiveProposal`.
+    """
     # The bootstrap's program runs the learned map itself, for at least as many chains as the
     # check starts.
-    learned_draws = learned_check_draws if settings.num_chains >= settings.seed_chains else None
+    learned_draws = None
+    if settings.num_chains >= settings.seed_chains:
+        learned_draws = functools.partial(_learned_check_draws, bootstrap, settings)
     if swap_probability is not None:
         proposal = _with_swap_probability(proposal, swap_probability)
         learned_draws = None
-    if init_samples is None:
-        proposal = _mixing_checked(
-            proposal,
-            potential_fn,
-            pilot.draws.astype(dtype),
-            jax.random.fold_in(rng_key, 1),
-            settings,
-            choose=swap_probability is None,
-            learned_draws=learned_draws,
-        )
-    return proposal
+    if seed_draws is None:
+        return proposal
+    return _mixing_checked(
+        proposal,
+        potential_fn,
+        seed_draws,
+        jax.random.fold_in(rng_key, 1),
+        settings,
+        choose=swap_probability is None,
+        learned_draws=learned_draws,
+        stacklevel=4,
+    )
+
+
+def _learned_check_draws(bootstrap, settings, flow_params, starts, rng_key):
+    """The mixing check's draws of the learned map, ``(len(starts), MIXING_CHECK_STEPS, D)``,
+    from the bootstrap's compiled chains: ``num_chains`` chains from ``starts`` (tiled) run
+    blocks of ``burn_in`` steps, then ``num_kept`` kept ones, and the chains started at
+    ``starts`` themselves are returned.
+
+    :param bootstrap: the training's compiled bootstrap (:class:`_Training`).
+    :param TrainingSettings settings: the training's settings.
+    :param flow_params: the learned map's parameters.
+    :param starts: the check chains' starts ``(chains, D)``.
+    :param rng_key: the check's key, split once per block.
+    :return: the draws, as NumPy float64.
+    """
+    positions = jnp.resize(starts, (settings.num_chains, starts.shape[1]))
+    blocks = []
+    for block_key in jax.random.split(rng_key, -(-MIXING_CHECK_STEPS // settings.num_kept)):
+        positions, _, _, kept = bootstrap(flow_params, positions, block_key)
+        blocks.append(np.asarray(kept[:, : len(starts)], dtype=np.float64))
+    return np.swapaxes(np.concatenate(blocks)[:MIXING_CHECK_STEPS], 0, 1)
 
 
 def declined_epochs(count: int, rate: float, best_rate: float) -> int:
@@ -781,7 +959,14 @@ def _mode_weight_ess(draws, mixture):
 
 
 def _mixing_checked(
-    proposal, potential_fn, seed_draws, rng_key, settings, choose=True, learned_draws=None
+    proposal,
+    potential_fn,
+    seed_draws,
+    rng_key,
+    settings,
+    choose=True,
+    learned_draws=None,
+    stacklevel=3,
 ):
     """``proposal``, or it with independence proposals mixed in, after the mixing check: chains
     of the kernel started at the NUTS seed chains' last states (each in the region, or mode, its
@@ -802,6 +987,7 @@ def _mixing_checked(
     :param learned_draws: ``(flow_params, starts, rng_key) -> draws`` of ``proposal``'s own
         kernel, as :func:`_check_draws` gives them, from a program already compiled (the
         training's bootstrap chains); ``None`` compiles one.
+    :param int stacklevel: the warning's, counted from this function (3: its caller's caller).
     """
     starts = jnp.asarray(seed_draws[:, -1, :])
     modes = seed_mixture(seed_draws) if choose else None
@@ -840,7 +1026,7 @@ def _mixing_checked(
             "independence proposals from a fit of the seed draws mixed in, so the mode weights "
             "of its runs will be off, even where their chains agree. Train longer (epochs), or "
             "use a kernel that crosses between modes (nx.ReplicaExchange).",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     return proposal
 

@@ -9,9 +9,11 @@ model's flat potential (the objective of NumPyro's autoguides under ``Trace_ELBO
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -123,7 +125,7 @@ def _scale_tril(raw_scale, unit_lower):
     return scale[:, None] * unit
 
 
-# The fixed-point steps that finish a fit Adam left unsettled (see ``polish`` below): their
+# The fixed-point steps that finish a fit Adam left unsettled (see ``_polish`` below): their
 # number, the draws their expectations average over, the draws that judge them, and the largest
 # dimension where a Hessian per draw is cheap.
 POLISH_STEPS = 3
@@ -156,44 +158,11 @@ def _variational_fitter(flat_model, full_rank, settings):
     dtype = flat_model.initial_position.dtype
     num_lower = dimension * (dimension - 1) // 2 if full_rank else 0
     optimizer = optax.scale_by_adam()
-    learning_rate = settings["learning_rate"]
-    # exp(raw) = 0.1, the autoguides' init_scale.
-    initial_raw_scale = math.log(0.1)
-
-    def negative_elbo(params, rng_key, num_particles):
-        loc, raw_scale, unit_lower = params
-        scale_tril = _scale_tril(raw_scale, unit_lower)
-        noise = jax.random.normal(rng_key, (num_particles, dimension), dtype)
-        potentials = jax.vmap(potential_fn)(loc + noise @ scale_tril.T)
-        # log q at each draw, as Trace_ELBO scores the guide's samples: when q is close to the
-        # target, phi + log q varies far less between draws than phi alone. The draw is
-        # loc + L noise, so log q = log N(noise; 0, I) - log det L.
-        log_q = jnp.sum(norm.logpdf(noise), axis=-1) - jnp.sum(jnp.log(jnp.diagonal(scale_tril)))
-        return jnp.mean(potentials + log_q)
-
-    def start_state(loc, rng_key):
-        params = (
-            loc,
-            jnp.full((dimension,), initial_raw_scale, dtype),
-            jnp.zeros((num_lower,), dtype),
-        )
-        return params, optimizer.init(params), rng_key
-
-    def one_step(state, progress):
-        params, optimizer_state, rng_key = state
-        rng_key, step_key = jax.random.split(rng_key)
-        loss, gradients = jax.value_and_grad(negative_elbo)(
-            params, step_key, settings["num_particles"]
-        )
-        directions, optimizer_state = optimizer.update(gradients, optimizer_state)
-        # A step size cosine-decayed to a hundredth over the fit's steps: large first steps
-        # cross a correlated posterior in a few hundred steps, small last ones settle the fit
-        # where a constant step size leaves Adam's iterate wandering about the optimum.
-        decay = 0.01 + 0.495 * (1.0 + jnp.cos(jnp.pi * progress))
-        params = jax.tree.map(
-            lambda value, direction: value - learning_rate * decay * direction, params, directions
-        )
-        return (params, optimizer_state, rng_key), loss
+    negative_elbo = functools.partial(_negative_elbo, potential_fn, dimension, dtype)
+    one_step = functools.partial(
+        _adam_step, negative_elbo, optimizer, settings["learning_rate"], settings["num_particles"]
+    )
+    start_state = functools.partial(_start_state, optimizer, dimension, num_lower, dtype)
 
     num_steps = settings["num_steps"]
     # The steps run in compiled chunks so that a progress bar can report between them.
@@ -204,56 +173,9 @@ def _variational_fitter(flat_model, full_rank, settings):
         # progress: each step's share of the fit's steps done, the same for every fit.
         return jax.lax.scan(jax.vmap(one_step, (0, None)), states, progress)
 
-    def polish(params):
-        """Fixed-point steps of the Gaussian ELBO's stationarity conditions,
-        ``E_q[grad phi] = 0`` and ``Sigma^-1 = E_q[hess phi]`` (diagonal of it for a diagonal
-        ``q``), with the expectations over fixed draws; each step is kept only where it raises
-        the ELBO on other fixed draws. Adam moves the mean by about its step size whatever the
-        posterior's width, so a posterior much narrower than the last steps is left unresolved;
-        these steps are exact for a Gaussian posterior and scale-free."""
-        noise = jax.random.normal(jax.random.PRNGKey(0), (POLISH_DRAWS, dimension), dtype)
-        # Judged on draws of their own, so that a step fitted to the first draws' noise is not
-        # kept for it.
-        check_noise = jax.random.normal(
-            jax.random.PRNGKey(1), (POLISH_CHECK_DRAWS, dimension), dtype
-        )
-        hessian_fn = jax.vmap(jax.hessian(potential_fn))
-        gaussian_entropy_constant = 0.5 * dimension * (1.0 + math.log(2.0 * math.pi))
-        gradient_fn = jax.vmap(jax.grad(potential_fn))
-
-        def elbo_on_draws(loc, scale_tril):
-            potentials = jax.vmap(potential_fn)(loc + check_noise @ scale_tril.T)
-            entropy = jnp.sum(jnp.log(jnp.diagonal(scale_tril))) + gaussian_entropy_constant
-            return entropy - jnp.mean(potentials)
-
-        def step(fit_params, _):
-            loc, raw_scale, unit_lower = fit_params
-            scale_tril = _scale_tril(raw_scale, unit_lower)
-            draws = loc + noise @ scale_tril.T
-            mean_hessian = jnp.mean(hessian_fn(draws), axis=0)
-            mean_hessian = 0.5 * (mean_hessian + mean_hessian.T)
-            new_loc = loc - jnp.linalg.solve(mean_hessian, jnp.mean(gradient_fn(draws), axis=0))
-            if full_rank:
-                new_tril = jnp.linalg.cholesky(jnp.linalg.inv(mean_hessian))
-                new_raw_scale = jnp.log(jnp.diagonal(new_tril))
-                rows, columns = np.tril_indices(dimension, -1)
-                new_unit_lower = (new_tril / jnp.diagonal(new_tril)[:, None])[rows, columns]
-            else:
-                new_raw_scale = -0.5 * jnp.log(jnp.diagonal(mean_hessian))
-                new_unit_lower = unit_lower
-            candidate = (new_loc, new_raw_scale, new_unit_lower)
-            better = elbo_on_draws(new_loc, _scale_tril(new_raw_scale, new_unit_lower))
-            better = better > elbo_on_draws(loc, scale_tril)
-            keep = better & jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in candidate]))
-            return jax.tree.map(lambda a, b: jnp.where(keep, a, b), candidate, fit_params), None
-
-        polished = jax.lax.scan(step, params, None, length=POLISH_STEPS)[0]
-        check_elbo = elbo_on_draws(polished[0], _scale_tril(*polished[1:]))
-        return polished, check_elbo, check_elbo > elbo_on_draws(params[0], _scale_tril(*params[1:]))
-
     # One fit per program: all fits in one vmapped program (32 fits of a 92-coordinate
     # regression) left the result waiting forever in XLA's CPU runtime, every worker idle.
-    polish_one = quick_jit(polish)
+    polish_one = quick_jit(functools.partial(_polish, potential_fn, full_rank, dimension, dtype))
 
     @quick_jit
     def moments_and_elbos(params, seed):
@@ -268,38 +190,10 @@ def _variational_fitter(flat_model, full_rank, settings):
                 if settings["elbo_particles"]
                 else jnp.zeros((), dtype)
             )
-            return fit_params[0], scale_tril @ scale_tril.T, elbo, unsettled(fit_params)
+            unsettled = _unsettled(potential_fn, dimension, dtype, fit_params)
+            return fit_params[0], scale_tril @ scale_tril.T, elbo, unsettled
 
         return jax.vmap(moments)(params, rng_keys)
-
-    def unsettled(fit_params):
-        """Whether Adam left the fit short of a posterior that is Gaussian on its own scale:
-        along some coordinate, phi's curvature at the fit's mean differs from the fit's
-        conditional precision more than ``UNSETTLED_CURVATURE_RATIO``-fold, and is the same
-        (within ``QUADRATIC_TOLERANCE``) a posterior standard deviation away, so that the
-        fixed-point steps of :func:`polish` apply."""
-        loc = fit_params[0]
-        scale_tril = _scale_tril(*fit_params[1:])
-        identity = jnp.eye(dimension, dtype=dtype)
-        conditional_precision = jnp.diagonal(
-            jax.scipy.linalg.cho_solve((scale_tril, True), identity)
-        )
-        centre = potential_fn(loc)
-
-        def curvature(steps):
-            offsets = jnp.diag(steps)
-            up = jax.vmap(potential_fn)(loc + offsets)
-            down = jax.vmap(potential_fn)(loc - offsets)
-            return (up + down - 2.0 * centre) / steps**2
-
-        near = curvature(0.1 / jnp.sqrt(conditional_precision))
-        positive = near > 0
-        far = curvature(1.0 / jnp.sqrt(jnp.where(positive, near, conditional_precision)))
-        mismatch = jnp.abs(jnp.log(jnp.where(positive, near, 1.0) / conditional_precision))
-        quadratic = jnp.abs(jnp.log(jnp.where(positive & (far > 0), far / near, 0.0))) < jnp.log(
-            QUADRATIC_TOLERANCE
-        )
-        return jnp.any(positive & (far > 0) & quadratic & (mismatch > jnp.log(UNSETTLED_RATIO)))
 
     @quick_jit
     def start_states(starts, seed):
@@ -334,28 +228,223 @@ def _variational_fitter(flat_model, full_rank, settings):
         )
         elbos = precise_elbos if settings["elbo_particles"] else -final_losses.mean(0)
         if np.any(to_polish) and dimension <= MAX_POLISH_DIMENSION:
-            polished, check_elbos, improved = polish_flagged(polish_one, params, to_polish)
-            polished_moments = moments_and_elbos(polished, seed)
-            keep = to_polish & np.asarray(improved)
-            means, covariances = (
-                np.where(keep.reshape((-1,) + (1,) * (np.ndim(old) - 1)), new, old)
-                for new, old in zip(polished_moments[:2], (means, covariances), strict=True)
+            means, covariances, elbos = _polished_moments(
+                polish_one,
+                moments_and_elbos,
+                seed,
+                params,
+                to_polish,
+                (means, covariances, elbos),
+                settings["elbo_particles"],
             )
-            # A polished fit is ranked by its ELBO on the check draws where no precise ELBO
-            # is computed: its last losses were the unpolished fit's.
-            new_elbos = polished_moments[2] if settings["elbo_particles"] else check_elbos
-            elbos = np.where(keep, new_elbos, elbos)
-        means, covariances, elbos = (
-            np.asarray(value, dtype=np.float64) for value in (means, covariances, elbos)
-        )
-        fits = []
-        for index in range(num_fits):
-            values = (elbos[index], means[index], covariances[index], final_losses[:, index])
-            if all(np.all(np.isfinite(value)) for value in values):
-                fits.append(_LocalFit(means[index], covariances[index], float(elbos[index])))
-        return fits
+        return _finite_fits(means, covariances, elbos, final_losses)
 
     return fit
+
+
+def _start_state(optimizer, dimension, num_lower, dtype, loc, rng_key):
+    """A fit's first state ``(params, optimizer_state, rng_key)``: at ``loc``, with the
+    autoguides' initial scale 0.1 and no correlation.
+
+    :param optimizer: ``optax.scale_by_adam()``.
+    :param int dimension: the fit's dimension.
+    :param int num_lower: the entries of its strictly lower factor (0 for a diagonal fit).
+    :param dtype: the parameters' dtype.
+    :param loc: the start.
+    :param rng_key: the fit's key.
+    :return: the state.
+    """
+    # exp(raw) = 0.1, the autoguides' init_scale.
+    initial_raw_scale = math.log(0.1)
+    params = (
+        loc,
+        jnp.full((dimension,), initial_raw_scale, dtype),
+        jnp.zeros((num_lower,), dtype),
+    )
+    return params, optimizer.init(params), rng_key
+
+
+def _negative_elbo(potential_fn, dimension, dtype, params, rng_key, num_particles):
+    """The negative ELBO ``E_q[phi(z) + log q(z)]`` of one Gaussian fit, estimated with
+    ``num_particles`` reparametrised draws.
+
+    :param potential_fn: the flat potential ``phi``.
+    :param int dimension: its dimension.
+    :param dtype: the draws' dtype.
+    :param params: the fit's ``(loc, raw_scale, unit_lower)`` (:func:`_scale_tril`).
+    :param rng_key: the draws' key.
+    :param int num_particles: the draws.
+    :return: the estimate.
+    """
+    loc, raw_scale, unit_lower = params
+    scale_tril = _scale_tril(raw_scale, unit_lower)
+    noise = jax.random.normal(rng_key, (num_particles, dimension), dtype)
+    potentials = jax.vmap(potential_fn)(loc + noise @ scale_tril.T)
+    # log q at each draw, as Trace_ELBO scores the guide's samples: when q is close to the
+    # target, phi + log q varies far less between draws than phi alone. The draw is
+    # loc + L noise, so log q = log N(noise; 0, I) - log det L.
+    log_q = jnp.sum(norm.logpdf(noise), axis=-1) - jnp.sum(jnp.log(jnp.diagonal(scale_tril)))
+    return jnp.mean(potentials + log_q)
+
+
+def _adam_step(negative_elbo, optimizer, learning_rate, num_particles, state, progress):
+    """One Adam step of one fit, its step size cosine-decayed with the fit's ``progress``.
+
+    :param negative_elbo: ``(params, rng_key, num_particles) -> loss``.
+    :param optimizer: ``optax.scale_by_adam()``.
+    :param float learning_rate: the first steps' size.
+    :param int num_particles: the loss's draws per step.
+    :param state: ``(params, optimizer_state, rng_key)``.
+    :param progress: the share of the fit's steps done.
+    :return: ``(state, loss)``.
+    """
+    params, optimizer_state, rng_key = state
+    rng_key, step_key = jax.random.split(rng_key)
+    loss, gradients = jax.value_and_grad(negative_elbo)(params, step_key, num_particles)
+    directions, optimizer_state = optimizer.update(gradients, optimizer_state)
+    # A step size cosine-decayed to a hundredth over the fit's steps: large first steps
+    # cross a correlated posterior in a few hundred steps, small last ones settle the fit
+    # where a constant step size leaves Adam's iterate wandering about the optimum.
+    decay = 0.01 + 0.495 * (1.0 + jnp.cos(jnp.pi * progress))
+    params = jax.tree.map(
+        lambda value, direction: value - learning_rate * decay * direction, params, directions
+    )
+    return (params, optimizer_state, rng_key), loss
+
+
+def _polish(potential_fn, full_rank, dimension, dtype, params):
+    """Fixed-point steps of the Gaussian ELBO's stationarity conditions,
+    ``E_q[grad phi] = 0`` and ``Sigma^-1 = E_q[hess phi]`` (diagonal of it for a diagonal
+    ``q``), with the expectations over fixed draws; each step is kept only where it raises
+    the ELBO on other fixed draws. Adam moves the mean by about its step size whatever the
+    posterior's width, so a posterior much narrower than the last steps is left unresolved;
+    these steps are exact for a Gaussian posterior and scale-free.
+
+    :param potential_fn: the flat potential ``phi``.
+    :param bool full_rank: whether the fit is a full-rank Gaussian.
+    :param int dimension: the potential's dimension.
+    :param dtype: the draws' dtype.
+    :param params: one fit's ``(loc, raw_scale, unit_lower)``.
+    :return: ``(polished_params, check_elbo, improved)``.
+    """
+    noise = jax.random.normal(jax.random.PRNGKey(0), (POLISH_DRAWS, dimension), dtype)
+    # Judged on draws of their own, so that a step fitted to the first draws' noise is not
+    # kept for it.
+    check_noise = jax.random.normal(jax.random.PRNGKey(1), (POLISH_CHECK_DRAWS, dimension), dtype)
+    hessian_fn = jax.vmap(jax.hessian(potential_fn))
+    gaussian_entropy_constant = 0.5 * dimension * (1.0 + math.log(2.0 * math.pi))
+    gradient_fn = jax.vmap(jax.grad(potential_fn))
+
+    def elbo_on_draws(loc, scale_tril):
+        potentials = jax.vmap(potential_fn)(loc + check_noise @ scale_tril.T)
+        entropy = jnp.sum(jnp.log(jnp.diagonal(scale_tril))) + gaussian_entropy_constant
+        return entropy - jnp.mean(potentials)
+
+    def step(fit_params, _):
+        loc, raw_scale, unit_lower = fit_params
+        scale_tril = _scale_tril(raw_scale, unit_lower)
+        draws = loc + noise @ scale_tril.T
+        mean_hessian = jnp.mean(hessian_fn(draws), axis=0)
+        mean_hessian = 0.5 * (mean_hessian + mean_hessian.T)
+        new_loc = loc - jnp.linalg.solve(mean_hessian, jnp.mean(gradient_fn(draws), axis=0))
+        if full_rank:
+            new_tril = jnp.linalg.cholesky(jnp.linalg.inv(mean_hessian))
+            new_raw_scale = jnp.log(jnp.diagonal(new_tril))
+            rows, columns = np.tril_indices(dimension, -1)
+            new_unit_lower = (new_tril / jnp.diagonal(new_tril)[:, None])[rows, columns]
+        else:
+            new_raw_scale = -0.5 * jnp.log(jnp.diagonal(mean_hessian))
+            new_unit_lower = unit_lower
+        candidate = (new_loc, new_raw_scale, new_unit_lower)
+        better = elbo_on_draws(new_loc, _scale_tril(new_raw_scale, new_unit_lower))
+        better = better > elbo_on_draws(loc, scale_tril)
+        keep = better & jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in candidate]))
+        return jax.tree.map(lambda a, b: jnp.where(keep, a, b), candidate, fit_params), None
+
+    polished = jax.lax.scan(step, params, None, length=POLISH_STEPS)[0]
+    check_elbo = elbo_on_draws(polished[0], _scale_tril(*polished[1:]))
+    return polished, check_elbo, check_elbo > elbo_on_draws(params[0], _scale_tril(*params[1:]))
+
+
+def _unsettled(potential_fn, dimension, dtype, fit_params):
+    """Whether Adam left the fit short of a posterior that is Gaussian on its own scale:
+    along some coordinate, phi's curvature at the fit's mean differs from the fit's
+    conditional precision more than ``UNSETTLED_RATIO``-fold, and is the same (within
+    ``QUADRATIC_TOLERANCE``) a posterior standard deviation away, so that the fixed-point
+    steps of :func:`_polish` apply.
+
+    :param potential_fn: the flat potential ``phi``.
+    :param int dimension: its dimension.
+    :param dtype: the fit's dtype.
+    :param fit_params: one fit's ``(loc, raw_scale, unit_lower)``.
+    :return: a boolean scalar.
+    """
+    loc = fit_params[0]
+    scale_tril = _scale_tril(*fit_params[1:])
+    identity = jnp.eye(dimension, dtype=dtype)
+    conditional_precision = jnp.diagonal(jax.scipy.linalg.cho_solve((scale_tril, True), identity))
+    centre = potential_fn(loc)
+
+    def curvature(steps):
+        offsets = jnp.diag(steps)
+        up = jax.vmap(potential_fn)(loc + offsets)
+        down = jax.vmap(potential_fn)(loc - offsets)
+        return (up + down - 2.0 * centre) / steps**2
+
+    near = curvature(0.1 / jnp.sqrt(conditional_precision))
+    positive = near > 0
+    far = curvature(1.0 / jnp.sqrt(jnp.where(positive, near, conditional_precision)))
+    mismatch = jnp.abs(jnp.log(jnp.where(positive, near, 1.0) / conditional_precision))
+    quadratic = jnp.abs(jnp.log(jnp.where(positive & (far > 0), far / near, 0.0))) < jnp.log(
+        QUADRATIC_TOLERANCE
+    )
+    return jnp.any(positive & (far > 0) & quadratic & (mismatch > jnp.log(UNSETTLED_RATIO)))
+
+
+def _polished_moments(polish_one, moments_and_elbos, seed, params, flags, moments, elbo_particles):
+    """The fits' moments and ELBOs with the flagged fits polished (:func:`_polish`) where that
+    raised their ELBO on its check draws.
+
+    :param polish_one: the compiled polish of one fit.
+    :param moments_and_elbos: ``(params, seed) -> (means, covariances, elbos, unsettled)``.
+    :param seed: the seed the unpolished fits' ELBOs were estimated with.
+    :param params: the fits' parameters.
+    :param flags: the fits to polish.
+    :param moments: the unpolished fits' ``(means, covariances, elbos)``.
+    :param int elbo_particles: the draws of a precise ELBO (0: the fits are ranked by their
+        last losses).
+    :return: ``(means, covariances, elbos)``.
+    """
+    means, covariances, elbos = moments
+    polished, check_elbos, improved = polish_flagged(polish_one, params, flags)
+    polished_moments = moments_and_elbos(polished, seed)
+    keep = flags & np.asarray(improved)
+    means, covariances = (
+        np.where(keep.reshape((-1,) + (1,) * (np.ndim(old) - 1)), new, old)
+        for new, old in zip(polished_moments[:2], (means, covariances), strict=True)
+    )
+    # A polished fit is ranked by its ELBO on the check draws where no precise ELBO
+    # is computed: its last losses were the unpolished fit's.
+    new_elbos = polished_moments[2] if elbo_particles else check_elbos
+    return means, covariances, np.where(keep, new_elbos, elbos)
+
+
+def _finite_fits(means, covariances, elbos, final_losses):
+    """The fits whose ELBO, moments and last losses are all finite, as :class:`_LocalFit`.
+
+    :param means: the fits' means ``(fits, D)``, with their ``covariances`` and ``elbos``.
+    :param final_losses: their last losses ``(steps, fits)``.
+    :return: ``list[_LocalFit]``.
+    """
+    means, covariances, elbos = (
+        np.asarray(value, dtype=np.float64) for value in (means, covariances, elbos)
+    )
+    fits = []
+    for index in range(len(elbos)):
+        values = (elbos[index], means[index], covariances[index], final_losses[:, index])
+        if all(np.all(np.isfinite(value)) for value in values):
+            fits.append(_LocalFit(means[index], covariances[index], float(elbos[index])))
+    return fits
 
 
 def polish_flagged(polish_one, params, flags):
@@ -496,9 +585,10 @@ def _cholesky(covariance):
     return np.linalg.cholesky(covariance + jitter * np.eye(len(covariance)))
 
 
-def _prior_positions(rng_key, model, model_args, model_kwargs, flat_model, num_draws):
+def _prior_positions(rng_key, model, model_args, model_kwargs, flat_model, num_draws, stacklevel=3):
     """Prior draws on the flat unconstrained space, rows with a non-finite entry dropped; none
-    for a model whose prior cannot be sampled (an improper prior; any other failure warns)."""
+    for a model whose prior cannot be sampled (an improper prior; any other failure warns, with
+    ``stacklevel`` counted from this function)."""
 
     def prior_positions(key):
         # A sequential map over the draws' keys: XLA compiles a batch of per-key random draws
@@ -518,7 +608,7 @@ def _prior_positions(rng_key, model, model_args, model_kwargs, flat_model, num_d
             f"fit_base could not draw from the model's prior ({type(error).__name__}: "
             f"{error}); its fits start from uniform draws in [-init_radius, init_radius] only, "
             "which may miss modes that prior draws would reach.",
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
         return np.zeros((0, flat_model.dimension))
     return positions[np.all(np.isfinite(positions), axis=-1)]
@@ -1062,7 +1152,6 @@ def fit_base_with_warnings(
     )
     if bootstrap_rounds is None:
         bootstrap_rounds = 4 if method == "mixture" else 0
-    issued = []
     # Keys as NumPy arrays: slicing them then compiles nothing.
     init_key, fits_key, bootstrap_key = np.asarray(split_key(rng_key, 3))
     if flat_model is None:
@@ -1079,49 +1168,25 @@ def fit_base_with_warnings(
         defensive_weight=defensive_weight,
         progress_bar=progress_bar,
     )
-    num_fits = GAUSSIAN_STARTS if method == "gaussian" else num_starts
     fit_gaussians = _variational_fitter(flat_model, guide == "multivariate", settings)
-    starts_key, prior_key, fits_key = np.asarray(jax.random.split(fits_key, 3))
-    prior_positions = (
-        _prior_positions(prior_key, model, model_args, model_kwargs, flat_model, num_draws=1000)
-        if method == "mixture"
-        else np.zeros((0, flat_model.dimension))
+    fits, prior_positions, issued, fallback = _first_fits(
+        fits_key,
+        fit_gaussians,
+        model,
+        model_args,
+        model_kwargs,
+        flat_model,
+        method,
+        num_starts,
+        init_radius,
     )
-    starts = _dispersed_starts(
-        numpy_rng(starts_key), num_fits, flat_model.dimension, init_radius, prior_positions
-    )
-    fits = fit_gaussians(fits_key, starts)
-    if not fits:
-        issued.append(
-            UserWarning(
-                "Every variational fit of the base diverged (a Gaussian on the unconstrained "
-                "space cannot follow a support that depends on another latent site, for "
-                "example); the base is the Gaussian with the moments of prior draws on the "
-                "unconstrained space, and log zeta comes from importance sampling with it."
-            )
-        )
-        base = _prior_moment_base(fits_key, model, model_args, model_kwargs, flat_model)
-        return BaseFit(base, tuple(issued))
-    if len(fits) < num_fits:
-        issued.append(
-            UserWarning(
-                f"{num_fits - len(fits)} of {num_fits} variational fits diverged and were dropped."
-            )
-        )
-    dtype = flat_model.initial_position.dtype
+    if fallback is not None:
+        return BaseFit(fallback, tuple(issued))
     if method == "gaussian":
-        # The best fit alone: fits of one mode from several starts would be counted once each
-        # in a sum of their ELBOs.
-        loc, covariance, log_zeta = _elbo_moment_match([max(fits, key=lambda fit: fit.elbo)])
-        base = GaussianBase(
-            jnp.asarray(loc, dtype),
-            jnp.asarray(_cholesky(covariance), dtype),
-            jnp.asarray(log_zeta, dtype),
-        )
         base = _bootstrap(
             bootstrap_key,
             flat_model,
-            base,
+            _best_gaussian(fits, flat_model.initial_position.dtype),
             bootstrap_rounds,
             bootstrap_num_warmup,
             bootstrap_num_samples,
@@ -1129,12 +1194,137 @@ def fit_base_with_warnings(
             issued,
         )
         return BaseFit(base, tuple(issued))
-    rng = numpy_rng(bootstrap_key)
-    batched_potential = vectorized_potential(flat_model.potential_fn)
+    search = _MixtureSearch(
+        fit_gaussians,
+        vectorized_potential(flat_model.potential_fn),
+        prior_positions,
+        settings,
+        flat_model.initial_position.dtype,
+        flat_model.dimension,
+        num_starts,
+        duplicate_tolerance,
+        numpy_rng(bootstrap_key),
+    )
+    base, coverage_in_doubt = _mixture_search(
+        bootstrap_key, search, flat_model, fits, num_optima, bootstrap_rounds, issued
+    )
+    return BaseFit(_kernel_base(base, coverage_in_doubt), tuple(issued))
+
+
+def _first_fits(
+    fits_key, fit_gaussians, model, model_args, model_kwargs, flat_model, method, num_starts, radius
+):
+    """The first Gaussian VI fits: ``num_starts`` from dispersed starts, half of them prior
+    draws, for ``"mixture"``; ``GAUSSIAN_STARTS`` from uniform starts for ``"gaussian"``.
+
+    :param fits_key: the key of the starts and the fits.
+    :param fit_gaussians: the fitter, from :func:`_variational_fitter`.
+    :param model: the model, with its ``model_args``, ``model_kwargs`` and ``flat_model``.
+    :param str method: ``"mixture"`` or ``"gaussian"``.
+    :param int num_starts: the number of fits of ``"mixture"``.
+    :param float radius: the radius of the uniform starts.
+    :return: ``(fits, prior_positions, issued, fallback)``: the fits that stayed finite, the
+        prior draws among the starts (none for ``"gaussian"``), the warnings of diverged fits,
+        and the base when every fit diverged (from prior draws' moments; else ``None``).
+    """
+    num_fits = GAUSSIAN_STARTS if method == "gaussian" else num_starts
+    starts_key, prior_key, fits_key = np.asarray(jax.random.split(fits_key, 3))
+    prior_positions = (
+        _prior_positions(
+            prior_key, model, model_args, model_kwargs, flat_model, num_draws=1000, stacklevel=4
+        )
+        if method == "mixture"
+        else np.zeros((0, flat_model.dimension))
+    )
+    starts = _dispersed_starts(
+        numpy_rng(starts_key), num_fits, flat_model.dimension, radius, prior_positions
+    )
+    fits = fit_gaussians(fits_key, starts)
+    if not fits:
+        diverged = UserWarning(
+            "Every variational fit of the base diverged (a Gaussian on the unconstrained "
+            "space cannot follow a support that depends on another latent site, for "
+            "example); the base is the Gaussian with the moments of prior draws on the "
+            "unconstrained space, and log zeta comes from importance sampling with it."
+        )
+        fallback = _prior_moment_base(
+            fits_key, model, model_args, model_kwargs, flat_model, stacklevel=4
+        )
+        return fits, prior_positions, [diverged], fallback
+    issued = []
+    if len(fits) < num_fits:
+        issued.append(
+            UserWarning(
+                f"{num_fits - len(fits)} of {num_fits} variational fits diverged and were dropped."
+            )
+        )
+    return fits, prior_positions, issued, None
+
+
+def _best_gaussian(fits, dtype):
+    """The :class:`GaussianBase` of the fit with the highest ELBO, ``log zeta`` its ELBO.
+
+    :param list fits: the fits.
+    :param dtype: the base's dtype.
+    :return: :class:`GaussianBase`.
+    """
+    # The best fit alone: fits of one mode from several starts would be counted once each
+    # in a sum of their ELBOs.
+    loc, covariance, log_zeta = _elbo_moment_match([max(fits, key=lambda fit: fit.elbo)])
+    return GaussianBase(
+        jnp.asarray(loc, dtype),
+        jnp.asarray(_cholesky(covariance), dtype),
+        jnp.asarray(log_zeta, dtype),
+    )
+
+
+class _MixtureSearch(NamedTuple):
+    """What the rounds of a ``"mixture"`` fit share.
+
+    :param fit_gaussians: the fitter, from :func:`_variational_fitter`.
+    :param batched_potential: the potential on a batch of points (:func:`vectorized_potential`).
+    :param prior_positions: prior draws on the flat space, for dispersed starts.
+    :param dict settings: the fit's settings.
+    :param dtype: the model's dtype.
+    :param int dimension: the model's flat dimension.
+    :param int num_starts: fits per round.
+    :param float duplicate_tolerance: as for :func:`fit_base`.
+    :param rng: the NumPy generator of the rounds' starts.
+    """
+
+    fit_gaussians: Callable
+    batched_potential: Callable
+    prior_positions: np.ndarray
+    settings: dict
+    dtype: object
+    dimension: int
+    num_starts: int
+    duplicate_tolerance: float
+    rng: np.random.Generator
+
+
+def _mixture_search(bootstrap_key, search, flat_model, fits, num_optima, bootstrap_rounds, issued):
+    """The mixture of ``"mixture"``: the first fits' mixture, then up to ``bootstrap_rounds``
+    refitting rounds (:func:`_refitting_round`) until a round adds no new component and no
+    local minimum of ``phi`` is left uncovered; warnings on what the search left in doubt are
+    appended to ``issued``.
+
+    :param bootstrap_key: the key of the rounds.
+    :param _MixtureSearch search: what the rounds share.
+    :param FlatModel flat_model: the model's flat potential.
+    :param list fits: the first fits.
+    :param int num_optima: minimisations of ``phi`` whose minima seed the rounds.
+    :param int bootstrap_rounds: the most rounds.
+    :param list issued: the fit's warnings, appended to.
+    :return: ``(base, coverage_in_doubt)``: the mixture of the fits, and whether the search
+        warned that it may miss mass.
+    """
+    settings, rng, batched_potential = search.settings, search.rng, search.batched_potential
+    prior_positions = search.prior_positions
     round_keys = np.asarray(split_key(bootstrap_key, bootstrap_rounds + 1))
-    fits = _drop_duplicates(fits, duplicate_tolerance, batched_potential)
+    fits = _drop_duplicates(fits, search.duplicate_tolerance, batched_potential)
     base, estimate = _mixture_base(
-        round_keys[0], batched_potential, fits, prior_positions, settings, dtype
+        round_keys[0], batched_potential, fits, prior_positions, settings, search.dtype
     )
     optima = _local_optima(
         flat_model.potential_fn,
@@ -1142,56 +1332,20 @@ def fit_base_with_warnings(
             rng,
             num_optima if bootstrap_rounds else 0,
             flat_model.dimension,
-            init_radius,
+            settings["init_radius"],
             prior_positions[rng.permutation(len(prior_positions))],
         ),
-        max(num_steps // 4, 1),
-        dtype,
+        max(settings["num_steps"] // 4, 1),
+        search.dtype,
     )
     empty_rounds = 0
     coverage_in_doubt = False
     for round_key in round_keys[1:]:
-        # Importance draws with target weight where only the defensive component reaches show
-        # mass that no fit covers; new fits start there.
-        log_scores = estimate.log_weights + estimate.log_uncovered
-        finite = np.isfinite(log_scores)
-        if not np.any(finite):
+        refit = _refitting_round(search, round_key, fits, base, estimate, optima)
+        if refit is None:
             break
-        fit_key, importance_key = jax.random.split(round_key)
-        # Half the starts are new dispersed ones: with many modes (2^d sign patterns, say) a
-        # fit from a random point lands in a mode no fit has found yet about as often as that
-        # mode's share of the basins, while the importance draws in uncovered modes are too few
-        # to seed more than a handful of fits per round.
-        num_dispersed = num_starts // 2
-        uncovered = _uncovered_optima(optima, base)[:num_dispersed]
-        optima.tried[uncovered] = True
-        starts = np.concatenate(
-            [
-                optima.positions[uncovered],
-                _new_starts(
-                    estimate.positions[finite],
-                    log_scores[finite],
-                    np.asarray(base.component_locs, dtype=np.float64)[:-1],
-                    np.asarray(base.component_scale_trils, dtype=np.float64)[-1],
-                    num_starts - num_dispersed,
-                    rng,
-                ),
-                _dispersed_starts(
-                    rng,
-                    num_dispersed - len(uncovered),
-                    flat_model.dimension,
-                    init_radius,
-                    prior_positions[rng.permutation(len(prior_positions))],
-                ),
-            ]
-        )
-        # Started inside a region of target mass, a fit needs a fraction of the first steps.
-        new_fits = fit_gaussians(fit_key, starts, steps=num_steps // 4)
-        fits = _drop_duplicates(fits + new_fits, duplicate_tolerance, batched_potential)
         num_components = base.component_locs.shape[0]
-        base, estimate = _mixture_base(
-            importance_key, batched_potential, fits, prior_positions, settings, dtype
-        )
+        fits, base, estimate = refit
         empty_rounds = empty_rounds + 1 if base.component_locs.shape[0] <= num_components else 0
         # With the minima, every mode that hundreds of starts reached has been tried, so one
         # round that finds nothing new ends the search; without them, two in a row.
@@ -1204,32 +1358,11 @@ def fit_base_with_warnings(
         uncovered = optima.positions[_uncovered_optima(optima, base)]
         if bootstrap_rounds and (not len(optima.positions) or len(uncovered)):
             coverage_in_doubt = True
-            num_modes = base.component_locs.shape[0] - 1
-            ratio, coordinate = _largest_scale_ratio(
-                base, _local_scales(batched_potential, uncovered, base)
+            issued.append(
+                _mode_search_warning(
+                    base, uncovered, batched_potential, flat_model, bootstrap_rounds
+                )
             )
-            if ratio > SCALE_CHANGE_RATIO:
-                fold = f"{ratio:,.0f}" if ratio >= 10 else f"{ratio:.1f}"
-                message = (
-                    f"fit_base: its {bootstrap_rounds} refitting rounds were still finding "
-                    f"regions of mass ({num_modes} component{'s' * (num_modes != 1)} so far), "
-                    "and the posterior's "
-                    f"standard deviation in {_coordinate_name(flat_model, coordinate)} differs "
-                    f"{fold}-fold between them (its components, and the local minima of the "
-                    "potential that none covers): the scale changes across its mass (a funnel, "
-                    "as a hierarchical scale makes), which Gaussian components follow only "
-                    "piece by piece, so the base under-covers where the scale is extreme, "
-                    "whether or not there are separate modes too; reparameterise (non-centred), "
-                    "or raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)"
-                )
-            else:
-                message = (
-                    f"fit_base: its {bootstrap_rounds} refitting rounds were still finding new "
-                    f"modes ({num_modes} so far), so the posterior may have modes the base does "
-                    "not cover, whose mass a tempering run can miss without any other sign; "
-                    "raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)"
-                )
-            issued.append(ModeSearchWarning(message, num_modes))
     if estimate.pareto_k > UNRELIABLE_PARETO_K:
         coverage_in_doubt = True
         issued.append(
@@ -1242,7 +1375,111 @@ def fit_base_with_warnings(
                 "(fit_base_kwargs of the kernels)"
             )
         )
-    return BaseFit(_kernel_base(base, coverage_in_doubt), tuple(issued))
+    return base, coverage_in_doubt
+
+
+def _refitting_round(search, round_key, fits, base, estimate, optima):
+    """One refitting round: ``num_starts`` new fits of ``num_steps / 4`` steps, half started
+    from local minima of ``phi`` that the base does not cover (then from new dispersed
+    starts), half from importance draws that only the defensive component reaches, and the
+    mixture of all fits.
+
+    :param _MixtureSearch search: what the rounds share.
+    :param round_key: the round's key.
+    :param list fits: the fits so far.
+    :param MixtureBase base: their mixture, with its importance ``estimate``.
+    :param LocalOptima optima: the local minima; those tried are marked.
+    :return: ``(fits, base, estimate)`` after the round, or ``None`` when no importance draw
+        had a finite score (the round is not run).
+    """
+    # Importance draws with target weight where only the defensive component reaches show
+    # mass that no fit covers; new fits start there.
+    log_scores = estimate.log_weights + estimate.log_uncovered
+    finite = np.isfinite(log_scores)
+    if not np.any(finite):
+        return None
+    fit_key, importance_key = jax.random.split(round_key)
+    rng, prior_positions = search.rng, search.prior_positions
+    # Half the starts are new dispersed ones: with many modes (2^d sign patterns, say) a
+    # fit from a random point lands in a mode no fit has found yet about as often as that
+    # mode's share of the basins, while the importance draws in uncovered modes are too few
+    # to seed more than a handful of fits per round.
+    num_dispersed = search.num_starts // 2
+    uncovered = _uncovered_optima(optima, base)[:num_dispersed]
+    optima.tried[uncovered] = True
+    starts = np.concatenate(
+        [
+            optima.positions[uncovered],
+            _new_starts(
+                estimate.positions[finite],
+                log_scores[finite],
+                np.asarray(base.component_locs, dtype=np.float64)[:-1],
+                np.asarray(base.component_scale_trils, dtype=np.float64)[-1],
+                search.num_starts - num_dispersed,
+                rng,
+            ),
+            _dispersed_starts(
+                rng,
+                num_dispersed - len(uncovered),
+                search.dimension,
+                search.settings["init_radius"],
+                prior_positions[rng.permutation(len(prior_positions))],
+            ),
+        ]
+    )
+    # Started inside a region of target mass, a fit needs a fraction of the first steps.
+    new_fits = search.fit_gaussians(fit_key, starts, steps=search.settings["num_steps"] // 4)
+    fits = _drop_duplicates(fits + new_fits, search.duplicate_tolerance, search.batched_potential)
+    base, estimate = _mixture_base(
+        importance_key,
+        search.batched_potential,
+        fits,
+        prior_positions,
+        search.settings,
+        search.dtype,
+    )
+    return fits, base, estimate
+
+
+def _mode_search_warning(base, uncovered, batched_potential, flat_model, bootstrap_rounds):
+    """The :class:`ModeSearchWarning` of refitting rounds that ran out while still finding
+    modes: of a scale that changes across the posterior's mass (a funnel) when the components'
+    and the uncovered minima's scales differ more than ``SCALE_CHANGE_RATIO``-fold, else of
+    modes the base may miss.
+
+    :param MixtureBase base: the mixture found.
+    :param uncovered: the local minima of ``phi`` that no component covers.
+    :param batched_potential: the potential on a batch of points.
+    :param FlatModel flat_model: the model's flat potential, for the coordinates' names.
+    :param int bootstrap_rounds: the rounds run.
+    :return: :class:`ModeSearchWarning`.
+    """
+    num_modes = base.component_locs.shape[0] - 1
+    ratio, coordinate = _largest_scale_ratio(
+        base, _local_scales(batched_potential, uncovered, base)
+    )
+    if ratio > SCALE_CHANGE_RATIO:
+        fold = f"{ratio:,.0f}" if ratio >= 10 else f"{ratio:.1f}"
+        message = (
+            f"fit_base: its {bootstrap_rounds} refitting rounds were still finding "
+            f"regions of mass ({num_modes} component{'s' * (num_modes != 1)} so far), "
+            "and the posterior's "
+            f"standard deviation in {_coordinate_name(flat_model, coordinate)} differs "
+            f"{fold}-fold between them (its components, and the local minima of the "
+            "potential that none covers): the scale changes across its mass (a funnel, "
+            "as a hierarchical scale makes), which Gaussian components follow only "
+            "piece by piece, so the base under-covers where the scale is extreme, "
+            "whether or not there are separate modes too; reparameterise (non-centred), "
+            "or raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)"
+        )
+    else:
+        message = (
+            f"fit_base: its {bootstrap_rounds} refitting rounds were still finding new "
+            f"modes ({num_modes} so far), so the posterior may have modes the base does "
+            "not cover, whose mass a tempering run can miss without any other sign; "
+            "raise num_starts or bootstrap_rounds (fit_base_kwargs of the kernels)"
+        )
+    return ModeSearchWarning(message, num_modes)
 
 
 # fit_base forwards its arguments; it shows (and checks) those of the fit itself.
@@ -1342,14 +1579,20 @@ def _kernel_base(base: MixtureBase, coverage_in_doubt: bool) -> MixtureBase:
     )
 
 
-def _prior_moment_base(rng_key, model, model_args, model_kwargs, flat_model, num_draws=2000):
+def _prior_moment_base(
+    rng_key, model, model_args, model_kwargs, flat_model, num_draws=2000, stacklevel=3
+):
     """A base from the prior's moments on the flat space; ``log zeta`` by importance sampling.
 
     ``log zeta = log mean(exp(-phi(x) - log q(x)))`` with ``x ~ q``, an unbiased estimate of
     ``Z`` under the base ``q`` (only its log enters the kernels, which adapt it in warm-up).
+    A failure to draw from the prior warns with ``stacklevel`` counted from
+    :func:`_prior_positions`.
     """
     prior_key, draw_key = jax.random.split(rng_key)
-    positions = _prior_positions(prior_key, model, model_args, model_kwargs, flat_model, num_draws)
+    positions = _prior_positions(
+        prior_key, model, model_args, model_kwargs, flat_model, num_draws, stacklevel
+    )
     if positions.shape[0] < 2 * flat_model.dimension + 2:
         raise FitsDivergedError(
             "Every variational fit of the base diverged and too few prior draws map to finite "
