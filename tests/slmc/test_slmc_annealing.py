@@ -287,10 +287,10 @@ def test_sizes_follow_the_dimension_below_the_papers_mixtures():
     small = nx.AnnealingSettings().checked(1, dimension=1)
     assert (small.training_size, small.initial_size) == (5000, 5000)
     assert small.full_final_training
-    assert small.encoder_sizes == (32,) * 6 and small.decoder_sizes == (32,) * 6
+    assert small.encoder_sizes == (32,) * 3 and small.decoder_sizes == (32,) * 3
     tenth = nx.AnnealingSettings().checked(1, dimension=10)
     assert (tenth.training_size, tenth.initial_size) == (7500, 7500)
-    assert tenth.encoder_sizes == (160, 160, 128, 128, 64, 32)
+    assert tenth.encoder_sizes == (64, 64, 32) and tenth.decoder_sizes == (32, 64, 64)
     # From D = 20 on, the paper's recipe (Tables 7 and 8, App. F.3).
     for dimension in (20, 100):
         paper = nx.AnnealingSettings().checked(1, dimension=dimension)
