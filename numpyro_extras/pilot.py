@@ -18,7 +18,7 @@ from numpyro.infer.hmc import hmc
 
 from numpyro_extras.compilation import quick_jit
 from numpyro_extras.kernel import hmc_settings
-from numpyro_extras.progress import run_chunks
+from numpyro_extras.progress import scan_in_chunks
 
 __all__ = ["PilotDraws", "dispersed_starts", "dispersed_nuts_draws", "nuts_draws"]
 
@@ -101,26 +101,18 @@ def nuts_draws(
     states = quick_jit(
         jax.vmap(lambda start, key: init_kernel(start, num_warmup, rng_key=key, **settings))
     )(starts, jax.random.split(rng_key, num_chains))
-    total = num_warmup + num_samples
-    chunk = _chunk_length(total)
 
-    @quick_jit(optimize=True)
-    def run_chunk(states, _):
-        def transition(states, _):
-            states = jax.vmap(sample_kernel)(states)
-            return states, (states.z, states.num_steps, states.diverging)
+    def transition(states, _):
+        states = jax.vmap(sample_kernel)(states)
+        return states, (states.z, states.num_steps, states.diverging)
 
-        return jax.lax.scan(transition, states, None, length=chunk)
-
-    _, outputs = run_chunks(
-        run_chunk,
+    _, (draws, num_steps, diverging) = scan_in_chunks(
+        transition,
         states,
-        [(None, chunk)] * (total // chunk),
-        total=total,
+        num_warmup + num_samples,
         description=description,
         progress_bar=progress_bar,
     )
-    draws, num_steps, diverging = (np.concatenate(parts) for parts in zip(*outputs, strict=True))
     return PilotDraws(
         np.swapaxes(draws[num_warmup:], 0, 1),
         int(np.sum(num_steps)),
@@ -169,9 +161,3 @@ def dispersed_nuts_draws(
         num_samples=num_samples,
         progress_bar=progress_bar,
     )
-
-
-def _chunk_length(total):
-    """The largest divisor of ``total`` that splits it into at least ten chunks (one compiled
-    chunk, reused, between which the progress bar moves)."""
-    return next(length for length in range(max(total // 10, 1), 0, -1) if total % length == 0)

@@ -1,8 +1,8 @@
 """The one progress bar for work that runs as a sequence of compiled chunks.
 
 A long ``lax.scan`` shows no progress until it returns; split into equal compiled chunks (one
-compilation, reused), it can move a tqdm bar between chunks. The annealing driver and the base
-fit's variational fits both run this way.
+compilation, reused), it can move a tqdm bar between chunks. The annealing driver, the base
+fit's variational fits and the learned proposals' pilot chains all run this way.
 """
 
 from __future__ import annotations
@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import jax
+import numpy as np
 from tqdm.auto import tqdm
 
-__all__ = ["run_chunks"]
+from numpyro_extras.compilation import quick_jit
+
+__all__ = ["run_chunks", "scan_in_chunks"]
 
 
 def run_chunks(
@@ -55,3 +59,49 @@ def run_chunks(
             if postfix is not None:
                 bar.set_postfix(postfix(chunk_outputs))
     return carry, outputs
+
+
+def scan_in_chunks(
+    transition: Callable,
+    carry: Any,
+    length: int,
+    *,
+    description: str,
+    progress_bar: bool = True,
+    optimize: bool | int = True,
+):
+    """``jax.lax.scan(transition, carry, None, length)`` as equal compiled chunks (one
+    compilation, reused), a progress bar moving between them.
+
+    :param transition: ``(carry, None) -> (carry, outputs)``, one step.
+    :param carry: the initial carry.
+    :param int length: the number of steps.
+    :param str description: the bar's label.
+    :param bool progress_bar: show the bar.
+    :param optimize: the chunk's compilation (:func:`~numpyro_extras.compilation.quick_jit`).
+    :return: ``(carry, outputs)``, every step's outputs stacked on a leading axis (numpy).
+
+    **Example:**
+
+    .. code-block:: python
+
+        states, (positions, num_steps) = scan_in_chunks(
+            lambda states, _: step(states), states, 1000, description="pilot chains"
+        )
+    """
+    # The largest divisor of the length that splits it into at least ten chunks.
+    chunk = next(size for size in range(max(length // 10, 1), 0, -1) if length % size == 0)
+
+    @quick_jit(optimize=optimize)
+    def run_chunk(carry, _):
+        return jax.lax.scan(transition, carry, None, length=chunk)
+
+    carry, outputs = run_chunks(
+        run_chunk,
+        carry,
+        [(None, chunk)] * (length // chunk),
+        total=length,
+        description=description,
+        progress_bar=progress_bar,
+    )
+    return carry, jax.tree.map(lambda *parts: np.concatenate(parts), *outputs)

@@ -34,7 +34,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import MCMC
 from tqdm.auto import tqdm
 
 from numpyro_extras.bases import GaussianBase
@@ -43,6 +42,7 @@ from numpyro_extras.compilation import quick_jit
 from numpyro_extras.exchange import ReplicaExchange
 from numpyro_extras.pilot import dispersed_starts, nuts_draws
 from numpyro_extras.potential import flat_target, site_shapes
+from numpyro_extras.progress import scan_in_chunks
 from numpyro_extras.slmc.chains import (
     check_acceptance,
     draw_proposal,
@@ -454,26 +454,36 @@ def _take_rows(rng_key, data, count):
 
 def _exchange_draws(rng_key, tempered_potential_fn, reference, starts, settings, progress_bar):
     """The ``p~^beta_0`` draws ``(chains, scans, D)`` of ``initial_exchange_chains`` vectorised
-    replica-exchange chains from ``reference``, the evaluations made, and the fewest round trips
-    a chain made."""
+    replica-exchange chains from ``reference``, the evaluations made (warm-up included), and
+    the fewest round trips a chain made."""
     scans = settings.initial_exchange_scans
     chains = settings.initial_exchange_chains
-    mcmc = MCMC(
-        ReplicaExchange(potential_fn=tempered_potential_fn, reference=reference),
-        num_warmup=scans,
-        num_samples=scans,
-        num_chains=chains,
-        chain_method="vectorized",
+    kernel = ReplicaExchange(potential_fn=tempered_potential_fn, reference=reference)
+    states = kernel.init(
+        jax.random.split(rng_key, chains),
+        scans,
+        jnp.resize(starts, (chains, starts.shape[-1])),
+        (),
+        {},
+    )
+
+    def transition(states, _):
+        states = kernel.sample(states, (), {})
+        return states, (states.z, states.inner_state.num_steps)
+
+    # The kernel's own steps in one compiled scan at LLVM's first optimisation level, rather
+    # than NumPyro's MCMC loop, which XLA compiles at its default level: several seconds
+    # longer, for a run this short.
+    states, (positions, num_steps) = scan_in_chunks(
+        transition,
+        states,
+        2 * scans,
+        description="first rung's replica exchange",
         progress_bar=progress_bar,
+        optimize=1,
     )
-    mcmc.run(
-        rng_key,
-        init_params=jnp.resize(starts, (chains, starts.shape[-1])),
-        extra_fields=("inner_state.num_steps",),
-    )
-    evaluations = int(np.sum(mcmc.get_extra_fields()["inner_state.num_steps"]))
-    round_trips = int(np.min(mcmc.last_state.num_round_trips))
-    return np.asarray(mcmc.get_samples(group_by_chain=True)), evaluations, round_trips
+    round_trips = int(np.min(np.asarray(states.num_round_trips)))
+    return np.swapaxes(positions[scans:], 0, 1), int(np.sum(num_steps)), round_trips
 
 
 def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_bar):
