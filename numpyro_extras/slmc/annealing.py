@@ -135,6 +135,11 @@ COLLAPSED_INFORMATION = 0.05
 # Standard errors from 0 of the mean gradient of log p over the final draws beyond which they
 # are not draws of the target (about normal when they are; hundreds when stuck elsewhere).
 MEAN_SCORE_LIMIT = 8.0
+# The same bound for the first rung's draws, looser: they are correlated NUTS draws of the
+# flattest, heaviest-tailed target of the path, for which the independent-draw standard error
+# is too small (a truncated model's read 7 there; a funnel's, whose tempered mass NUTS cannot
+# follow, 30 and more).
+FIRST_RUNG_SCORE_LIMIT = 20.0
 # A collapsed model that accepts this often at beta_0 fits the tempered target as one Gaussian
 # already: its latents have no modes to place.
 GAUSSIAN_FIT_RATE = 0.5
@@ -388,9 +393,9 @@ class AnnealingHistory(NamedTuple):
     :param int density_evaluations: target-density evaluations the training spent (a gradient
         evaluation of the first rung's NUTS counts as one; -1 when unknown, in files saved
         before it was recorded).
-    :param tuple problems: what the training's final check found wrong with the proposal's
-        draws, one sentence each (warned at training, and listed again by every ``log Z`` of a
-        run with the proposal).
+    :param tuple problems: what the training found wrong with the first rung's draws or the
+        proposal's final draws, one sentence each (warned at training, and listed again by
+        every ``log Z`` of a run with the proposal).
 
     **Example:**
 
@@ -858,6 +863,10 @@ def fit_vae_proposal(
     :warns AnnealingStalledWarning: when no model climbs for ``max_retrains`` consecutive
         rounds; the annealing then stops, and the model returned is chosen at ``beta_final``
         among all of them.
+    :warns UserWarning: when the first rung's draws are not draws of ``p~^beta_0`` (the mean
+        gradient of its log density over them far from 0, as on a funnel, whose tempered mass
+        moves to scales NUTS cannot follow): no annealing is run, and the proposal is the
+        first rung's model; or when the final draws are not the target's.
 
     **Example:**
 
@@ -894,6 +903,7 @@ def fit_vae_proposal(
         data, evaluations = initial_draws(data_key, flat_model, settings, num_models, progress_bar)
     else:
         data, evaluations = _checked_data(initial_data, num_models, dimension), 0
+    problems = _first_rung_problems(log_density_fn, data, settings)
     # Each check chain evaluates its start and one proposal per step.
     evaluations_per_search = num_models * settings.num_check_chains * (settings.num_check_steps + 1)
     data = data.astype(flat_model.initial_position.dtype)
@@ -925,7 +935,7 @@ def fit_vae_proposal(
         leave=False,
         bar_format="{l_bar}{bar}| beta {postfix}",
     ) as bar:
-        while not _finished(betas, settings):
+        while not problems and not _finished(betas, settings):
             round_index += 1
             round_start = time.perf_counter()
             search_key, run_key, train_key, loop_key = jax.random.split(loop_key, 4)
@@ -983,7 +993,7 @@ def fit_vae_proposal(
     )
     evaluations += final_searches * evaluations_per_search
     chosen = int(np.nanargmax(final_log_z))
-    problems = _final_problems(
+    problems += _final_problems(
         log_density_fn, data[chosen], final_rates[chosen], _finished(betas, settings), settings
     )
     history = AnnealingHistory(
@@ -1156,6 +1166,29 @@ def _final_check(rng_key, repair_key, machinery, proposals, data, betas, grid, s
     final_rates = np.where(offered, np.asarray(final_rates)[:, 0], np.nan)
     final_log_z = np.where(offered, np.asarray(final_log_z), np.nan)
     return final_rates, final_log_z, proposals, searches
+
+
+def _first_rung_problems(log_density_fn, data, settings):
+    """Warn, and return the problem to record, when the first rung's ``data`` ``(J, N, D)`` are
+    not draws of ``p~^beta_0`` (:func:`_largest_mean_score` beyond ``FIRST_RUNG_SCORE_LIMIT``):
+    no annealing from them reaches the posterior, so none is run."""
+    beta_0 = settings.beta_0
+    score, coordinate = _largest_mean_score(
+        lambda x: beta_0 * log_density_fn(x), data.reshape(-1, data.shape[-1])
+    )
+    if score <= FIRST_RUNG_SCORE_LIMIT:
+        return []
+    problem = (
+        f"the first rung's draws are not draws of the tempered target p~^beta_0 "
+        f"(beta_0 = {beta_0}): the mean gradient of its log density over them is {score:.0f} "
+        f"standard errors from 0 in coordinate {coordinate} (0 for draws from it). Tempering "
+        "moved the target's mass where NUTS cannot follow it (a hierarchical model's mass "
+        "moves to huge scales), and no annealing from these draws reaches the posterior, so "
+        "none was run: the proposal is trained on these draws only, and the sampler's draws "
+        "and its log Z will be wrong. Use nx.ReplicaExchange or NUTS for this model"
+    )
+    warnings.warn(problem[0].upper() + problem[1:] + ".", stacklevel=3)
+    return [problem]
 
 
 def _final_problems(log_density_fn, draws, final_rate, finished, settings):

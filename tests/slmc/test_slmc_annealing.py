@@ -414,3 +414,23 @@ def test_the_mean_score_tells_target_draws_from_draws_stuck_elsewhere():
     stuck = exact.at[:, 1].add(6.0)
     score, coordinate = annealing._largest_mean_score(log_density, stuck)
     assert coordinate == 1 and score > annealing.MEAN_SCORE_LIMIT * 10
+
+
+def test_first_rung_draws_away_from_the_tempered_mass_stop_the_annealing_at_once():
+    """Draws that are not the tempered target's (here exact beta_0 draws moved 30 sds of a mode
+    to the right) can anneal to nothing: the fit says so before its first round, records the
+    problem for every log Z of the proposal, and returns the first rung's model."""
+    draws = beta_0_draws(jax.random.PRNGKey(1), 1000).at[:, 0].add(30.0)
+    with pytest.warns(UserWarning, match="first rung's draws are not draws of the tempered"):
+        proposal = nx.fit_vae_proposal(
+            jax.random.PRNGKey(0), mixture_model, initial_data=draws, progress_bar=False, **TINY
+        )
+    history = proposal.history
+    assert [rung.beta for rung in history.rungs] == [0.1]
+    assert len(history.problems) == 1 and "first rung" in history.problems[0]
+    assert np.isfinite(history.final_accept_rates[0])
+    # Exact draws of the same tempered target are well within the bound.
+    potential_fn = flatten_model(jax.random.PRNGKey(0), mixture_model).potential_fn
+    exact = beta_0_draws(jax.random.PRNGKey(1), 1000)
+    score, _ = annealing._largest_mean_score(lambda x: -0.1 * potential_fn(x), exact)
+    assert score < 4.0 < annealing.FIRST_RUNG_SCORE_LIMIT
