@@ -137,8 +137,8 @@ COLLAPSED_INFORMATION = 0.05
 MEAN_SCORE_LIMIT = 8.0
 # The same bound for the first rung's draws, looser: they are correlated NUTS draws of the
 # flattest, heaviest-tailed target of the path, for which the independent-draw standard error
-# is too small (a truncated model's read 7 there; a funnel's, whose tempered mass NUTS cannot
-# follow, 30 and more).
+# is too small (a support that depends on another site's value comes near MEAN_SCORE_LIMIT
+# there); a funnel, whose tempered mass NUTS cannot follow, reads far beyond either.
 FIRST_RUNG_SCORE_LIMIT = 20.0
 # A collapsed model that accepts this often at beta_0 fits the tempered target as one Gaussian
 # already: its latents have no modes to place.
