@@ -106,15 +106,20 @@ def pareto_tail_index(log_weights) -> float:
     return arviz_adapter.psis_log_weights(finite)[1]
 
 
-def log_mean_and_influence(log_values):
+def log_mean_and_influence(log_values, axis=None):
     """``log mean(v)`` and the influence ``v / mean(v)`` of each value, from ``log v``.
 
     :param log_values: array of ``log v`` (any shape).
+    :param int axis: the axis to average over (default: all values).
     :return: ``(log_mean, influence)``, the influence of the shape of ``log_values``.
     """
     log_values = np.asarray(log_values, dtype=np.float64)
-    log_mean = logsumexp(log_values) - np.log(log_values.size)
-    return log_mean, np.exp(log_values - log_mean)
+    count = log_values.size if axis is None else log_values.shape[axis]
+    log_mean = logsumexp(log_values, axis=axis, keepdims=True) - np.log(count)
+    influence = np.exp(log_values - log_mean)
+    if axis is None:
+        return log_mean.reshape(())[()], influence
+    return np.squeeze(log_mean, axis), influence
 
 
 def log_mean_exp(log_values):
@@ -135,11 +140,10 @@ def log_mean_exp(log_values):
 
         log_mean_exp(np.log(rng.uniform(size=(4, 1000))))  # (about -0.69, about 0.01, ...)
     """
-    log_values = np.asarray(log_values, dtype=np.float64)
-    log_mean = logsumexp(log_values) - np.log(log_values.size)
+    with np.errstate(invalid="ignore", over="ignore"):
+        log_mean, influence = log_mean_and_influence(log_values)
     if not np.isfinite(log_mean):
         return float(log_mean), float("inf"), 0.0
-    log_mean, influence = log_mean_and_influence(log_values)
     if log_values.shape[-1] < 4:
         return float(log_mean), float("nan"), float("nan")
     if not np.std(influence) > 0:

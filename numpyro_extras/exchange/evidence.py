@@ -111,10 +111,7 @@ def _summed_influence(log_weights):
     :param log_weights: ``a``, shape ``(num_draws, num_gaps)``.
     :return: shape ``(num_draws,)``.
     """
-    influence = np.zeros(log_weights.shape[0])
-    for gap_log_weights in log_weights.T:
-        influence += log_mean_and_influence(gap_log_weights)[1]
-    return influence
+    return np.sum(log_mean_and_influence(log_weights, axis=0)[1], axis=1)
 
 
 def _influence_stderr(influence):
