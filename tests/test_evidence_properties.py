@@ -124,3 +124,17 @@ def test_no_finite_value_gives_an_unbounded_error():
     some = np.r_[np.full(10, -np.inf), np.zeros(10)].reshape(2, 10)
     log_mean, stderr, _ = log_mean_exp(some)
     assert abs(log_mean - np.log(0.5)) < 1e-12 and 0 < stderr < np.inf
+
+
+@SETTINGS
+@given(values=log_values(), centre=st.floats(-700.0, 700.0))
+def test_an_axis_gives_each_column_its_own_log_mean_and_influences(values, centre):
+    """Over ``axis=0`` every column is averaged alone: the same log mean and influences as the
+    column given by itself."""
+    values = values + centre
+    log_means, influences = log_mean_and_influence(values, axis=0)
+    assert log_means.shape == values.shape[1:] and influences.shape == values.shape
+    for column in range(values.shape[1]):
+        log_mean, influence = log_mean_and_influence(values[:, column])
+        np.testing.assert_allclose(log_means[column], log_mean, rtol=1e-15, atol=0)
+        np.testing.assert_allclose(influences[:, column], influence, rtol=1e-15, atol=0)
