@@ -140,6 +140,7 @@ def log_mean_exp(log_values):
 
         log_mean_exp(np.log(rng.uniform(size=(4, 1000))))  # (about -0.69, about 0.01, ...)
     """
+    log_values = np.asarray(log_values, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         log_mean, influence = log_mean_and_influence(log_values)
     if not np.isfinite(log_mean):

@@ -138,3 +138,8 @@ def test_an_axis_gives_each_column_its_own_log_mean_and_influences(values, centr
         log_mean, influence = log_mean_and_influence(values[:, column])
         np.testing.assert_allclose(log_means[column], log_mean, rtol=1e-15, atol=0)
         np.testing.assert_allclose(influences[:, column], influence, rtol=1e-15, atol=0)
+
+
+def test_a_nested_list_is_read_as_its_array():
+    values = [[0.1, 0.5, 0.3, 0.2, 0.9], [0.4, -0.2, 0.0, 0.7, 0.1]]
+    assert log_mean_exp(values) == log_mean_exp(np.array(values))
