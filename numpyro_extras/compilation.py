@@ -7,8 +7,8 @@ this short and take most of their compile time; :func:`quick_jit` compiles witho
 asks for Eigen's single-threaded runtime (a program-level option: XLA's CPU client may still run
 a batched program on its thread pool, so a program that can wait forever there is restructured
 where it is written, as the base fit's polishing is).
-Programs that run for seconds keep LLVM's optimisation (``optimize=True``); those of a deep
-network (the VAE's training, its beta search and data chains) take its first level
+Programs that run for seconds keep LLVM's optimisation (``optimize=True``); those of a
+network (the VAE's and the Ai-sampler's training, their chains and checks) take its first level
 (``optimize=1``), which XLA's default level compiles several times longer and runs no faster.
 The sampling loop of ``numpyro.infer.MCMC`` is NumPyro's program and keeps XLA's defaults.
 """

@@ -582,20 +582,21 @@ def _training_programs(init_key, config, settings, sites, potential_fn, seed, lo
     proposal, networks, seed_standardized, positions = initial_networks(init_key, loc, scale, seed)
     run_bootstrap = _bootstrap(proposal, potential_fn, settings)
 
-    @functools.partial(quick_jit, optimize=True)
+    @functools.partial(quick_jit, optimize=1)
     def bootstrap(flow_params, positions, rng_key):
         positions, kept, accept_rate = run_bootstrap(flow_params, positions, rng_key)
         standardized = proposal.standardize(kept.reshape(-1, dimension))
         return positions, standardized, accept_rate, kept
 
-    # The updates and the flow's chains run for seconds: LLVM's optimisation pays there.
+    # The updates and the flow's chains run for seconds: LLVM's optimisation pays there, and its
+    # first level runs them as fast as XLA's default and compiles sooner.
     return proposal, _Training(
         networks,
         positions,
         seed_standardized,
         seed_shape,
         kept_shape,
-        quick_jit(train, optimize=True),
+        quick_jit(train, optimize=1),
         quick_jit(_extended_batches, static_argnums=(2, 3)),
         bootstrap,
     )
@@ -932,7 +933,7 @@ def _mean_and_covariance(points):
 def _check_draws(proposal, potential_fn, starts, rng_key, settings):
     """Draws ``(chains, MIXING_CHECK_STEPS, D)`` of ``proposal``'s kernel from ``starts``."""
     check_settings = settings._replace(burn_in=0, num_kept=MIXING_CHECK_STEPS)
-    run = quick_jit(_bootstrap(proposal, potential_fn, check_settings), optimize=True)
+    run = quick_jit(_bootstrap(proposal, potential_fn, check_settings), optimize=1)
     _, kept, _ = run(proposal.params, starts, rng_key)
     return np.swapaxes(np.asarray(kept, dtype=np.float64), 0, 1)
 
