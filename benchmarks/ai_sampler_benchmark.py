@@ -23,6 +23,7 @@ Run: ``python benchmarks/ai_sampler_benchmark.py --part planar --seeds 0 1 2``.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import jax
@@ -260,7 +261,7 @@ def blr_table(rows):
 def cost_rows(batch_sizes):
     """Seconds per Ai-sampler step and per gradient of the potential (german), for a batch of
     chains, compile excluded, best of 5 repetitions of 200 calls."""
-    from numpyro_extras.involutive.chains import ai_init, ai_step
+    from numpyro_extras.involutive.chains import build_kernel, init
     from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal
     from numpyro_extras.potential import flatten_model
 
@@ -273,10 +274,15 @@ def cost_rows(batch_sizes):
     rows = []
     for batch in batch_sizes:
         positions = 0.1 * jax.random.normal(jax.random.PRNGKey(2), (batch, dimension))
-        states = jax.vmap(lambda x, k: ai_init(x, flat.potential_fn, k))(
-            positions, jax.random.split(jax.random.PRNGKey(3), batch)
+        states = jax.vmap(lambda x: init(x, flat.potential_fn))(positions)
+        keys = jax.random.split(jax.random.PRNGKey(3), batch)
+        step = jax.jit(
+            functools.partial(
+                lambda kernel, keys, states: kernel(keys, states)[0],
+                jax.vmap(build_kernel(proposal, flat.potential_fn)),
+                keys,
+            )
         )
-        step = jax.jit(jax.vmap(lambda state: ai_step(state, proposal, flat.potential_fn)))
         gradient = jax.jit(jax.vmap(jax.grad(flat.potential_fn)))
 
         def timed(function, argument):

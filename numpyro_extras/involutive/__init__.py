@@ -1,7 +1,7 @@
 """The Ai-sampler (Egorov, Valperga and Gavves): a Metropolis-Hastings kernel whose proposal is a
 learned involution, exact for any network parameters, trained adversarially from samples alone."""
 
-from numpyro_extras.involutive.chains import AiState, ai_init, ai_step
+from numpyro_extras.involutive.chains import InvolutiveInfo, InvolutiveState
 from numpyro_extras.involutive.diagnostics import (
     InvolutionCheck,
     involution_check,
@@ -9,7 +9,7 @@ from numpyro_extras.involutive.diagnostics import (
     plot_ai_sampler,
 )
 from numpyro_extras.involutive.io import load_involution, save_involution
-from numpyro_extras.involutive.kernels import AiSampler
+from numpyro_extras.involutive.kernels import AiSampler, AiState, ai_init, ai_step
 from numpyro_extras.involutive.networks import (
     InvolutionConfig,
     InvolutiveProposal,
@@ -23,7 +23,9 @@ __all__ = [
     "AiState",
     "InvolutionCheck",
     "InvolutionConfig",
+    "InvolutiveInfo",
     "InvolutiveProposal",
+    "InvolutiveState",
     "TrainingHistory",
     "TrainingSettings",
     "ai_init",

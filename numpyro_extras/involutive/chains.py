@@ -1,4 +1,6 @@
-"""The Ai-sampler's functional core: one involutive Metropolis-Hastings chain (BlackJAX style).
+"""The Ai-sampler's functional core: one involutive Metropolis-Hastings chain, in BlackJAX's
+shape (a :class:`InvolutiveState` and an :class:`InvolutiveInfo`, :func:`init`, and
+:func:`build_kernel` returning a pure ``kernel(rng_key, state) -> (state, info)``).
 
 Each step draws a fresh momentum ``v ~ N(0, I)``, maps ``s = (x, v)`` to ``s' = M(s)`` with the
 learned involution of :mod:`numpyro_extras.involutive.networks`, and accepts with probability
@@ -10,60 +12,55 @@ With ``config.swap_probability > 0`` that share of the steps, chosen independent
 proposes instead from the proposal's ``mixture`` (independence Metropolis-Hastings) or, without
 one, with the plain swap of the standardised position and the momentum: each move is exact, so
 the mixture of moves is.
+
+The core knows nothing of NumPyro: keys, build tags, site values and the running acceptance
+belong to the kernel (:class:`~numpyro_extras.involutive.kernels.AiSampler`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.involutive.networks import InvolutiveProposal, involution, swap_involution
-from numpyro_extras.kernel import field_lookup
-from numpyro_extras.metropolis import metropolis_accept, running_accept_mean, select
+from numpyro_extras.metropolis import metropolis_accept, select
 
-__all__ = ["AiState", "ai_init", "ai_step", "extended_energy", "involutive_proposal"]
+__all__ = [
+    "InvolutiveInfo",
+    "InvolutiveState",
+    "build_kernel",
+    "extended_energy",
+    "init",
+    "involutive_proposal",
+]
 
 
-class AiState(NamedTuple):
-    """The state of one Ai-sampler chain.
+class InvolutiveState(NamedTuple):
+    """Where one chain is.
 
-    :param z: the current draw (dict of unconstrained site values for a model, the flat position
-        for a ``potential_fn``): the ``sample_field``.
-    :param position: the flat unconstrained position.
-    :param potential_energy: ``U(position)``.
-    :param accept_prob: the last transition's acceptance probability.
-    :param mean_accept_prob: the running mean of ``accept_prob`` (restarted after warm-up).
-    :param i: transitions so far.
-    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
-    :param rng_key: the chain's key.
-
-    **Example:**
-
-    .. code-block:: python
-
-        mcmc = MCMC(nx.AiSampler(model, params=params), num_warmup=200, num_samples=1000)
-        mcmc.run(jax.random.PRNGKey(0), x, y)
-        mcmc.last_state.mean_accept_prob  # the sampling phase's acceptance
+    :param position: the flat unconstrained position ``x``.
+    :param potential_energy: ``U(x)``.
     """
 
-    z: Any
     position: jax.Array
     potential_energy: jax.Array
+
+
+class InvolutiveInfo(NamedTuple):
+    """What one transition did.
+
+    :param accept_prob: the Metropolis-Hastings acceptance probability of the proposal.
+    :param is_accepted: whether the chain moved to it.
+    :param proposal: the proposed :class:`InvolutiveState` (its energy ``inf`` where ``U`` is
+        not finite).
+    """
+
     accept_prob: jax.Array
-    mean_accept_prob: jax.Array
-    i: jax.Array
-    build: Any
-    rng_key: jax.Array
-
-    __getattr__, __getitem__ = field_lookup("An Ai-sampler state", lambda: AiState._fields[:6])
-
-
-def _identity(position):
-    return position
+    is_accepted: jax.Array
+    proposal: InvolutiveState
 
 
 def extended_energy(potential_energy, momentum):
@@ -83,7 +80,16 @@ def involutive_proposal(rng_key, proposal: InvolutiveProposal, position):
     state-independent choice between two involutions, so each step is still an exact
     involutive Metropolis-Hastings move).
 
+    :param rng_key: key of the momentum and of the choice of involution.
+    :param InvolutiveProposal proposal: the proposal ``M``.
+    :param position: flat position ``x``.
     :return: ``(momentum, new_position, new_momentum)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        momentum, new_position, new_momentum = involutive_proposal(key, proposal, x)
     """
     momentum = jax.random.normal(rng_key, jnp.shape(position), position.dtype)
     state = jnp.concatenate([position, momentum], -1)
@@ -95,99 +101,73 @@ def involutive_proposal(rng_key, proposal: InvolutiveProposal, position):
     return momentum, new_position.astype(position.dtype), new_momentum.astype(position.dtype)
 
 
-def ai_init(
-    position, potential_fn: Callable, rng_key, tag: BuildTag | None = None, unravel_fn=_identity
-) -> AiState:
+def init(position, potential_fn: Callable) -> InvolutiveState:
     """The state of a chain at ``position``.
 
     :param position: flat unconstrained start.
     :param potential_fn: ``x -> U(x)``.
-    :param rng_key: the chain's key.
-    :param tag: the kernel build's tag.
-    :param unravel_fn: flat ``x`` -> the sample field (site values, or ``x`` itself).
-    :return: :class:`AiState`.
+    :return: :class:`InvolutiveState`.
 
     **Example:**
 
     .. code-block:: python
 
-        state = ai_init(jnp.zeros(2), potential_fn, jax.random.PRNGKey(0))
+        state = init(jnp.zeros(2), potential_fn)
     """
-    potential_energy = potential_fn(position)
-    zero = jnp.zeros((), jnp.result_type(potential_energy))
-    return AiState(
-        unravel_fn(position),
-        position,
-        potential_energy,
-        zero,
-        zero,
-        jnp.zeros((), jnp.int32),
-        tag,
-        rng_key,
-    )
+    return InvolutiveState(position, potential_fn(position))
 
 
-def ai_step(
-    state: AiState,
-    proposal: InvolutiveProposal,
-    potential_fn: Callable,
-    num_warmup=0,
-    unravel_fn=_identity,
-) -> AiState:
-    """One involutive Metropolis-Hastings transition (the paper's eq. 3 with a fresh momentum),
-    or, in ``config.swap_probability`` of the steps with a ``mixture``, one independence
-    Metropolis-Hastings transition from it.
+def build_kernel(proposal: InvolutiveProposal, potential_fn: Callable) -> Callable:
+    """The transition of a frozen proposal on the potential ``potential_fn``: one involutive
+    Metropolis-Hastings step (the paper's eq. 3 with a fresh momentum) or, in
+    ``config.swap_probability`` of the steps when the proposal has a ``mixture``, one
+    independence Metropolis-Hastings step from it. A proposal where ``U`` is not finite is
+    rejected.
 
-    A proposal where ``U`` is not finite is rejected.
-
-    :param AiState state: the current state.
-    :param InvolutiveProposal proposal: the frozen proposal ``M``.
-    :param potential_fn: ``x -> U(x)`` (the model's potential for this step's arguments).
-    :param int num_warmup: warm-up length (``mean_accept_prob`` restarts after it).
-    :param unravel_fn: flat ``x`` -> the sample field.
-    :return: the next :class:`AiState`.
+    :param InvolutiveProposal proposal: the proposal ``M``.
+    :param potential_fn: ``x -> U(x)``.
+    :return: ``kernel(rng_key, state) -> (state, info)``, pure and traceable
+        (:class:`InvolutiveState`, :class:`InvolutiveInfo`).
 
     **Example:**
 
     .. code-block:: python
 
-        state = ai_step(state, proposal, potential_fn)
+        kernel = jax.jit(build_kernel(proposal, potential_fn))
+        state = init(jnp.zeros(2), potential_fn)
+        state, info = kernel(jax.random.PRNGKey(0), state)
     """
-    rng_key, proposal_key, accept_key = jax.random.split(state.rng_key, 3)
-    momentum, position, new_momentum = involutive_proposal(proposal_key, proposal, state.position)
     mixes = proposal.config.swap_probability > 0 and proposal.mixture is not None
-    if mixes:
-        # Independence Metropolis-Hastings from the mixture of the seed chains' modes, chosen
-        # independently of the state; the momentum then plays no part.
-        draw = proposal.mixture.sample(jax.random.fold_in(proposal_key, 2))
-        from_mixture = _independence_choice(proposal_key, proposal)
-        position = jnp.where(from_mixture, draw.astype(position.dtype), position)
-    potential_energy = potential_fn(position)
-    log_ratio = extended_energy(state.potential_energy, momentum) - extended_energy(
-        potential_energy, new_momentum
-    )
-    if mixes:
-        # log [p(x') q(x)] - log [p(x) q(x')]
-        mixture_log_ratio = (
-            state.potential_energy
-            - potential_energy
-            + proposal.mixture.log_prob(state.position)
-            - proposal.mixture.log_prob(position)
+
+    def kernel(rng_key, state: InvolutiveState):
+        proposal_key, accept_key = jax.random.split(rng_key)
+        momentum, position, new_momentum = involutive_proposal(
+            proposal_key, proposal, state.position
         )
-        log_ratio = jnp.where(from_mixture, mixture_log_ratio, log_ratio)
-    log_ratio = jnp.where(jnp.isfinite(potential_energy), log_ratio, -jnp.inf)
-    accept, accept_prob = metropolis_accept(accept_key, log_ratio)
-    position, potential_energy = select(
-        accept, (position, potential_energy), (state.position, state.potential_energy)
-    )
-    iteration = state.i + 1
-    return AiState(
-        unravel_fn(position),
-        position,
-        potential_energy,
-        accept_prob,
-        running_accept_mean(state.mean_accept_prob, accept_prob, iteration, num_warmup),
-        iteration,
-        state.build,
-        rng_key,
-    )
+        if mixes:
+            # Independence Metropolis-Hastings from the mixture, chosen independently of the
+            # state; the momentum then plays no part.
+            draw = proposal.mixture.sample(jax.random.fold_in(proposal_key, 2))
+            from_mixture = _independence_choice(proposal_key, proposal)
+            position = jnp.where(from_mixture, draw.astype(position.dtype), position)
+        potential_energy = potential_fn(position)
+        log_ratio = extended_energy(state.potential_energy, momentum) - extended_energy(
+            potential_energy, new_momentum
+        )
+        if mixes:
+            # log [p(x') q(x)] - log [p(x) q(x')]
+            mixture_log_ratio = (
+                state.potential_energy
+                - potential_energy
+                + proposal.mixture.log_prob(state.position)
+                - proposal.mixture.log_prob(position)
+            )
+            log_ratio = jnp.where(from_mixture, mixture_log_ratio, log_ratio)
+        finite = jnp.isfinite(potential_energy)
+        log_ratio = jnp.where(finite, log_ratio, -jnp.inf)
+        accept, accept_prob = metropolis_accept(accept_key, log_ratio)
+        proposed = InvolutiveState(position, jnp.where(finite, potential_energy, jnp.inf))
+        new_state = InvolutiveState(*select(accept, tuple(proposed), tuple(state)))
+        return new_state, InvolutiveInfo(accept_prob, accept, proposed)
+
+    return kernel

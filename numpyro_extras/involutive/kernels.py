@@ -3,10 +3,14 @@
 A thin :class:`~numpyro_extras.kernel.ExtrasKernel` over the functional core of
 :mod:`numpyro_extras.involutive.chains`: it reads the model, trains the involution once per set
 of model arguments (:func:`~numpyro_extras.involutive.training.train_ai_sampler`) or checks a
-given one, and steps with it frozen.
+given one, and steps with it frozen. The chain's NumPyro side (its key, the build tag, the site
+values and the running acceptance) is :class:`AiState`, around the core's state.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -16,13 +20,13 @@ from numpyro.infer.gibbs import with_conditioning
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
-from numpyro_extras.involutive.chains import ai_init, ai_step
+from numpyro_extras.compiled_chain import BuildTag
+from numpyro_extras.involutive.chains import InvolutiveState, build_kernel
+from numpyro_extras.involutive.chains import init as core_init
 from numpyro_extras.involutive.networks import InvolutiveProposal
 from numpyro_extras.involutive.training import check_train_kwargs, train_ai_sampler
-from numpyro_extras.kernel import (
-    ExtrasKernel,
-    conditioning_values,
-)
+from numpyro_extras.kernel import ExtrasKernel, conditioning_values, field_lookup
+from numpyro_extras.metropolis import running_accept_mean
 from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
 from numpyro_extras.potential import (
     FlatModel,
@@ -34,7 +38,121 @@ from numpyro_extras.potential import (
 )
 from numpyro_extras.validation import check_init_strategy
 
-__all__ = ["AiSampler", "check_params_match"]
+__all__ = ["AiSampler", "AiState", "ai_init", "ai_step", "check_params_match"]
+
+
+class AiState(NamedTuple):
+    """The state of one Ai-sampler chain under NumPyro's ``MCMC``: the core's
+    :class:`~numpyro_extras.involutive.chains.InvolutiveState` (``position``,
+    ``potential_energy``) and what the kernel keeps beside it.
+
+    :param z: the current draw (dict of unconstrained site values for a model, the flat position
+        for a ``potential_fn``): the ``sample_field``.
+    :param position: the flat unconstrained position.
+    :param potential_energy: ``U(position)``.
+    :param accept_prob: the last transition's acceptance probability.
+    :param mean_accept_prob: the running mean of ``accept_prob`` (restarted after warm-up).
+    :param i: transitions so far.
+    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param rng_key: the chain's key.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc = MCMC(nx.AiSampler(model, params=params), num_warmup=200, num_samples=1000)
+        mcmc.run(jax.random.PRNGKey(0), x, y)
+        mcmc.last_state.mean_accept_prob  # the sampling phase's acceptance
+    """
+
+    z: Any
+    position: jax.Array
+    potential_energy: jax.Array
+    accept_prob: jax.Array
+    mean_accept_prob: jax.Array
+    i: jax.Array
+    build: Any
+    rng_key: jax.Array
+
+    __getattr__, __getitem__ = field_lookup("An Ai-sampler state", lambda: AiState._fields[:6])
+
+
+def _identity(position):
+    return position
+
+
+def ai_init(
+    position, potential_fn: Callable, rng_key, tag: BuildTag | None = None, unravel_fn=_identity
+) -> AiState:
+    """The state of a chain at ``position``: the core's
+    :func:`~numpyro_extras.involutive.chains.init` with the chain's key and build tag.
+
+    :param position: flat unconstrained start.
+    :param potential_fn: ``x -> U(x)``.
+    :param rng_key: the chain's key.
+    :param tag: the kernel build's tag.
+    :param unravel_fn: flat ``x`` -> the sample field (site values, or ``x`` itself).
+    :return: :class:`AiState`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        state = ai_init(jnp.zeros(2), potential_fn, jax.random.PRNGKey(0))
+    """
+    core = core_init(position, potential_fn)
+    zero = jnp.zeros((), jnp.result_type(core.potential_energy))
+    return AiState(
+        unravel_fn(position),
+        core.position,
+        core.potential_energy,
+        zero,
+        zero,
+        jnp.zeros((), jnp.int32),
+        tag,
+        rng_key,
+    )
+
+
+def ai_step(
+    state: AiState,
+    proposal: InvolutiveProposal,
+    potential_fn: Callable,
+    num_warmup=0,
+    unravel_fn=_identity,
+) -> AiState:
+    """One transition of the core's
+    :func:`~numpyro_extras.involutive.chains.build_kernel` on the chain's own key, with the
+    running acceptance and the sample field updated.
+
+    :param AiState state: the current state.
+    :param InvolutiveProposal proposal: the frozen proposal ``M``.
+    :param potential_fn: ``x -> U(x)`` (the model's potential for this step's arguments).
+    :param int num_warmup: warm-up length (``mean_accept_prob`` restarts after it).
+    :param unravel_fn: flat ``x`` -> the sample field.
+    :return: the next :class:`AiState`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        state = ai_step(state, proposal, potential_fn)
+    """
+    rng_key, step_key = jax.random.split(state.rng_key)
+    core, info = build_kernel(proposal, potential_fn)(
+        step_key, InvolutiveState(state.position, state.potential_energy)
+    )
+    iteration = state.i + 1
+    return AiState(
+        unravel_fn(core.position),
+        core.position,
+        core.potential_energy,
+        info.accept_prob,
+        running_accept_mean(state.mean_accept_prob, info.accept_prob, iteration, num_warmup),
+        iteration,
+        state.build,
+        rng_key,
+    )
 
 
 def check_params_match(params: InvolutiveProposal, flat_model: FlatModel, has_model=True):

@@ -27,7 +27,8 @@ from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
 from numpyro_extras.bases import MixtureBase
 from numpyro_extras.compilation import quick_jit
-from numpyro_extras.involutive.chains import ai_init, ai_step
+from numpyro_extras.involutive.chains import build_kernel
+from numpyro_extras.involutive.chains import init as chain_init
 from numpyro_extras.involutive.networks import (
     InvolutionConfig,
     InvolutiveProposal,
@@ -307,17 +308,21 @@ def _bootstrap(proposal: InvolutiveProposal, potential_fn, settings: TrainingSet
     ``kept`` is ``(num_kept, chains, D)``."""
 
     def run(flow_params, positions, rng_key):
-        current = proposal.replace(params=flow_params)
-        keys = jax.random.split(rng_key, positions.shape[0])
-        states = jax.vmap(lambda x, key: ai_init(x, potential_fn, key))(positions, keys)
-        step = jax.vmap(lambda state: ai_step(state, current, potential_fn))
+        kernel = jax.vmap(build_kernel(proposal.replace(params=flow_params), potential_fn))
+        states = jax.vmap(lambda x: chain_init(x, potential_fn))(positions)
+        num_chains = positions.shape[0]
 
-        def transition(states, _):
-            states = step(states)
-            return states, (states.position, states.accept_prob)
+        def transition(states, key):
+            states, info = kernel(jax.random.split(key, num_chains), states)
+            return states, (states.position, info.accept_prob)
 
-        states, _ = jax.lax.scan(transition, states, None, settings.burn_in)
-        states, (kept, accept_probs) = jax.lax.scan(transition, states, None, settings.num_kept)
+        burn_in_key, kept_key = jax.random.split(rng_key)
+        states, _ = jax.lax.scan(
+            transition, states, jax.random.split(burn_in_key, settings.burn_in)
+        )
+        states, (kept, accept_probs) = jax.lax.scan(
+            transition, states, jax.random.split(kept_key, settings.num_kept)
+        )
         return states.position, kept, jnp.mean(accept_probs)
 
     return run

@@ -1,5 +1,6 @@
-"""The Ai-sampler's transition: pairwise detailed balance, and exactness of an untrained kernel
-(for any parameters M is an involution with unit Jacobian, so eq. 3 is exact)."""
+"""The Ai-sampler's core transition, run without NumPyro: pairwise detailed balance, and
+exactness of an untrained kernel (for any parameters M is an involution with unit Jacobian, so
+eq. 3 is exact)."""
 
 import dataclasses
 
@@ -11,9 +12,11 @@ from numpyro.diagnostics import effective_sample_size
 
 from numpyro_extras.bases import MixtureBase
 from numpyro_extras.involutive.chains import (
-    ai_init,
-    ai_step,
+    InvolutiveInfo,
+    InvolutiveState,
+    build_kernel,
     extended_energy,
+    init,
     involutive_proposal,
 )
 from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal, involution
@@ -48,20 +51,23 @@ def test_pairwise_detailed_balance():
     assert 0.05 < float(jnp.mean(jnp.exp(forward))) < 0.95
 
 
-def _run(step, num_chains=64, num_steps=20_000, burn_in=2_000):
-    keys = jax.random.split(jax.random.PRNGKey(2), num_chains)
-    states = jax.vmap(lambda key: ai_init(jnp.zeros(2), _potential, key))(keys)
+def _run(kernel, num_chains=64, num_steps=20_000, burn_in=2_000):
+    """``num_chains`` chains of ``kernel(rng_key, state) -> (state, info)`` from the origin:
+    their draws after ``burn_in`` and the mean acceptance of each chain."""
+    states = jax.vmap(lambda _: init(jnp.zeros(2), _potential))(jnp.arange(num_chains))
+    keys = jax.random.split(jax.random.PRNGKey(2), num_steps)
 
     @jax.jit
     def run(states):
-        def transition(states, _):
-            states = jax.vmap(step)(states)
-            return states, states.position
+        def transition(states, key):
+            states, info = jax.vmap(kernel)(jax.random.split(key, num_chains), states)
+            return states, (states.position, info.accept_prob)
 
-        return jax.lax.scan(transition, states, None, num_steps)
+        return jax.lax.scan(transition, states, keys)
 
-    states, positions = run(states)
-    return np.swapaxes(np.asarray(positions[burn_in:]), 0, 1), states
+    _, (positions, accept_probs) = run(states)
+    draws = np.swapaxes(np.asarray(positions[burn_in:]), 0, 1)
+    return draws, np.asarray(accept_probs[burn_in:]).mean(0)
 
 
 def _z_scores(draws):
@@ -89,9 +95,12 @@ def test_untrained_kernel_is_exact_and_always_accepting_is_not(mixed_in):
     # against its scale.
     proposal = _untrained().replace(scale=jnp.sqrt(VARIANCES))
     if mixed_in:
+        # Wider than the target in both coordinates, so that the swap's independence-like moves
+        # have heavier tails than the target (and the chain is geometrically ergodic), while
+        # still not fitting it.
         config = dataclasses.replace(proposal.config, swap_probability=0.5)
         proposal = proposal.replace(
-            config=config, loc=jnp.array([0.5, -0.5]), scale=jnp.array([1.5, 1.0])
+            config=config, loc=jnp.array([0.5, -0.5]), scale=jnp.array([1.5, 2.5])
         )
     if mixed_in == "mixture":
         mixture = MixtureBase(
@@ -101,16 +110,16 @@ def test_untrained_kernel_is_exact_and_always_accepting_is_not(mixed_in):
             jnp.zeros(()),
         )
         proposal = proposal.replace(mixture=mixture)
-    draws, states = _run(lambda state: ai_step(state, proposal, _potential))
+    draws, accept_rates = _run(build_kernel(proposal, _potential))
     mean_z, second_z, square_ess = _z_scores(draws)
     assert np.all(square_ess > 1_500), square_ess
-    assert 0.2 < float(jnp.mean(states.mean_accept_prob)) < 0.9
+    assert 0.2 < float(np.mean(accept_rates)) < 0.9
     assert _passes(mean_z, second_z), (mean_z, second_z)
 
-    def always_accept(state):
-        key, proposal_key = jax.random.split(state.rng_key)
-        _, position, _ = involutive_proposal(proposal_key, proposal, state.position)
-        return state._replace(position=position, rng_key=key)
+    def always_accept(rng_key, state):
+        _, position, _ = involutive_proposal(rng_key, proposal, state.position)
+        moved = InvolutiveState(position, _potential(position))
+        return moved, InvolutiveInfo(jnp.ones(()), jnp.array(True), moved)
 
     draws, _ = _run(always_accept, num_chains=16, num_steps=5_000, burn_in=500)
     mean_z, second_z, _ = _z_scores(draws)
@@ -128,9 +137,35 @@ def test_a_non_finite_proposal_is_rejected():
         # Infinite on half of the plane: every proposal there must be rejected, never kept.
         return jnp.where(x[0] > 0.5, jnp.inf, _potential(x))
 
-    state = ai_init(jnp.zeros(2), potential, jax.random.PRNGKey(3))
-    step = jax.jit(lambda s: ai_step(s, proposal, potential))
-    for _ in range(200):
-        state = step(state)
+    state = init(jnp.zeros(2), potential)
+    kernel = jax.jit(build_kernel(proposal, potential))
+    rejected = 0
+    for key in jax.random.split(jax.random.PRNGKey(3), 200):
+        state, info = kernel(key, state)
+        assert isinstance(info, InvolutiveInfo)
         assert np.isfinite(state.potential_energy)
         assert float(state.position[0]) <= 0.5
+        if float(info.proposal.position[0]) > 0.5:
+            rejected += 1
+            assert not bool(info.is_accepted) and float(info.accept_prob) == 0.0
+            assert float(info.proposal.potential_energy) == np.inf
+    assert rejected > 0
+
+
+def test_kernel_info_describes_the_transition():
+    """``is_accepted`` says whether the state became ``info.proposal``, and the new state's
+    energy is the potential at its position."""
+    proposal = _untrained()
+    kernel = jax.jit(build_kernel(proposal, _potential))
+    state = init(jnp.array([0.3, -1.0]), _potential)
+    moved = stayed = 0
+    for key in jax.random.split(jax.random.PRNGKey(4), 100):
+        new_state, info = kernel(key, state)
+        expected = info.proposal if bool(info.is_accepted) else state
+        np.testing.assert_array_equal(new_state.position, expected.position)
+        np.testing.assert_allclose(new_state.potential_energy, _potential(new_state.position))
+        assert 0.0 <= float(info.accept_prob) <= 1.0
+        moved += bool(info.is_accepted)
+        stayed += not bool(info.is_accepted)
+        state = new_state
+    assert moved > 0 and stayed > 0
