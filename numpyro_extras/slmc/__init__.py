@@ -10,10 +10,9 @@ from numpyro_extras.slmc.annealing import (
     AnnealingStalledWarning,
     fit_vae_proposal,
 )
-from numpyro_extras.slmc.chains import SLMCState
 from numpyro_extras.slmc.evidence import slmc_inference_data, slmc_log_marginal_likelihood
 from numpyro_extras.slmc.io import load_proposal, save_proposal
-from numpyro_extras.slmc.kernels import VAESLMC, IsometryWarning
+from numpyro_extras.slmc.kernels import VAESLMC, IsometryWarning, SLMCState
 from numpyro_extras.slmc.plots import plot_annealing
 from numpyro_extras.slmc.vae import VAEConfig, VAEProposal, isometry_factors
 

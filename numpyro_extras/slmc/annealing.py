@@ -44,10 +44,10 @@ from numpyro_extras.pilot import dispersed_starts, nuts_draws
 from numpyro_extras.potential import flat_target, site_shapes
 from numpyro_extras.progress import scan_in_chunks
 from numpyro_extras.slmc.chains import (
+    build_kernel,
     check_acceptance,
     draw_proposal,
     exchange_source,
-    independence_move,
     new_point,
     refresh_latent,
     shared_uniform_rates,
@@ -688,11 +688,14 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
         def move(points, key):
             move_key, swap_key = jax.random.split(key)
             keys = jax.random.split(move_key, (num_models, chains))
-            points, _, _, accept_prob = jax.vmap(
+            points, info = jax.vmap(
                 lambda keys_j, points_j, proposal, beta: jax.vmap(
-                    lambda k, p: independence_move(k, p, proposal, acceptance, log_density_fn, beta)
+                    lambda k, p: build_kernel(proposal, log_density_fn, acceptance=acceptance)(
+                        k, p, beta
+                    )
                 )(keys_j, points_j)
             )(keys, points, proposals, betas)
+            accept_prob = info.accept_prob
             if num_models > 1 and settings.exchange:
                 source, swap_prob = jax.vmap(
                     lambda k, log_density: exchange_source(k, betas, log_density),

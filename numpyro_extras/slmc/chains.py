@@ -1,7 +1,9 @@
-"""The functional core of VAE self-learning Monte Carlo: pure, jittable independence
-Metropolis-Hastings moves on NamedTuple states, under the kernel of
-:mod:`numpyro_extras.slmc.kernels` and the annealing driver of
-:mod:`numpyro_extras.slmc.annealing`.
+"""The functional core of VAE self-learning Monte Carlo, in BlackJAX's shape: a
+:class:`ChainPoint` state and an :class:`SLMCInfo`, :func:`init`, and :func:`build_kernel`
+returning a pure ``kernel(rng_key, state, beta) -> (state, info)``. The kernel of
+:mod:`numpyro_extras.slmc.kernels` runs it under NumPyro's ``MCMC`` (keys, build tags, site
+values and the running acceptance belong there); the annealing driver of
+:mod:`numpyro_extras.slmc.annealing` runs it at every rung's ``beta``.
 
 **Exact acceptance (the default).** The chain lives on the extended space ``(x, z)`` with target
 ``p~(x)^beta r(z | x)``, ``r`` the encoder; its ``x``-marginal is ``p(x)^beta`` for any network,
@@ -33,18 +35,15 @@ normalising constant of ``p~``), kept as each step's ``proposal_log_weight``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.exchange.chains import swap_log_ratios
-from numpyro_extras.kernel import field_lookup
 from numpyro_extras.metropolis import (
     acceptance_probability,
     metropolis_accept,
-    running_accept_mean,
     select,
 )
 from numpyro_extras.slmc.vae import (
@@ -61,19 +60,18 @@ from numpyro_extras.validation import check_count
 
 __all__ = [
     "ACCEPTANCES",
-    "check_acceptance",
     "ChainPoint",
-    "SLMCState",
-    "SLMC_FIELDS",
-    "log_correction",
-    "draw_proposal",
-    "refresh_latent",
-    "new_point",
-    "independence_move",
+    "SLMCInfo",
+    "build_kernel",
+    "check_acceptance",
     "check_latents",
-    "vae_slmc",
-    "shared_uniform_rates",
+    "draw_proposal",
     "exchange_source",
+    "init",
+    "log_correction",
+    "new_point",
+    "refresh_latent",
+    "shared_uniform_rates",
 ]
 
 ACCEPTANCES = ("exact", "isometric")
@@ -164,85 +162,84 @@ def refresh_latent(rng_key, point: ChainPoint, proposal, acceptance) -> ChainPoi
     return point._replace(latent=latent, correction=_finite_or(correction, -jnp.inf))
 
 
-def independence_move(rng_key, point: ChainPoint, proposal, acceptance, log_density_fn, beta):
-    """One move on ``p~^beta r``: a latent refresh, then an independence Metropolis-Hastings
-    step (eq. 6 with the extended-space weights, or with ``Gamma``).
+class SLMCInfo(NamedTuple):
+    """What one transition did.
 
-    :param rng_key: key.
-    :param ChainPoint point: the current state.
-    :param proposal: the VAE proposal.
-    :param str acceptance: ``"exact"`` or ``"isometric"``.
-    :param log_density_fn: ``x -> log p~(x)``.
-    :param beta: inverse temperature of the target.
-    :return: ``(point, proposed, accept, accept_prob)``: the new state, the proposal (with its
-        ``log_weight(1.0)`` the importance weight of ``p~`` against ``q``), whether it was
-        accepted, and its acceptance probability.
-
-    **Example:**
-
-    .. code-block:: python
-
-        point, proposed, accept, prob = independence_move(key, point, proposal, "exact",
-                                                          log_density_fn, 1.0)
-    """
-    refresh_key, proposal_key, accept_key = jax.random.split(rng_key, 3)
-    point = refresh_latent(refresh_key, point, proposal, acceptance)
-    num_latents = point.latent.shape[0] if point.latent.ndim == 2 else None
-    proposed = draw_proposal(proposal_key, proposal, acceptance, log_density_fn, num_latents)
-    log_ratio = proposed.log_weight(beta) - point.log_weight(beta)
-    accept, accept_prob = metropolis_accept(accept_key, log_ratio)
-    return select(accept, proposed, point), proposed, accept, accept_prob
-
-
-class SLMCState(NamedTuple):
-    """State of one VAE-SLMC chain.
-
-    :param z: the current draw (dict of unconstrained site values for a model, the flat position
-        for a ``potential_fn``): the ``sample_field``.
-    :param point: the :class:`ChainPoint` (flat position, latent, cached log weight parts).
-    :param potential_energy: ``-log p~(x)``.
-    :param proposal_log_weight: this step's proposal's log importance weight ``log W`` at
-        ``beta = 1`` (``log p~(x') + log r(z' | x') - log q(x', z')`` with one latent): the mean
-        of its exponential over proposals estimates ``Z``.
-    :param accept_prob: this step's acceptance probability.
-    :param accepted: whether the proposal was accepted.
-    :param mean_accept_prob: running mean of ``accept_prob`` (restarted after warm-up).
-    :param iteration: steps so far, warm-up included.
-    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
-    :param rng_key: random key.
-
-    **Example:**
-
-    .. code-block:: python
-
-        mcmc = MCMC(nx.VAESLMC(model, proposal=proposal), num_warmup=200, num_samples=1000)
-        mcmc.run(jax.random.PRNGKey(0), x, y)
-        mcmc.last_state.mean_accept_prob
+    :param accept_prob: the Metropolis-Hastings acceptance probability of the proposal.
+    :param is_accepted: whether the chain moved to it.
+    :param proposal: the proposed :class:`ChainPoint`; at ``beta = 1`` its ``log_weight(1.0)``
+        is the importance weight of ``p~`` against ``q``.
     """
 
-    z: Any
-    point: ChainPoint
-    potential_energy: jax.Array
-    proposal_log_weight: jax.Array
     accept_prob: jax.Array
-    accepted: jax.Array
-    mean_accept_prob: jax.Array
-    iteration: jax.Array
-    build: BuildTag
-    rng_key: jax.Array
-
-    @property
-    def position(self):
-        return self.point.position
-
-    @property
-    def latent(self):
-        return self.point.latent
-
-    __getattr__, __getitem__ = field_lookup("A VAE-SLMC state", lambda: SLMC_FIELDS)
+    is_accepted: jax.Array
+    proposal: ChainPoint
 
 
-SLMC_FIELDS = SLMCState._fields[:8] + ("position", "latent")
+def init(
+    position,
+    log_density_fn: Callable,
+    proposal: VAEProposal,
+    rng_key,
+    *,
+    acceptance="exact",
+    num_latents=1,
+) -> ChainPoint:
+    """The state of a chain at ``position``, its latent drawn from the encoder ``r(. | x)``.
+
+    :param position: flat unconstrained start ``x``, ``(D,)``.
+    :param log_density_fn: ``x -> log p~(x)``.
+    :param VAEProposal proposal: the frozen proposal.
+    :param rng_key: key of the latent.
+    :param str acceptance: ``"exact"`` (extended space) or ``"isometric"`` (eq. 6 with eq. 3).
+    :param int num_latents: latents per state of the exact acceptance (``K``).
+    :return: :class:`ChainPoint`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        state = init(jnp.zeros(2), log_density_fn, proposal, jax.random.PRNGKey(0))
+    """
+    latent_shape = check_latents(num_latents, acceptance) + (proposal.latent_dim,)
+    latent = jnp.zeros(latent_shape, position.dtype)
+    point = new_point(proposal, acceptance, log_density_fn, position, latent)
+    return refresh_latent(rng_key, point, proposal, acceptance)
+
+
+def build_kernel(
+    proposal: VAEProposal, log_density_fn: Callable, *, acceptance="exact"
+) -> Callable:
+    """The transition of a frozen proposal on ``p~^beta r``: a latent refresh, then an
+    independence Metropolis-Hastings step (eq. 6 with the extended-space weights, or with
+    ``Gamma``). A proposal where ``p~`` or the network is not finite is rejected.
+
+    :param VAEProposal proposal: the frozen proposal.
+    :param log_density_fn: ``x -> log p~(x)``.
+    :param str acceptance: ``"exact"`` or ``"isometric"``.
+    :return: ``kernel(rng_key, state, beta=1.0) -> (state, info)``, pure and traceable
+        (:class:`ChainPoint`, :class:`SLMCInfo`); ``beta`` is the target's inverse temperature.
+
+    **Example:**
+
+    .. code-block:: python
+
+        kernel = jax.jit(build_kernel(proposal, log_density_fn))
+        state = init(jnp.zeros(2), log_density_fn, proposal, jax.random.PRNGKey(0))
+        state, info = kernel(jax.random.PRNGKey(1), state)
+    """
+    check_acceptance(acceptance, proposal.config)
+
+    def kernel(rng_key, state: ChainPoint, beta=1.0):
+        refresh_key, proposal_key, accept_key = jax.random.split(rng_key, 3)
+        state = refresh_latent(refresh_key, state, proposal, acceptance)
+        num_latents = state.latent.shape[0] if state.latent.ndim == 2 else None
+        proposed = draw_proposal(proposal_key, proposal, acceptance, log_density_fn, num_latents)
+        log_ratio = proposed.log_weight(beta) - state.log_weight(beta)
+        accept, accept_prob = metropolis_accept(accept_key, log_ratio)
+        return select(accept, proposed, state), SLMCInfo(accept_prob, accept, proposed)
+
+    return kernel
 
 
 def check_acceptance(acceptance, config: VAEConfig | None = None) -> str:
@@ -286,86 +283,6 @@ def check_latents(num_latents, acceptance) -> tuple[int, ...]:
     if num_latents > 1 and acceptance != "exact":
         raise ValueError("num_latents > 1 needs acceptance='exact' (the extended target).")
     return () if num_latents == 1 else (num_latents,)
-
-
-def vae_slmc(
-    proposal: VAEProposal,
-    log_density_fn: Callable,
-    unravel_fn: Callable,
-    *,
-    acceptance="exact",
-    num_latents=1,
-    tag: BuildTag | None = None,
-):
-    """``(init, step)`` of one VAE-SLMC chain on ``p~`` (``beta = 1``) with a frozen proposal.
-
-    Warm-up is burn-in only: the proposal does not adapt, so every step is a move of the same
-    kernel and every proposal is an independent draw of ``q``.
-
-    :param VAEProposal proposal: the trained proposal.
-    :param log_density_fn: ``x -> log p~(x)`` on flat unconstrained points.
-    :param unravel_fn: flat ``x`` -> the sample field (site values, or ``x`` itself).
-    :param str acceptance: ``"exact"`` (extended space) or ``"isometric"`` (eq. 6 with eq. 3).
-    :param int num_latents: latents per state of the exact acceptance (``K``; 1 for the plain
-        extended space).
-    :param tag: the build tag the states carry.
-    :return: ``init(position, rng_key, num_warmup=0)`` (``num_warmup`` unused: there is nothing
-        to adapt) and ``step(state, num_warmup)``.
-
-    **Example:**
-
-    .. code-block:: python
-
-        init_fn, step_fn = vae_slmc(proposal, lambda x: -potential_fn(x), lambda x: x)
-        state = init_fn(x0, key)
-        state = step_fn(state, 0)
-    """
-    check_acceptance(acceptance, proposal.config)
-    latent_shape = check_latents(num_latents, acceptance) + (proposal.latent_dim,)
-
-    def init(position, rng_key, num_warmup=0):
-        state_key, latent_key = jax.random.split(rng_key)
-        dtype = position.dtype
-        latent = jnp.zeros(latent_shape, dtype)
-        point = new_point(proposal, acceptance, log_density_fn, position, latent)
-        point = refresh_latent(latent_key, point, proposal, acceptance)
-        zero = jnp.zeros((), dtype)
-        return SLMCState(
-            z=unravel_fn(position),
-            point=point,
-            potential_energy=-point.log_density,
-            proposal_log_weight=zero,
-            accept_prob=zero,
-            accepted=jnp.zeros((), bool),
-            mean_accept_prob=zero,
-            iteration=jnp.zeros((), jnp.int32),
-            build=tag,
-            rng_key=state_key,
-        )
-
-    def step(state: SLMCState, num_warmup):
-        rng_key, move_key = jax.random.split(state.rng_key)
-        point, proposed, accept, accept_prob = independence_move(
-            move_key, state.point, proposal, acceptance, log_density_fn, 1.0
-        )
-        iteration = state.iteration + 1
-        accept_prob = accept_prob.astype(state.accept_prob.dtype)
-        return SLMCState(
-            z=unravel_fn(point.position),
-            point=point,
-            potential_energy=-point.log_density,
-            proposal_log_weight=proposed.log_weight(1.0).astype(state.accept_prob.dtype),
-            accept_prob=accept_prob,
-            accepted=accept,
-            mean_accept_prob=running_accept_mean(
-                state.mean_accept_prob, accept_prob, iteration, num_warmup
-            ),
-            iteration=iteration,
-            build=state.build,
-            rng_key=rng_key,
-        )
-
-    return init, step
 
 
 def shared_uniform_rates(log_weight_parts, start_parts, betas, uniforms):

@@ -9,6 +9,8 @@ starts the chains at draws of the proposal.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,11 +20,13 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
 from numpyro_extras.compilation import quick_jit
+from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.kernel import (
     ExtrasKernel,
+    field_lookup,
     fixed_target_functions,
 )
-from numpyro_extras.metropolis import independence_acceptance_rate
+from numpyro_extras.metropolis import independence_acceptance_rate, running_accept_mean
 from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
 from numpyro_extras.potential import (
     FlatModel,
@@ -32,11 +36,26 @@ from numpyro_extras.potential import (
     flatten_model,
 )
 from numpyro_extras.slmc.annealing import check_fit_kwargs, fit_vae_proposal
-from numpyro_extras.slmc.chains import check_acceptance, check_latents, draw_proposal, vae_slmc
+from numpyro_extras.slmc.chains import (
+    ChainPoint,
+    build_kernel,
+    check_acceptance,
+    check_latents,
+    draw_proposal,
+)
+from numpyro_extras.slmc.chains import init as core_init
 from numpyro_extras.slmc.vae import VAEProposal, isometry_factors, sample_extended
 from numpyro_extras.validation import check_count, check_init_strategy
 
-__all__ = ["VAESLMC", "check_proposal_matches", "ISOMETRY_TOLERANCE", "IsometryWarning"]
+__all__ = [
+    "ISOMETRY_TOLERANCE",
+    "IsometryWarning",
+    "SLMCState",
+    "SLMC_FIELDS",
+    "VAESLMC",
+    "check_proposal_matches",
+    "vae_slmc",
+]
 
 # The paper's isometric factors lie within 0.974 and 1.025 (its Table 2); beyond 5% eq. 3 is
 # not to be trusted.
@@ -46,6 +65,144 @@ ISOMETRY_TOLERANCE = 0.05
 # model or other data, or a network that never fitted the target.
 ACCEPTANCE_CHECK_DRAWS = 1000
 LOW_ACCEPTANCE_RATE = 0.01
+
+
+class SLMCState(NamedTuple):
+    """State of one VAE-SLMC chain under NumPyro's ``MCMC``: the core's
+    :class:`~numpyro_extras.slmc.chains.ChainPoint` and what the kernel keeps beside it.
+
+    :param z: the current draw (dict of unconstrained site values for a model, the flat position
+        for a ``potential_fn``): the ``sample_field``.
+    :param point: the :class:`~numpyro_extras.slmc.chains.ChainPoint` (flat position, latent,
+        cached log weight parts).
+    :param potential_energy: ``-log p~(x)``.
+    :param proposal_log_weight: this step's proposal's log importance weight ``log W`` at
+        ``beta = 1`` (``log p~(x') + log r(z' | x') - log q(x', z')`` with one latent): the mean
+        of its exponential over proposals estimates ``Z``.
+    :param accept_prob: this step's acceptance probability.
+    :param accepted: whether the proposal was accepted.
+    :param mean_accept_prob: running mean of ``accept_prob`` (restarted after warm-up).
+    :param iteration: steps so far, warm-up included.
+    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param rng_key: random key.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc = MCMC(nx.VAESLMC(model, proposal=proposal), num_warmup=200, num_samples=1000)
+        mcmc.run(jax.random.PRNGKey(0), x, y)
+        mcmc.last_state.mean_accept_prob
+    """
+
+    z: Any
+    point: ChainPoint
+    potential_energy: jax.Array
+    proposal_log_weight: jax.Array
+    accept_prob: jax.Array
+    accepted: jax.Array
+    mean_accept_prob: jax.Array
+    iteration: jax.Array
+    build: BuildTag
+    rng_key: jax.Array
+
+    @property
+    def position(self):
+        return self.point.position
+
+    @property
+    def latent(self):
+        return self.point.latent
+
+    __getattr__, __getitem__ = field_lookup("A VAE-SLMC state", lambda: SLMC_FIELDS)
+
+
+SLMC_FIELDS = SLMCState._fields[:8] + ("position", "latent")
+
+
+def vae_slmc(
+    proposal: VAEProposal,
+    log_density_fn: Callable,
+    unravel_fn: Callable,
+    *,
+    acceptance="exact",
+    num_latents=1,
+    tag: BuildTag | None = None,
+):
+    """``(init, step)`` of one VAE-SLMC chain on ``p~`` (``beta = 1``) with a frozen proposal:
+    the core's :func:`~numpyro_extras.slmc.chains.init` and
+    :func:`~numpyro_extras.slmc.chains.build_kernel` on the chain's own key, with the running
+    acceptance, the proposal's importance weight and the sample field kept beside them.
+
+    Warm-up is burn-in only: the proposal does not adapt, so every step is a move of the same
+    kernel and every proposal is an independent draw of ``q``.
+
+    :param VAEProposal proposal: the trained proposal.
+    :param log_density_fn: ``x -> log p~(x)`` on flat unconstrained points.
+    :param unravel_fn: flat ``x`` -> the sample field (site values, or ``x`` itself).
+    :param str acceptance: ``"exact"`` (extended space) or ``"isometric"`` (eq. 6 with eq. 3).
+    :param int num_latents: latents per state of the exact acceptance (``K``; 1 for the plain
+        extended space).
+    :param tag: the build tag the states carry.
+    :return: ``init(position, rng_key, num_warmup=0)`` (``num_warmup`` unused: there is nothing
+        to adapt) and ``step(state, num_warmup)``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        init_fn, step_fn = vae_slmc(proposal, lambda x: -potential_fn(x), lambda x: x)
+        state = init_fn(x0, key)
+        state = step_fn(state, 0)
+    """
+    kernel = build_kernel(proposal, log_density_fn, acceptance=acceptance)
+
+    def init(position, rng_key, num_warmup=0):
+        state_key, latent_key = jax.random.split(rng_key)
+        point = core_init(
+            position,
+            log_density_fn,
+            proposal,
+            latent_key,
+            acceptance=acceptance,
+            num_latents=num_latents,
+        )
+        zero = jnp.zeros((), position.dtype)
+        return SLMCState(
+            z=unravel_fn(position),
+            point=point,
+            potential_energy=-point.log_density,
+            proposal_log_weight=zero,
+            accept_prob=zero,
+            accepted=jnp.zeros((), bool),
+            mean_accept_prob=zero,
+            iteration=jnp.zeros((), jnp.int32),
+            build=tag,
+            rng_key=state_key,
+        )
+
+    def step(state: SLMCState, num_warmup):
+        rng_key, move_key = jax.random.split(state.rng_key)
+        point, info = kernel(move_key, state.point)
+        iteration = state.iteration + 1
+        dtype = state.accept_prob.dtype
+        accept_prob = info.accept_prob.astype(dtype)
+        return SLMCState(
+            z=unravel_fn(point.position),
+            point=point,
+            potential_energy=-point.log_density,
+            proposal_log_weight=info.proposal.log_weight(1.0).astype(dtype),
+            accept_prob=accept_prob,
+            accepted=info.is_accepted,
+            mean_accept_prob=running_accept_mean(
+                state.mean_accept_prob, accept_prob, iteration, num_warmup
+            ),
+            iteration=iteration,
+            build=state.build,
+            rng_key=rng_key,
+        )
+
+    return init, step
 
 
 class IsometryWarning(UserWarning):

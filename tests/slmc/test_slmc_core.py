@@ -19,9 +19,11 @@ from numpyro_extras.slmc.annealing import (
     select_beta,
 )
 from numpyro_extras.slmc.chains import (
+    SLMCInfo,
+    build_kernel,
     draw_proposal,
     exchange_source,
-    independence_move,
+    init,
     new_point,
     refresh_latent,
     shared_uniform_rates,
@@ -99,10 +101,9 @@ def test_extended_weight_and_acceptance_match_hand_computation():
     refreshed = refresh_latent(refresh_key, point, proposal, "exact")
     proposed = draw_proposal(proposal_key, proposal, "exact", log_density)
     for beta in (0.3, 1.0):
-        _, moved_proposal, accept, accept_prob = independence_move(
-            key, point, proposal, "exact", log_density, beta
-        )
-        np.testing.assert_allclose(moved_proposal.position, proposed.position)
+        _, info = build_kernel(proposal, log_density)(key, point, beta)
+        accept_prob = info.accept_prob
+        np.testing.assert_allclose(info.proposal.position, proposed.position)
         hand_ratio = hand_log_weight(
             proposal, proposed.position, proposed.latent, beta
         ) - hand_log_weight(proposal, x, refreshed.latent, beta)
@@ -193,7 +194,7 @@ def test_several_latents_weight_and_acceptance_match_hand_computation():
         proposed.position,
         draw_proposal(proposal_key, proposal, "exact", log_density).position,
     )
-    _, _, _, accept_prob = independence_move(key, point, proposal, "exact", log_density, 1.0)
+    accept_prob = build_kernel(proposal, log_density)(key, point)[1].accept_prob
     hand_ratio = hand_several(proposed.position, proposed.latent, 1.0) - hand_several(
         x, refreshed.latent, 1.0
     )
@@ -219,11 +220,10 @@ def test_isometric_density_matches_eq_12():
 def test_non_finite_proposal_is_a_rejection():
     proposal = broad_proposal()
     point = new_point(proposal, "exact", log_density, jnp.array([0.3, -1.1]), jnp.zeros(2))
-    moved, proposed, accept, accept_prob = independence_move(
-        jax.random.PRNGKey(0), point, proposal, "exact", lambda x: jnp.nan, 1.0
-    )
-    assert not bool(accept) and float(accept_prob) == 0.0
-    assert float(proposed.log_weight(1.0)) == -np.inf
+    moved, info = build_kernel(proposal, lambda x: jnp.nan)(jax.random.PRNGKey(0), point)
+    assert not bool(info.is_accepted) and float(info.accept_prob) == 0.0
+    assert float(info.proposal.log_weight(1.0)) == -np.inf
+    np.testing.assert_array_equal(moved.position, point.position)
 
 
 @pytest.mark.parametrize(
@@ -236,16 +236,13 @@ def test_one_move_from_the_target_stays_on_it(num_latents, make_proposal):
     their latents from the encoder) are still target draws after one move, for any network."""
     proposal = make_proposal()
     num_states = 200_000
-    shape = (2,) if num_latents == 1 else (num_latents, 2)
+    kernel = build_kernel(proposal, log_density)
 
     def one_move(position, rng_key):
         refresh_key, move_key = jax.random.split(rng_key)
-        point = new_point(proposal, "exact", log_density, position, jnp.zeros(shape))
-        point = refresh_latent(refresh_key, point, proposal, "exact")
-        moved, _, _, accept_prob = independence_move(
-            move_key, point, proposal, "exact", log_density, 1.0
-        )
-        return moved.position, accept_prob
+        point = init(position, log_density, proposal, refresh_key, num_latents=num_latents)
+        moved, info = kernel(move_key, point)
+        return moved.position, info.accept_prob
 
     starts = jax.random.multivariate_normal(jax.random.PRNGKey(1), MEAN, COVARIANCE, (num_states,))
     moved, accept_prob = jax.jit(jax.vmap(one_move))(
@@ -260,6 +257,57 @@ def test_one_move_from_the_target_stays_on_it(num_latents, make_proposal):
         (moved[:, 0] * moved[:, 1], MEAN[0] * MEAN[1] + COVARIANCE[0, 1]),
     ):
         assert abs(statistic.mean() - truth) < 4 * statistic.std() / np.sqrt(num_states)
+
+
+def test_the_core_runs_a_chain_and_estimates_log_z_without_mcmc():
+    """``init`` and ``build_kernel``'s kernel alone, scanned: the draws have the target's
+    moments and the proposals' importance weights give log Z, each within Monte Carlo error."""
+    proposal = broad_proposal()
+    kernel = build_kernel(proposal, log_density)
+    num_chains, num_steps = 4, 20_000
+
+    def chain(rng_key):
+        init_key, run_key = jax.random.split(rng_key)
+        state = init(jnp.asarray(MEAN), log_density, proposal, init_key)
+
+        def step(state, key):
+            state, info = kernel(key, state)
+            return state, (state.position, info.proposal.log_weight(1.0), info.is_accepted)
+
+        return jax.lax.scan(step, state, jax.random.split(run_key, num_steps))[1]
+
+    draws, log_weights, accepted = jax.jit(jax.vmap(chain))(
+        jax.random.split(jax.random.PRNGKey(7), num_chains)
+    )
+    draws = np.asarray(draws)
+    assert 0.05 < float(np.mean(accepted)) < 0.95
+    for statistic, truth in (
+        (draws[..., 0], MEAN[0]),
+        (draws[..., 1], MEAN[1]),
+        (draws[..., 0] ** 2, MEAN[0] ** 2 + COVARIANCE[0, 0]),
+    ):
+        error = float(mcse(statistic))
+        assert error < 0.05 * statistic.std()  # an effective sample size above 400
+        assert abs(statistic.mean() - truth) < 4 * error
+    # The proposals are independent draws of q: their weights' mean is an unbiased estimate of
+    # Z, and the delta method gives the standard error of its log.
+    weights = np.exp(np.asarray(log_weights, np.float64).ravel() - LOG_OFFSET)
+    log_z = LOG_OFFSET + np.log(weights.mean())
+    stderr = weights.std() / weights.mean() / np.sqrt(weights.size)
+    assert stderr < 0.05
+    assert abs(log_z - LOG_OFFSET) < 4 * stderr
+
+
+def test_kernel_info_describes_the_transition():
+    proposal = broad_proposal()
+    point = init(jnp.array([0.3, -1.1]), log_density, proposal, jax.random.PRNGKey(1))
+    for seed in range(10):
+        moved, info = build_kernel(proposal, log_density)(jax.random.PRNGKey(seed), point)
+        assert isinstance(info, SLMCInfo)
+        expected = info.proposal if bool(info.is_accepted) else point
+        np.testing.assert_array_equal(moved.position, expected.position)
+        np.testing.assert_array_equal(moved.log_density, expected.log_density)
+        assert 0.0 <= float(info.accept_prob) <= 1.0
 
 
 @pytest.fixture(scope="module", params=[1, 4], ids=["one latent", "four latents"])
