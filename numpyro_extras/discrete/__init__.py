@@ -11,6 +11,7 @@ from numpyro_extras.discrete.chain import ACSState
 from numpyro_extras.discrete.distributions import OneHotCategorical
 from numpyro_extras.discrete.kernels import ACS, DMALA
 from numpyro_extras.discrete.proposal import (
+    ACSInfo,
     ChainState,
     DiscreteVariable,
     acceptance_probability,
@@ -43,6 +44,7 @@ from numpyro_extras.discrete.tuning import (
 )
 
 __all__ = [
+    "ACSInfo",
     "ACS",
     "ALPHA_MAX_RULES",
     "ACSState",

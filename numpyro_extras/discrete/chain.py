@@ -21,7 +21,7 @@ from numpyro.infer.hmc import hmc
 from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.discrete.proposal import (
     ChainState,
-    init_chain,
+    init,
     local_differences_fn,
     scheduled_steps,
 )
@@ -238,7 +238,7 @@ def _sweep(
     x = inner_state.z
     evaluate = _evaluate_at(target.variables, x, target.log_density_for(model_args, model_kwargs))
     # The continuous sites moved since the cached U was computed.
-    chain = init_chain(evaluate, chain.indices)
+    chain = init(chain.indices, evaluate)
     chain, moves = _discrete_moves(parts, step_key, chain, schedule, first_position, evaluate)
     inner_args = (_model_values(target, chain.indices), model_args, model_kwargs)
     potential, gradient = jax.value_and_grad(inner.potential_fn_gen(*inner_args))(x)
@@ -271,9 +271,9 @@ def _move_continuous_first(parts: _ChainParts, key, x, indices, model_args, mode
         rng_key=init_key,
         **inner.settings,
     )
-    chain = init_chain(
-        _evaluate_at(target.variables, x, target.log_density_for(model_args, model_kwargs)),
+    chain = init(
         indices,
+        _evaluate_at(target.variables, x, target.log_density_for(model_args, model_kwargs)),
     )
 
     def one_sweep(carry, inputs):
@@ -332,7 +332,7 @@ def _init_one(parts: _ChainParts, rng_key, initial_indices, initial_x, condition
             lambda index, moved: jnp.broadcast_to(moved, index.shape), indices, first
         )
     evaluate = _evaluate_at(target.variables, x0, log_density_fn)
-    copies = jax.vmap(partial(init_chain, evaluate))(indices)
+    copies = jax.vmap(lambda one: init(one, evaluate))(indices)
     if parts.schedule is None:
         tuning, copies = tune_schedule(tune_key, copies, evaluate, target.variables, parts.settings)
     else:
@@ -445,7 +445,7 @@ def _refresh_one(parts: _ChainParts, state: ACSState, model_args, model_kwargs) 
         _continuous_position(parts, state),
         target.log_density_for(model_args, model_kwargs),
     )
-    return state._replace(chain=init_chain(evaluate, state.chain.indices))
+    return state._replace(chain=init(state.chain.indices, evaluate))
 
 
 def acs_chain(

@@ -8,6 +8,11 @@ A discrete state is a dict of integer *index* arrays, one per :class:`DiscreteVa
 ``theta_i`` of a variable with ``K`` values is in ``{0, ..., K - 1}``. Each coordinate is
 proposed from its own categorical distribution (ACS paper eq. 5), all coordinates at once (one block
 move with one MH test, not a sweep), and the move is accepted with the MH probability of eq. 6.
+
+The transition has BlackJAX's shape: a :class:`ChainState` and an :class:`ACSInfo`, :func:`init`,
+and :func:`build_kernel` returning a pure ``kernel(rng_key, state, alpha, beta) -> (state,
+info)``. The cyclical schedule, the tuner and the NumPyro kernel
+(:class:`~numpyro_extras.discrete.ACS`) drive it with their own ``(alpha, beta)``.
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from numpyro_extras.metropolis import metropolis_accept, select
 
 __all__ = [
     "KINDS",
+    "ACSInfo",
     "DiscreteVariable",
     "ChainState",
+    "build_kernel",
+    "init",
     "encode",
     "decode",
     "local_differences_fn",
@@ -288,16 +296,109 @@ def proposal_log_prob(logits: dict, indices: dict) -> jax.Array:
     return total
 
 
-def init_chain(evaluate_fn: Callable, indices: dict) -> ChainState:
-    """A :class:`ChainState` at ``indices`` (one evaluation).
+class ACSInfo(NamedTuple):
+    """What one transition did.
 
+    :param accept_prob: ``A(theta' | theta)`` of ACS paper eq. 6 (0 for a proposal whose ``U``
+        is not finite).
+    :param is_accepted: whether the chain moved to the proposal.
+    :param proposal: the proposed :class:`ChainState`, with its differences.
+    :param expected_squared_jump: ``A(theta' | theta) D(theta', theta)``, with ``D`` the
+        distance of the proposal (:func:`squared_jump`): its mean over chains is the
+        Rao-Blackwellised expected squared jump distance that the tuner's
+        ``alpha_max_rule="jump"`` maximises.
+    """
+
+    accept_prob: jax.Array
+    is_accepted: jax.Array
+    proposal: ChainState
+    expected_squared_jump: jax.Array
+
+
+def init(indices: dict, evaluate_fn: Callable) -> ChainState:
+    """The state of a chain at ``indices`` (one evaluation).
+
+    :param dict indices: name -> integer array, the chain's discrete position.
     :param evaluate_fn: ``indices -> (U, differences)`` from :func:`local_differences_fn`, or
         ``indices -> (U, differences, cache)`` to keep more about the point in the state.
-    :param dict indices: name -> integer array.
     :return: :class:`ChainState`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        evaluate = local_differences_fn(log_density_fn, variables)
+        state = init({"x": jnp.zeros(10, jnp.int32)}, evaluate)
     """
     indices = {name: jnp.asarray(index, jnp.int32) for name, index in indices.items()}
     return ChainState(indices, *evaluate_fn(indices))
+
+
+def init_chain(evaluate_fn: Callable, indices: dict) -> ChainState:
+    """:func:`init` with the evaluation function first.
+
+    :param evaluate_fn: as in :func:`init`.
+    :param dict indices: name -> integer array.
+    :return: :class:`ChainState`.
+    """
+    return init(indices, evaluate_fn)
+
+
+def build_kernel(evaluate_fn: Callable, variables: dict, mh=True) -> Callable:
+    """The ACS/DMALA transition: propose every coordinate at once from the locally balanced
+    proposal of ACS paper eq. 5 at ``(alpha, beta)``, then accept with eq. 6,
+    ``A = min(1, exp(U(theta') - U(theta)) Q(theta | theta') / Q(theta' | theta))``. The
+    reverse proposal uses the differences at ``theta'``, which the state caches for the next
+    step, so a step costs one evaluation of ``evaluate_fn``. A proposal whose ``U`` is not
+    finite, or whose ratio is NaN, is rejected.
+
+    :param evaluate_fn: ``indices -> (U, differences)`` from :func:`local_differences_fn` (or
+        with a third output, the state's ``cache``).
+    :param dict variables: name -> :class:`DiscreteVariable`.
+    :param mh: apply the Metropolis-Hastings test (a Python bool, or a traced boolean); without
+        it every proposal with a finite density is accepted (biased; only for the tuner's free
+        burn-in moves).
+    :return: ``kernel(rng_key, state, alpha, beta) -> (state, info)``, pure and traceable
+        (:class:`ChainState`, :class:`ACSInfo`), at step size ``alpha > 0`` (may be ``inf``)
+        and balancing exponent ``beta``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        evaluate = local_differences_fn(log_density_fn, variables)
+        kernel = jax.jit(build_kernel(evaluate, variables))
+        state = init({"x": jnp.zeros(10, jnp.int32)}, evaluate)
+        state, info = kernel(jax.random.PRNGKey(0), state, 0.5, 0.5)  # a DMALA step
+    """
+    names = list(variables)
+
+    def kernel(rng_key, state: ChainState, alpha, beta):
+        proposal_key, accept_key = jax.random.split(rng_key)
+        forward_logits = proposal_logits(variables, state.indices, state.differences, alpha, beta)
+        keys = jax.random.split(proposal_key, len(names))
+        proposed = {
+            name: jax.random.categorical(key, forward_logits[name], -1).astype(jnp.int32)
+            for name, key in zip(names, keys, strict=True)
+        }
+        proposed_state = ChainState(proposed, *evaluate_fn(proposed))
+        free_move = jnp.where(jnp.isfinite(proposed_state.log_density), 0.0, -jnp.inf)
+        if isinstance(mh, bool):
+            log_ratio = (
+                log_acceptance_ratio(variables, state, proposed_state, alpha, beta)
+                if mh
+                else free_move
+            )
+        else:
+            # A traced flag (the tuner's burn-in runs free and MH moves in one compiled loop).
+            mh_ratio = log_acceptance_ratio(variables, state, proposed_state, alpha, beta)
+            log_ratio = jnp.where(mh, mh_ratio, free_move)
+        accept, accept_prob = metropolis_accept(accept_key, log_ratio)
+        jump = accept_prob * squared_jump(variables, state.indices, proposed)
+        new_state = select(accept, proposed_state, state)
+        return new_state, ACSInfo(accept_prob, accept, proposed_state, jump)
+
+    return kernel
 
 
 def acs_step(
@@ -326,13 +427,11 @@ def acs_step(
     .. code-block:: python
 
         evaluate = local_differences_fn(log_density_fn, variables)
-        state = init_chain(evaluate, {"x": jnp.zeros(10, jnp.int32)})
+        state = init({"x": jnp.zeros(10, jnp.int32)}, evaluate)
         state, accept_prob = acs_step(key, state, 0.5, 0.5, evaluate, variables)  # DMALA
     """
-    new_state, accept_prob, _ = acs_transition(
-        rng_key, state, alpha, beta, evaluate_fn, variables, mh
-    )
-    return new_state, accept_prob
+    new_state, info = build_kernel(evaluate_fn, variables, mh)(rng_key, state, alpha, beta)
+    return new_state, info.accept_prob
 
 
 def scheduled_steps(
@@ -360,12 +459,14 @@ def scheduled_steps(
         )  # one whole cycle
     """
 
+    kernel = build_kernel(evaluate_fn, variables)
+
     def step(state, inputs):
         key, position = inputs
         k = position % schedule.step_sizes.shape[0]
         alpha, beta = schedule.step_sizes[k], schedule.balancing[k]
-        state, accept_prob = acs_step(key, state, alpha, beta, evaluate_fn, variables)
-        return state, (alpha, beta, accept_prob)
+        state, info = kernel(key, state, alpha, beta)
+        return state, (alpha, beta, info.accept_prob)
 
     positions = first_position + jnp.arange(keys.shape[0])
     state, (alphas, betas, accept_probs) = jax.lax.scan(step, state, (keys, positions))
@@ -375,38 +476,14 @@ def scheduled_steps(
 def acs_transition(
     rng_key, state: ChainState, alpha, beta, evaluate_fn: Callable, variables: dict, mh=True
 ) -> tuple[ChainState, jax.Array, jax.Array]:
-    """:func:`acs_step`, also returning the expected squared jump of the transition.
+    """:func:`acs_step`, also returning the expected squared jump of the transition
+    (:class:`ACSInfo`'s ``expected_squared_jump``).
 
-    The expected squared jump is ``A(theta' | theta) D(theta', theta)``, with ``D`` the
-    distance of the proposal (:func:`squared_jump`): its mean over chains is the Rao-Blackwellised
-    expected squared jump distance that the tuner's ``alpha_max_rule="jump"`` maximises.
-
-    :param mh: apply the Metropolis-Hastings test (a Python bool, or a traced boolean); without
-        it every proposal with a finite density is accepted (the tuner's free burn-in moves).
+    :param mh: as in :func:`build_kernel`.
     :return: ``(new_state, acceptance_probability, expected_squared_jump)``.
     """
-    proposal_key, accept_key = jax.random.split(rng_key)
-    forward_logits = proposal_logits(variables, state.indices, state.differences, alpha, beta)
-    names = list(variables)
-    keys = jax.random.split(proposal_key, len(names))
-    proposed = {
-        name: jax.random.categorical(key, forward_logits[name], -1).astype(jnp.int32)
-        for name, key in zip(names, keys, strict=True)
-    }
-    proposed_state = ChainState(proposed, *evaluate_fn(proposed))
-    free_move = jnp.where(jnp.isfinite(proposed_state.log_density), 0.0, -jnp.inf)
-    if isinstance(mh, bool):
-        log_ratio = (
-            log_acceptance_ratio(variables, state, proposed_state, alpha, beta) if mh else free_move
-        )
-    else:
-        # A traced flag (the tuner's burn-in runs free and MH moves in one compiled loop).
-        mh_ratio = log_acceptance_ratio(variables, state, proposed_state, alpha, beta)
-        log_ratio = jnp.where(mh, mh_ratio, free_move)
-    accept, accept_prob = metropolis_accept(accept_key, log_ratio)
-    new_state = select(accept, proposed_state, state)
-    jump = accept_prob * squared_jump(variables, state.indices, proposed)
-    return new_state, accept_prob, jump
+    new_state, info = build_kernel(evaluate_fn, variables, mh)(rng_key, state, alpha, beta)
+    return new_state, info.accept_prob, info.expected_squared_jump
 
 
 def acceptance_probability(

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_extras.discrete.proposal import ChainState, acs_transition
+from numpyro_extras.discrete.proposal import ChainState, build_kernel
 from numpyro_extras.discrete.schedule import (
     CyclicalSchedule,
     cosine_balancing,
@@ -434,8 +434,8 @@ def _loop_inputs(settings: TuningSettings, dtype) -> tuple:
 
 
 def _batch_step(evaluate_fn: Callable, variables: dict, key, batch, alpha, beta, mh):
-    """One ACS step (:func:`~numpyro_extras.discrete.acs_transition`) of every chain of the
-    batch, each with its own key split from ``key``.
+    """One ACS step (the kernel of :func:`~numpyro_extras.discrete.proposal.build_kernel`) of
+    every chain of the batch, each with its own key split from ``key``.
 
     :param evaluate_fn: ``indices -> (U, differences)`` for ONE chain.
     :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
@@ -447,10 +447,9 @@ def _batch_step(evaluate_fn: Callable, variables: dict, key, batch, alpha, beta,
     :return: ``(batch, mean acceptance probability, mean expected squared jump)``.
     """
     keys = jax.random.split(key, jax.tree.leaves(batch.log_density)[0].shape[0])
-    new_batch, accept_prob, jump = jax.vmap(
-        lambda k, state: acs_transition(k, state, alpha, beta, evaluate_fn, variables, mh)
-    )(keys, batch)
-    return new_batch, jnp.mean(accept_prob), jnp.mean(jump)
+    kernel = build_kernel(evaluate_fn, variables, mh)
+    new_batch, info = jax.vmap(lambda k, state: kernel(k, state, alpha, beta))(keys, batch)
+    return new_batch, jnp.mean(info.accept_prob), jnp.mean(info.expected_squared_jump)
 
 
 def _hold(dtype, key, batch, alpha, beta, mh):
@@ -736,7 +735,7 @@ def tune_schedule(
        (probabilities, not 0/1 accepts). With ``alpha_max_rule="jump"`` (the default
        for ordinal variables, :func:`default_alpha_max_rule`) the downward search runs the same
        way, but ``alpha_max`` is the candidate it tried with the largest expected squared jump
-       ``E[A D]`` (:func:`~numpyro_extras.discrete.acs_transition`), not the last one.
+       ``E[A D]`` (:class:`~numpyro_extras.discrete.ACSInfo`), not the last one.
     3. The step sizes of the corrected eq. 7.
     4. EstimateBalSched (Alg. 5): ``beta_0 = beta_max``; for ``k = 1..s-2`` the
        ``beta`` in ``linspace(beta_min, beta_{k-1}, t)`` with the highest mean acceptance at
@@ -744,7 +743,7 @@ def tune_schedule(
        and the last one get ``beta_min``.
 
     :param rng_key: PRNG key.
-    :param ChainState states: a batch of chains (leading axis), e.g. ``jax.vmap(init_chain)``.
+    :param ChainState states: a batch of chains (leading axis), e.g. from ``jax.vmap(init)``.
     :param evaluate_fn: ``indices -> (U, differences)`` for ONE chain.
     :param dict variables: name -> :class:`~numpyro_extras.discrete.DiscreteVariable`.
     :param TuningSettings settings: the tuner's constants (``None``: the paper's defaults, with
@@ -756,7 +755,7 @@ def tune_schedule(
 
     .. code-block:: python
 
-        states = jax.vmap(lambda i: init_chain(evaluate, i))(initial_indices)   # 32 chains
+        states = jax.vmap(lambda i: init(i, evaluate))(initial_indices)   # 32 chains
         result, states = tune_schedule(key, states, evaluate, variables)
         result.schedule.step_sizes, result.schedule.balancing
     """

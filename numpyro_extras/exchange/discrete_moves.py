@@ -40,10 +40,10 @@ from numpyro_extras.discrete.proposal import (
     ChainState,
     decode,
     encode,
-    init_chain,
     local_differences_fn,
     scheduled_steps,
 )
+from numpyro_extras.discrete.proposal import init as acs_init
 from numpyro_extras.discrete.schedule import CyclicalSchedule
 from numpyro_extras.discrete.tuning import (
     TuningResult,
@@ -324,7 +324,7 @@ def acs_moves(
         copies = jax.vmap(draw_indices)(jax.random.split(draw_key, num_tuning_chains))
         copies = jax.tree.map(lambda draws, start: draws.at[0].set(start), copies, position)
         evaluate_at = tempered_evaluate(beta, given)
-        chains = jax.vmap(lambda indices: init_chain(evaluate_at, indices))(copies)
+        chains = jax.vmap(lambda indices: acs_init(indices, evaluate_at))(copies)
         tuning, chains = tune_schedule(tune_key, chains, evaluate_at, variables, settings)
         # Each rung starts where its first tuning copy (its own start) ended.
         return tuning, jax.tree.map(lambda leaf: leaf[0], chains.indices)

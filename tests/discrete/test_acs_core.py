@@ -10,6 +10,7 @@ import pytest
 
 import numpyro_extras as nx
 from numpyro_extras.discrete import (
+    ACSInfo,
     ChainState,
     DiscreteVariable,
     TuningSettings,
@@ -26,6 +27,7 @@ from numpyro_extras.discrete import (
     tune_schedule,
     tuning_cost,
 )
+from numpyro_extras.discrete.proposal import build_kernel, init
 
 STEP_SETTINGS = [(0.05, 0.5), (1.0, 0.7), (5.0, 0.95), (1575.0, 0.5)]
 
@@ -174,17 +176,31 @@ def test_cycle_product_and_mixture_preserve_target(target):
 
 
 def test_step_draws_follow_the_transition_matrix():
-    """acs_step itself: its next-state frequencies from one state match the row of P."""
+    """The core's kernel itself, without NumPyro: its next-state frequencies from one state
+    match the row of P, and its info describes each transition."""
     variables, evaluate, states, _ = _enumerated("one_hot")
     alpha, beta = 1.0, 0.7
     _, matrix = _transition_matrix("one_hot", states, alpha, beta)
     start = 17
-    state = jax.tree.map(lambda leaf: leaf[start], states)
+    state = init(jax.tree.map(lambda leaf: leaf[start], states.indices), evaluate)
     num_draws = 40_000
     keys = jax.random.split(jax.random.PRNGKey(11), num_draws)
-    moved, _ = jax.jit(
-        jax.vmap(lambda key: acs_step(key, state, alpha, beta, evaluate, variables))
-    )(keys)
+    kernel = build_kernel(evaluate, variables)
+    moved, info = jax.jit(jax.vmap(lambda key: kernel(key, state, alpha, beta)))(keys)
+    assert isinstance(info, ACSInfo)
+    accepted = np.asarray(info.is_accepted)
+    np.testing.assert_array_equal(
+        np.asarray(moved.indices["c"])[accepted], np.asarray(info.proposal.indices["c"])[accepted]
+    )
+    assert np.all(np.asarray(moved.indices["c"])[~accepted] == np.asarray(state.indices["c"]))
+    np.testing.assert_allclose(
+        np.asarray(moved.log_density)[accepted], np.asarray(info.proposal.log_density)[accepted]
+    )
+    # the proposal's probability of acceptance, against eq. 6 computed apart
+    hand = jax.vmap(
+        lambda proposal: acceptance_probability(variables, state, proposal, alpha, beta)
+    )(info.proposal)
+    np.testing.assert_allclose(info.accept_prob, hand, rtol=1e-12)
     codes = np.asarray(moved.indices["c"]) @ np.array([16, 4, 1])
     frequencies = np.bincount(codes, minlength=64) / num_draws
     expected = matrix[start]
