@@ -7,6 +7,11 @@ that leaves ``f_{k-1}`` invariant. ``exp(log weight)`` is an unbiased estimate o
 ``Z_K / Z_0`` (eq. 13). The driver knows nothing about models: it takes the tempered log density
 ``log f(x, beta)`` and a batched transition, so plain AIS on a NumPyro model, marginalized AIS
 (mAIS eq. 24-26) and the Boltzmann-machine kernels (eq. 41-42) all run through it.
+
+One step has BlackJAX's shape: an :class:`AnnealingState` and an :class:`AnnealingInfo`,
+:func:`init`, and :func:`build_kernel` returning a pure ``kernel(rng_key, state,
+beta_previous, beta) -> (state, info)``; :func:`anneal` scans it over a schedule in compiled
+chunks, with a progress bar.
 """
 
 from __future__ import annotations
@@ -28,7 +33,11 @@ from numpyro_extras.validation import check_count
 __all__ = [
     "MIN_ESS_FRACTION",
     "warn_on_small_ess",
+    "AnnealingInfo",
     "AnnealingResult",
+    "AnnealingState",
+    "build_kernel",
+    "init",
     "anneal",
     "compiled_annealing_chunk",
     "inverse_temperature_schedule",
@@ -109,6 +118,120 @@ class AnnealingResult(NamedTuple):
     log_weight_trace: jax.Array | None = None
 
 
+class AnnealingState(NamedTuple):
+    """The particles of an annealing run.
+
+    :param positions: pytree of particles with a leading axis ``N``.
+    :param log_weights: their cumulative log weights ``(N,)``; ``-inf`` for a particle whose
+        weight increment was not finite.
+    :param kernel_state: the transition's state (e.g. adapted step sizes), or ``None``.
+    """
+
+    positions: Any
+    log_weights: jax.Array
+    kernel_state: Any = None
+
+
+class AnnealingInfo(NamedTuple):
+    """What one annealing step did.
+
+    :param acceptance: the transition's mean acceptance (``nan`` where the step did not move
+        the particles).
+    :param log_weight_increments: each particle's ``log f(x, beta) - log f(x, beta_previous)``
+        ``(N,)``.
+    """
+
+    acceptance: jax.Array
+    log_weight_increments: jax.Array
+
+
+def init(positions, kernel_state=None) -> AnnealingState:
+    """The state of ``N`` particles drawn exactly from ``f(., beta_0) / Z_0``, every log weight
+    zero.
+
+    :param positions: pytree of particles with a leading axis ``N``.
+    :param kernel_state: the transition's initial state.
+    :return: :class:`AnnealingState`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        state = init(jax.random.normal(key, (1000, 2)))
+    """
+    num_particles = jnp.shape(jax.tree.leaves(positions)[0])[0]
+    return AnnealingState(
+        positions, jnp.zeros((num_particles,), jnp.result_type(float)), kernel_state
+    )
+
+
+def build_kernel(
+    log_density_fn: Callable,
+    transition_fn: Callable,
+    log_weight_increment_fn: Callable | None = None,
+    *parameters,
+) -> Callable:
+    """One step of annealed importance sampling (Neal 2001; mAIS paper eq. 7-13): every
+    particle's log weight gains ``log f(x, beta) - log f(x, beta_previous)``, then the
+    particles move with a transition that leaves ``f(., beta)`` invariant.
+
+    :param log_density_fn: ``(position, beta, *parameters) -> log f(position, beta)`` for ONE
+        particle.
+    :param transition_fn: ``(rng_key, positions, beta, kernel_state, *parameters) ->
+        (positions, kernel_state, mean_acceptance)`` for ALL particles at once.
+    :param log_weight_increment_fn: ``(position, beta_previous, beta, *parameters) ->
+        increment`` for one particle, when there is a cheaper form than two calls of
+        ``log_density_fn``.
+    :param parameters: data the three functions take last (e.g. the base density of the path).
+    :return: ``kernel(rng_key, state, beta_previous, beta, move=True) -> (state, info)``, pure
+        and traceable (:class:`AnnealingState`, :class:`AnnealingInfo`); ``move`` (a bool,
+        possibly traced) says whether the transition runs after the weight update.
+
+    **Example:**
+
+    .. code-block:: python
+
+        kernel = build_kernel(lambda x, b: -0.5 * b * x @ x, transition)
+        state = init(x0)
+        for key, previous, beta in zip(keys, betas[:-1], betas[1:]):
+            state, info = kernel(key, state, previous, beta)
+    """
+    if log_weight_increment_fn is None:
+
+        def log_weight_increment_fn(position, beta_previous, beta, *parameters):
+            return log_density_fn(position, beta, *parameters) - log_density_fn(
+                position, beta_previous, *parameters
+            )
+
+    def kernel(rng_key, state: AnnealingState, beta_previous, beta, move=True):
+        increments = jax.vmap(
+            lambda position: log_weight_increment_fn(position, beta_previous, beta, *parameters)
+        )(state.positions)
+        # A particle whose increment is not finite has (numerically) zero weight from here on.
+        log_weights = jnp.where(jnp.isfinite(increments), state.log_weights + increments, -jnp.inf)
+        dtype = log_weights.dtype
+
+        def moved(operand):
+            positions, kernel_state = operand
+            positions, kernel_state, acceptance = transition_fn(
+                rng_key, positions, beta, kernel_state, *parameters
+            )
+            return positions, kernel_state, jnp.reshape(jnp.asarray(acceptance, dtype), ())
+
+        def stayed(operand):
+            positions, kernel_state = operand
+            return positions, kernel_state, jnp.asarray(jnp.nan, dtype)
+
+        positions, kernel_state, acceptance = jax.lax.cond(
+            move, moved, stayed, (state.positions, state.kernel_state)
+        )
+        return AnnealingState(positions, log_weights, kernel_state), AnnealingInfo(
+            acceptance, increments
+        )
+
+    return kernel
+
+
 def anneal(
     rng_key,
     log_density_fn: Callable,
@@ -168,7 +291,6 @@ def anneal(
     leaves = jax.tree.leaves(initial_positions)
     if not leaves or int(jnp.shape(leaves[0])[0]) < 1:
         raise ValueError("anneal needs at least one particle.")
-    num_particles = int(jnp.shape(leaves[0])[0])
     dtype = jnp.result_type(float)
     betas = betas.astype(dtype)
 
@@ -197,7 +319,7 @@ def anneal(
         jnp.dtype(dtype),
         parameters is not None,
     )
-    carry = (initial_positions, jnp.zeros((num_particles,), dtype), kernel_state)
+    carry = init(initial_positions, kernel_state)
     chunks = [
         (
             jax.tree.map(lambda a, start=start: a[start : start + chunk_length], inputs),
@@ -214,7 +336,7 @@ def anneal(
         progress_bar=progress_bar,
     )
     acceptances, traces = zip(*outputs, strict=True)
-    positions, log_weights, kernel_state = carry
+    positions, log_weights, kernel_state = carry.positions, carry.log_weights, carry.kernel_state
     acceptance = jnp.concatenate(acceptances)[:num_steps]
     log_weight_trace = jnp.concatenate(traces)[:num_steps] if keep_trace else None
     return AnnealingResult(log_weights, positions, kernel_state, acceptance, log_weight_trace)
@@ -240,8 +362,8 @@ def compiled_annealing_chunk(
     :param bool keep_trace: also return every step's log weights.
     :param dtype: the float dtype of the weights.
     :param bool with_parameters: the functions take the path parameters as their last argument.
-    :return: ``(carry, chunk_inputs, parameters) -> (carry, (acceptance, log_weight_trace))``,
-        jitted.
+    :return: ``(state, chunk_inputs, parameters) -> (state, (acceptance, log_weight_trace))``,
+        jitted: a scan of :func:`build_kernel`'s kernel over an :class:`AnnealingState`.
 
     **Example:**
 
@@ -251,44 +373,22 @@ def compiled_annealing_chunk(
         anneal(key, ...)  # with the same functions as an earlier run: no new compilation
         assert compiled_annealing_chunk.cache_info().misses == before
     """
-    if log_weight_increment_fn is None:
 
-        def log_weight_increment_fn(position, beta_previous, beta, *parameters):
-            return log_density_fn(position, beta, *parameters) - log_density_fn(
-                position, beta_previous, *parameters
-            )
-
-    def one_step(parameters, carry, inputs):
+    def one_step(parameters, state, inputs):
         extra = (parameters,) if with_parameters else ()
-        positions, log_weights, kernel_state = carry
         beta_previous, beta, step_key, transition, active = inputs
-        increment = jax.vmap(
-            lambda position: log_weight_increment_fn(position, beta_previous, beta, *extra)
-        )(positions)
-        # A particle whose increment is not finite has (numerically) zero weight from here on.
-        updated = jnp.where(jnp.isfinite(increment), log_weights + increment, -jnp.inf)
-        log_weights = jnp.where(active, updated, log_weights)
-
-        def move(operand):
-            positions, kernel_state = operand
-            positions, kernel_state, acceptance = transition_fn(
-                step_key, positions, beta, kernel_state, *extra
-            )
-            return positions, kernel_state, jnp.reshape(jnp.asarray(acceptance, dtype), ())
-
-        def stay(operand):
-            positions, kernel_state = operand
-            return positions, kernel_state, jnp.asarray(jnp.nan, dtype)
-
-        positions, kernel_state, acceptance = jax.lax.cond(
-            transition & active, move, stay, (positions, kernel_state)
-        )
+        kernel = build_kernel(log_density_fn, transition_fn, log_weight_increment_fn, *extra)
+        new_state, info = kernel(step_key, state, beta_previous, beta, transition & active)
+        # A padded step of the last chunk does not move the particles, nor change their weights
+        # (where a particle's density is not finite, even its zero-length increment is NaN).
+        log_weights = jnp.where(active, new_state.log_weights, state.log_weights)
+        state = new_state._replace(log_weights=log_weights)
         trace = log_weights if keep_trace else None
-        return (positions, log_weights, kernel_state), (acceptance, trace)
+        return state, (info.acceptance.astype(dtype), trace)
 
     return quick_jit(
-        lambda carry, chunk, parameters: jax.lax.scan(
-            lambda step_carry, inputs: one_step(parameters, step_carry, inputs), carry, chunk
+        lambda state, chunk, parameters: jax.lax.scan(
+            lambda step_state, inputs: one_step(parameters, step_state, inputs), state, chunk
         ),
         optimize=True,
     )
