@@ -607,8 +607,9 @@ class _Machinery(NamedTuple):
     run: object
 
 
-def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
-    """Jit the vmapped-over-models training, beta search and data run."""
+def _trainings(settings: AnnealingSettings):
+    """``train(epochs, patience, fixed_noise) -> trained(keys, proposals, data)``: the models'
+    trainings, vmapped over the models, from one compiled program."""
 
     def train_one(rng_key, proposal, data, epochs, patience, fixed_noise):
         return train_vae(
@@ -637,6 +638,13 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
 
         return trained
 
+    return train
+
+
+def _beta_search(log_density_fn, settings: AnnealingSettings, acceptance):
+    """``search_one(rng_key, proposal, starts, grid) -> (rates, log_z)``: one model's acceptance
+    rates on the candidate betas ``grid`` (Algorithm 4, from shared proposals and uniforms) and
+    its proposals' estimate of ``log Z`` at ``grid[0]``."""
     chains, steps = settings.num_check_chains, settings.num_check_steps
 
     def search_one(rng_key, proposal, starts, grid):
@@ -669,6 +677,12 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
         log_z = jax.scipy.special.logsumexp(log_weights) - jnp.log(log_weights.size)
         return probs, log_z
 
+    return search_one
+
+
+def _data_chains(log_density_fn, settings: AnnealingSettings, acceptance):
+    """``run(rng_key, proposals, betas, starts, burn, thin)``: the models' data chains with
+    exchanges, thinned (Algorithm 6)."""
     num_records = math.ceil(settings.training_size / settings.num_data_chains)
 
     def run(rng_key, proposals, betas, starts, burn, thin):
@@ -739,6 +753,12 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
         draws = jnp.moveaxis(positions, 1, 0).reshape(num_models, -1, positions.shape[-1])
         return draws, accept_sum / total, swap_sum / total
 
+    return run
+
+
+def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
+    """Jit the vmapped-over-models training, beta search and data run."""
+    train = _trainings(settings)
     return _Machinery(
         train=train(settings.epochs),
         train_initial=train(settings.initial_epochs) if settings.initial_epochs else None,
@@ -750,8 +770,13 @@ def _machinery(log_density_fn, settings: AnnealingSettings, acceptance):
         train_fixed_noise=train(settings.initial_epochs or settings.epochs, fixed_noise=True),
         # Training, search and data runs take seconds each: LLVM's optimisation pays there, at
         # its first level, which runs the networks as fast as the default and compiles sooner.
-        search=_search_from_rows(search_one, chains),
-        run=_run_from_rows(quick_jit(run, optimize=1), settings.num_data_chains),
+        search=_search_from_rows(
+            _beta_search(log_density_fn, settings, acceptance), settings.num_check_chains
+        ),
+        run=_run_from_rows(
+            quick_jit(_data_chains(log_density_fn, settings, acceptance), optimize=1),
+            settings.num_data_chains,
+        ),
     )
 
 
