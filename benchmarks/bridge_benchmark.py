@@ -23,7 +23,7 @@ errors' root mean square in standard errors (1 for a calibrated error bar).
 
 Usage::
 
-    python benchmarks/bridge_benchmark.py --output /tmp/bridge.md
+    python benchmarks/bridge_benchmark.py --output bridge.md
     python benchmarks/bridge_benchmark.py --models regression two_mode --kernels NUTS
     python benchmarks/bridge_benchmark.py --models regression schools --calibration 12
 """
