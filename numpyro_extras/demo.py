@@ -128,6 +128,32 @@ def _format_list(values, pattern="{:.2f}"):
     return "  ".join(pattern.format(value) for value in values)
 
 
+def _report_results(report, results, base_log_zeta, num_chains):
+    """Print the demo's numbers (``results`` as :func:`run_demo` returns them) with ``report``."""
+    report("\nlog Z (log marginal likelihood)")
+    report(f"  true                      {results['true_log_z']:.3f}")
+    report(
+        f"  joint CT                  {results['log_z']:.3f} +- {results['log_z_stderr']:.3f}"
+        f"   (error {results['log_z_error_in_stderr']:+.2f} stderr; base guess log zeta "
+        f"{base_log_zeta:.3f})"
+    )
+    report("\nMode weights (fraction x < 0 / x >= 0)")
+    report(f"  true                      {_format_pair(results['true_mode_weights'])}")
+    report(f"  joint CT (get_samples)    {_format_pair(results['ct_mode_weights'])}")
+    report(f"  joint CT (weighted)       {_format_pair(results['ct_weighted_mode_weights'])}")
+    report(
+        f"  NUTS                      {_format_pair(results['nuts_mode_weights'])}   "
+        f"({results['nuts_chains_visiting_both_modes']} of {num_chains} chains visited both "
+        "modes)"
+    )
+    report("\nInverse-temperature mixing of joint CT, per chain")
+    report(f"  fraction beta < 0.1       {_format_list(results['fraction_near_base'])}")
+    report(f"  fraction beta > 0.9       {_format_list(results['fraction_near_target'])}")
+    report(f"  round trips (0 -> 1 -> 0) {_format_list(results['round_trips'], '{:d}')}")
+    passed = "passed" if results["base_moment_check_passed"] else "FAILED"
+    report(f"  base-moment check (eq. 22) {passed}")
+
+
 def run_demo(
     output="continuous_tempering_demo.png",
     seed=0,
@@ -212,28 +238,23 @@ def run_demo(
     )
     nuts_seconds = time.perf_counter() - nuts_start
 
-    log_z_error_in_stderr = (evidence.log_z - log_scale) / evidence.stderr
-    report("\nlog Z (log marginal likelihood)")
-    report(f"  true                      {log_scale:.3f}")
-    report(
-        f"  joint CT                  {evidence.log_z:.3f} +- {evidence.stderr:.3f}"
-        f"   (error {log_z_error_in_stderr:+.2f} stderr; base guess log zeta "
-        f"{float(base.log_zeta):.3f})"
-    )
-    report("\nMode weights (fraction x < 0 / x >= 0)")
-    report(f"  true                      {_format_pair(BIMODAL_WEIGHTS)}")
-    report(f"  joint CT (get_samples)    {_format_pair(ct_mode_weights)}")
-    report(f"  joint CT (weighted)       {_format_pair(weighted_mode_weights)}")
-    report(
-        f"  NUTS                      {_format_pair(nuts_mode_weights)}   "
-        f"({nuts_chains_visiting_both_modes} of {num_chains} chains visited both modes)"
-    )
     check = diagnostics["base_moment_check"]
-    report("\nInverse-temperature mixing of joint CT, per chain")
-    report(f"  fraction beta < 0.1       {_format_list(diagnostics['fraction_near_base'])}")
-    report(f"  fraction beta > 0.9       {_format_list(diagnostics['fraction_near_target'])}")
-    report(f"  round trips (0 -> 1 -> 0) {_format_list(diagnostics['round_trips'], '{:d}')}")
-    report(f"  base-moment check (eq. 22) {'passed' if check.passed else 'FAILED'}")
+    results = {
+        "true_log_z": float(log_scale),
+        "log_z": float(evidence.log_z),
+        "log_z_stderr": float(evidence.stderr),
+        "log_z_error_in_stderr": float((evidence.log_z - log_scale) / evidence.stderr),
+        "true_mode_weights": list(BIMODAL_WEIGHTS),
+        "ct_mode_weights": ct_mode_weights,
+        "ct_weighted_mode_weights": weighted_mode_weights,
+        "nuts_mode_weights": nuts_mode_weights,
+        "nuts_chains_visiting_both_modes": nuts_chains_visiting_both_modes,
+        "fraction_near_base": diagnostics["fraction_near_base"].tolist(),
+        "fraction_near_target": diagnostics["fraction_near_target"].tolist(),
+        "round_trips": diagnostics["round_trips"].tolist(),
+        "base_moment_check_passed": bool(check.passed),
+    }
+    _report_results(report, results, float(base.log_zeta), num_chains)
 
     beta = np.asarray(ct_mcmc.get_extra_fields(group_by_chain=True)["beta"])
     tempered_x = np.asarray(tempered_samples(ct_mcmc, group_by_chain=True)["x"])
@@ -256,19 +277,7 @@ def run_demo(
     )
     report(f"Wrote {output}")
     return {
-        "true_log_z": float(log_scale),
-        "log_z": float(evidence.log_z),
-        "log_z_stderr": float(evidence.stderr),
-        "log_z_error_in_stderr": float(log_z_error_in_stderr),
-        "true_mode_weights": list(BIMODAL_WEIGHTS),
-        "ct_mode_weights": ct_mode_weights,
-        "ct_weighted_mode_weights": weighted_mode_weights,
-        "nuts_mode_weights": nuts_mode_weights,
-        "nuts_chains_visiting_both_modes": nuts_chains_visiting_both_modes,
-        "fraction_near_base": diagnostics["fraction_near_base"].tolist(),
-        "fraction_near_target": diagnostics["fraction_near_target"].tolist(),
-        "round_trips": diagnostics["round_trips"].tolist(),
-        "base_moment_check_passed": bool(check.passed),
+        **results,
         "base_fit_seconds": base_fit_seconds,
         "ct_seconds": ct_seconds,
         "nuts_seconds": nuts_seconds,

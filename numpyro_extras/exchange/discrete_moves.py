@@ -498,6 +498,8 @@ def mixed_moves(
         moves = mixed_moves(prior_path(target.split), target.variables)
         init_fn, step_fn = replica_exchange(moves, unravel_fn, num_replicas=8)
     """
+    # One factory for the four moves, as NumPyro's hmc() builds its init and sample together:
+    # they share the two blocks' moves and the variables, and each is short.
     discrete = acs_moves(
         path,
         variables,

@@ -953,62 +953,21 @@ def fit_vae_proposal(
     )
     grid = candidate_betas(settings.beta_0, settings.beta_final, settings.beta_step)
     grid_array = jnp.asarray(grid, data.dtype)
-    stalled = 0
-    round_index = 0
-    span = settings.beta_final - settings.beta_0
-    with tqdm(
-        total=1.0,
-        desc="VAE-SLMC annealing",
-        disable=not progress_bar,
-        leave=False,
-        bar_format="{l_bar}{bar}| beta {postfix}",
-    ) as bar:
-        while not problems and not _finished(betas, settings):
-            round_index += 1
-            round_start = time.perf_counter()
-            search_key, run_key, train_key, loop_key = jax.random.split(loop_key, 4)
-            proposals, rates, searches = _searched_models(
-                search_key,
-                whiten_key,
-                round_index,
-                machinery,
-                proposals,
-                data,
-                betas,
-                grid,
-                settings,
-            )
-            evaluations += searches * evaluations_per_search
-            new_betas = _next_betas(grid, rates, betas, settings)
-            climbed = new_betas > betas
-            finished = betas >= settings.beta_final
-            stalled = 0 if climbed.any() else stalled + 1
-            if stalled > settings.max_retrains:
-                _warn_stalled(stalled, betas, settings)
-                break
-            chosen_rates = rates[np.arange(num_models), _grid_columns(grid, new_betas)]
-            data, swap_rate, run_evaluations = _data_run(
-                run_key, machinery, proposals, new_betas, chosen_rates, data, settings
-            )
-            evaluations += run_evaluations
-            train_fn = machinery.train_final if _finished(new_betas, settings) else machinery.train
-            proposals, losses = train_fn(jax.random.split(train_key, num_models), proposals, data)
-            rungs += _round_rungs(
-                round_index,
-                new_betas,
-                chosen_rates,
-                ~(climbed | finished),
-                losses,
-                float(swap_rate),
-                round_start,
-            )
-            betas = new_betas
-            bar.n = float((betas.max() - settings.beta_0) / span) if span > 0 else 1.0
-            bar.set_postfix_str(
-                " ".join(f"{beta:.2f}" for beta in betas)
-                + f", acceptance {' '.join(f'{rate:.2f}' for rate in chosen_rates)}"
-            )
-            bar.refresh()
+    if not problems:
+        proposals, data, betas, loop_key, round_rungs, round_evaluations = _annealing_rounds(
+            loop_key,
+            whiten_key,
+            machinery,
+            proposals,
+            data,
+            betas,
+            grid,
+            settings,
+            evaluations_per_search,
+            progress_bar,
+        )
+        rungs += round_rungs
+        evaluations += round_evaluations
     final_rates, final_log_z, proposals, final_searches = _final_check(
         loop_key,
         jax.random.fold_in(whiten_key, 0),
@@ -1057,6 +1016,89 @@ def _vae_config(dimension, settings: AnnealingSettings, acceptance) -> VAEConfig
     )
     check_acceptance(acceptance, config)
     return config
+
+
+def _annealing_rounds(
+    loop_key,
+    whiten_key,
+    machinery,
+    proposals,
+    data,
+    betas,
+    grid,
+    settings: AnnealingSettings,
+    evaluations_per_search,
+    progress_bar,
+):
+    """The annealing's rounds (Algorithms 4-6), from the first rung's models to
+    ``beta_final`` or until no model climbs for ``max_retrains`` rounds in a row: per round,
+    each model's next beta from the vectorised search, its data chains there (with exchanges)
+    and its training on them.
+
+    :return: ``(proposals, data, betas, loop_key, rungs, evaluations)``: the models, their
+        last data and betas, the loop's key after the rounds, the rounds' rungs and their
+        density evaluations.
+    """
+    num_models = len(betas)
+    stalled = 0
+    round_index = 0
+    rungs = []
+    evaluations = 0
+    span = settings.beta_final - settings.beta_0
+    with tqdm(
+        total=1.0,
+        desc="VAE-SLMC annealing",
+        disable=not progress_bar,
+        leave=False,
+        bar_format="{l_bar}{bar}| beta {postfix}",
+    ) as bar:
+        while not _finished(betas, settings):
+            round_index += 1
+            round_start = time.perf_counter()
+            search_key, run_key, train_key, loop_key = jax.random.split(loop_key, 4)
+            proposals, rates, searches = _searched_models(
+                search_key,
+                whiten_key,
+                round_index,
+                machinery,
+                proposals,
+                data,
+                betas,
+                grid,
+                settings,
+            )
+            evaluations += searches * evaluations_per_search
+            new_betas = _next_betas(grid, rates, betas, settings)
+            climbed = new_betas > betas
+            finished = betas >= settings.beta_final
+            stalled = 0 if climbed.any() else stalled + 1
+            if stalled > settings.max_retrains:
+                _warn_stalled(stalled, betas, settings)
+                break
+            chosen_rates = rates[np.arange(num_models), _grid_columns(grid, new_betas)]
+            data, swap_rate, run_evaluations = _data_run(
+                run_key, machinery, proposals, new_betas, chosen_rates, data, settings
+            )
+            evaluations += run_evaluations
+            train_fn = machinery.train_final if _finished(new_betas, settings) else machinery.train
+            proposals, losses = train_fn(jax.random.split(train_key, num_models), proposals, data)
+            rungs += _round_rungs(
+                round_index,
+                new_betas,
+                chosen_rates,
+                ~(climbed | finished),
+                losses,
+                float(swap_rate),
+                round_start,
+            )
+            betas = new_betas
+            bar.n = float((betas.max() - settings.beta_0) / span) if span > 0 else 1.0
+            bar.set_postfix_str(
+                " ".join(f"{beta:.2f}" for beta in betas)
+                + f", acceptance {' '.join(f'{rate:.2f}' for rate in chosen_rates)}"
+            )
+            bar.refresh()
+    return proposals, data, betas, loop_key, rungs, evaluations
 
 
 def _searched_models(

@@ -442,6 +442,24 @@ def whitening_factor(data, scale):
     return scale[:, None] * jnp.linalg.cholesky(correlation + ridge)
 
 
+def _standardized(proposal: VAEProposal, data):
+    """The proposal with the standardisation of ``data`` (per-dimension, or whitening with
+    ``config.whiten``), and the data standardised, in single precision."""
+    loc = jnp.mean(data, 0)
+    scale = jnp.std(data, 0)
+    # A coordinate that never moves in the data keeps unit scale rather than dividing by zero.
+    scale = jnp.where(scale > 0, scale, 1.0)
+    if proposal.config.whiten:
+        scale = whitening_factor(data, scale)
+    proposal = proposal.replace(
+        loc=loc.astype(proposal.loc.dtype), scale=scale.astype(proposal.loc.dtype)
+    )
+    # The network's parameters are single precision (flax's default) and the training steps are
+    # nearly all of the cost: train in single precision even when JAX runs in double. The
+    # acceptance stays exact for any network, so the network's precision never biases a draw.
+    return proposal, standardize(proposal, data).astype(jnp.float32)
+
+
 def train_vae(
     rng_key,
     proposal: VAEProposal,
@@ -502,19 +520,7 @@ def train_vae(
     patience = 0 if patience is None else patience
     early_stopping = jnp.asarray(patience) > 0
     learned_noise = proposal.config.learn_decoder_scale
-    loc = jnp.mean(data, 0)
-    scale = jnp.std(data, 0)
-    # A coordinate that never moves in the data keeps unit scale rather than dividing by zero.
-    scale = jnp.where(scale > 0, scale, 1.0)
-    if proposal.config.whiten:
-        scale = whitening_factor(data, scale)
-    proposal = proposal.replace(
-        loc=loc.astype(proposal.loc.dtype), scale=scale.astype(proposal.loc.dtype)
-    )
-    # The network's parameters are single precision (flax's default) and the training steps are
-    # nearly all of the cost: train in single precision even when JAX runs in double. The
-    # acceptance stays exact for any network, so the network's precision never biases a draw.
-    points = standardize(proposal, data).astype(jnp.float32)
+    proposal, points = _standardized(proposal, data)
     split_key, noise_key, rng_key = jax.random.split(rng_key, 3)
     num_points = points.shape[0]
     num_held_out = min(max(1, int(validation_fraction * num_points)), num_points - 1)
