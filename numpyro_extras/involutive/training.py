@@ -316,14 +316,18 @@ def _bootstrap(proposal: InvolutiveProposal, potential_fn, settings: TrainingSet
             states, info = kernel(jax.random.split(key, num_chains), states)
             return states, (states.position, info.accept_prob)
 
+        # One scan over the burn-in and the kept transitions: the kernel is traced and compiled
+        # once, not once per loop.
         burn_in_key, kept_key = jax.random.split(rng_key)
-        states, _ = jax.lax.scan(
-            transition, states, jax.random.split(burn_in_key, settings.burn_in)
+        keys = jnp.concatenate(
+            [
+                jax.random.split(burn_in_key, settings.burn_in),
+                jax.random.split(kept_key, settings.num_kept),
+            ]
         )
-        states, (kept, accept_probs) = jax.lax.scan(
-            transition, states, jax.random.split(kept_key, settings.num_kept)
-        )
-        return states.position, kept, jnp.mean(accept_probs)
+        states, (positions, accept_probs) = jax.lax.scan(transition, states, keys)
+        kept = positions[settings.burn_in :]
+        return states.position, kept, jnp.mean(accept_probs[settings.burn_in :])
 
     return run
 
