@@ -32,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--output", default="continuous_tempering_demo.png", help="path of the PNG to write"
     )
+    demo.add_argument(
+        "--no-plot",
+        action="store_true",
+        help="print the report only, with no figure (matplotlib, the [plot] extra, not needed)",
+    )
     demo.add_argument("--seed", type=int, default=0, help="random seed")
     demo.add_argument("--num-samples", type=int, default=3000, help="kept draws per chain")
     demo.add_argument("--num-warmup", type=int, default=1000, help="warm-up draws per chain")
@@ -54,7 +59,7 @@ def main(argv=None) -> int:
         from numpyro_extras.demo import run_demo
 
         run_demo(
-            output=arguments.output,
+            output=None if arguments.no_plot else arguments.output,
             seed=arguments.seed,
             num_samples=arguments.num_samples,
             num_warmup=arguments.num_warmup,

@@ -19,6 +19,7 @@ from scipy.special import logsumexp, softmax
 from numpyro_extras.bridge import bridge_sampling
 from numpyro_extras.estimates import has_own_log_z, log_marginal_likelihood
 from numpyro_extras.evidence import Evidence
+from numpyro_extras.plotting import pyplot
 from numpyro_extras.validation import check_count, check_real
 
 __all__ = ["compare", "plot_compare"]
@@ -185,7 +186,7 @@ def plot_compare(table, axes=None):
 
         axes = nx.plot_compare(nx.compare({"tempering": mcmc, "exchange": exchange_mcmc}))
     """
-    import matplotlib.pyplot as plt
+    plt = pyplot("plot_compare")
 
     missing = [column for column in COLUMNS if column not in getattr(table, "columns", ())]
     if missing:

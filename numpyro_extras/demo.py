@@ -14,10 +14,9 @@ import time
 
 import jax
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from numpyro.infer import MCMC, NUTS
 
+from numpyro_extras.plotting import agg_figure, require_matplotlib
 from numpyro_extras.targets import (
     BIMODAL_LOCS,
     BIMODAL_SCALES,
@@ -61,10 +60,7 @@ def bimodal_density(x):
 
 def _plot(output, ct_draws, nuts_draws, tempered_x, beta, title):
     """Write the three-panel figure: densities, (x, beta) of the tempered draws, beta traces."""
-    # A bare Figure on the Agg canvas needs no display and, unlike pyplot, leaves the caller's
-    # backend (e.g. a notebook's) alone.
-    figure = Figure(figsize=(14, 4))
-    FigureCanvasAgg(figure)
+    figure = agg_figure("numpyro-extras demo", figsize=(14, 4))
     density_axis, scatter_axis, trace_axis = figure.subplots(1, 3)
     grid = np.linspace(-14.0, 16.0, 600)
     bins = np.linspace(-14.0, 16.0, 91)
@@ -172,7 +168,8 @@ def run_demo(
     enough). The tempering base density is fitted first with :func:`~numpyro_extras.fit_base`
     unless ``base`` is given (the kernel would fit it itself; doing it here times it separately).
 
-    :param output: path of the PNG to write.
+    :param output: path of the PNG to write (it needs matplotlib, the ``[plot]`` extra);
+        ``None`` writes no figure.
     :param int seed: seed of the base fit, both MCMC runs and the resampling.
     :param int num_samples: kept draws per chain, for each sampler.
     :param int num_warmup: warm-up draws per chain, for each sampler.
@@ -192,6 +189,8 @@ def run_demo(
         ``round_trips`` (lists over chains), ``base_moment_check_passed``, ``base_fit_seconds``,
         ``ct_seconds``, ``nuts_seconds``, ``total_seconds`` and ``output``.
     """
+    if output is not None:
+        require_matplotlib("numpyro-extras demo")
     start = time.perf_counter()
     if progress_bar is None:
         progress_bar = sys.stdout.isatty()
@@ -256,31 +255,33 @@ def run_demo(
     }
     _report_results(report, results, float(base.log_zeta), num_chains)
 
-    beta = np.asarray(ct_mcmc.get_extra_fields(group_by_chain=True)["beta"])
-    tempered_x = np.asarray(tempered_samples(ct_mcmc, group_by_chain=True)["x"])
-    _plot(
-        output,
-        ct_draws,
-        nuts_x.ravel(),
-        tempered_x,
-        beta,
-        title=(
-            f"Continuous tempering vs NUTS: log Z = {evidence.log_z:.2f} +- "
-            f"{evidence.stderr:.2f} (true {log_scale:g}); mode weights CT "
-            f"{_format_pair(ct_mode_weights)}, NUTS {_format_pair(nuts_mode_weights)}"
-        ),
-    )
+    if output is not None:
+        beta = np.asarray(ct_mcmc.get_extra_fields(group_by_chain=True)["beta"])
+        tempered_x = np.asarray(tempered_samples(ct_mcmc, group_by_chain=True)["x"])
+        _plot(
+            output,
+            ct_draws,
+            nuts_x.ravel(),
+            tempered_x,
+            beta,
+            title=(
+                f"Continuous tempering vs NUTS: log Z = {evidence.log_z:.2f} +- "
+                f"{evidence.stderr:.2f} (true {log_scale:g}); mode weights CT "
+                f"{_format_pair(ct_mode_weights)}, NUTS {_format_pair(nuts_mode_weights)}"
+            ),
+        )
     total_seconds = time.perf_counter() - start
     report(
         f"\nTime: base fit {base_fit_seconds:.1f} s, joint CT {ct_seconds:.1f} s, "
         f"NUTS {nuts_seconds:.1f} s, total {total_seconds:.1f} s"
     )
-    report(f"Wrote {output}")
+    if output is not None:
+        report(f"Wrote {output}")
     return {
         **results,
         "base_fit_seconds": base_fit_seconds,
         "ct_seconds": ct_seconds,
         "nuts_seconds": nuts_seconds,
         "total_seconds": total_seconds,
-        "output": str(output),
+        "output": None if output is None else str(output),
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from numpyro_extras.exchange.diagnostics import exchange_diagnostics, exchange_kernel
+from numpyro_extras.plotting import pyplot
 
 __all__ = ["plot_exchange"]
 
@@ -27,7 +28,7 @@ def plot_exchange(mcmc, site=None, axes=None):
 
         nx.plot_exchange(exchange_mcmc).savefig("exchange.png")  # a finished nx.ReplicaExchange run
     """
-    import matplotlib.pyplot as plt
+    plt = pyplot("plot_exchange")
 
     kernel = exchange_kernel(mcmc)
     diagnostics = exchange_diagnostics(mcmc)

@@ -13,6 +13,7 @@ import numpy as np
 from numpyro_extras.compilation import quick_jit
 from numpyro_extras.involutive.chains import involutive_proposal
 from numpyro_extras.involutive.networks import InvolutiveProposal, involution
+from numpyro_extras.plotting import pyplot
 from numpyro_extras.validation import check_rng_key
 
 __all__ = ["InvolutionCheck", "involution_check", "mode_switch_rate", "plot_ai_sampler"]
@@ -114,7 +115,7 @@ def plot_ai_sampler(params: InvolutiveProposal, potential_fn=None, rng_key=None,
 
         nx.plot_ai_sampler(params).savefig("ai_sampler.png")
     """
-    import matplotlib.pyplot as plt
+    plt = pyplot("plot_ai_sampler")
 
     if axes is None:
         figure, axes = plt.subplots(1, 2, figsize=(10, 4))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from numpyro_extras.plotting import pyplot
 from numpyro_extras.slmc.vae import VAEProposal
 
 __all__ = ["plot_annealing"]
@@ -24,7 +25,7 @@ def plot_annealing(proposal: VAEProposal, axes=None):
 
         nx.plot_annealing(proposal).savefig("annealing.png")
     """
-    import matplotlib.pyplot as plt
+    plt = pyplot("plot_annealing")
 
     history = getattr(proposal, "history", None)
     if history is None:

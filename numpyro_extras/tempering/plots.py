@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from numpyro_extras.plotting import pyplot
 from numpyro_extras.tempering.evidence import target_log_weights
 from numpyro_extras.tempering.posterior import tempered_samples
 from numpyro_extras.tempering.run import chain_field, tempering_kernel
@@ -30,7 +31,7 @@ def plot_tempering(mcmc, site=None, axes=None):
 
         nx.plot_tempering(mcmc, site="slope").savefig("tempering.png")
     """
-    import matplotlib.pyplot as plt
+    plt = pyplot("plot_tempering")
 
     kernel = tempering_kernel(mcmc)
     if axes is None:
