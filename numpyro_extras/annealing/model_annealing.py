@@ -400,13 +400,35 @@ def _linear_terms_fn(split: SplitModel, kind: str):
     return terms_fn
 
 
+def _cached_terms_integrator(terms_fn, beta, parameters, kinetic_energy_fn):
+    """BlackJAX's velocity Verlet whose ``logdensity`` is the particle's :class:`_Terms`.
+
+    The position update evaluates ``a``, ``b`` and their gradients once and keeps them all, so
+    that the integrator's state ends with the terms of its last position: the Metropolis test,
+    the weight increment and the next temperature's first momentum step then read them instead
+    of evaluating the model again.
+    """
+
+    def position_update(position, kinetic_grad, step_size, coef, auxiliary_info=None):
+        position = position + step_size * coef * kinetic_grad
+        terms = terms_fn(position, parameters)
+        return position, terms, terms.grad_a + beta * terms.grad_b, auxiliary_info
+
+    return blackjax.mcmc.integrators.generalized_two_stage_integrator(
+        blackjax.mcmc.integrators.euclidean_momentum_update_fn(kinetic_energy_fn),
+        position_update,
+        blackjax.mcmc.integrators.velocity_verlet_coefficients,
+        format_output_fn=blackjax.mcmc.integrators.format_euclidean_state_output,
+    )
+
+
 def _linear_path_functions(split, kind, settings):
     """``(log_density_fn, increment_fn, transition_fn, initialize_fn)`` on particles
     ``(x, {}, terms)`` of a continuous model on a path linear in ``beta``.
 
     The transition is the HMC of :func:`_hmc_step` (Gaussian momentum with the diagonal mass,
-    leapfrog, Metropolis test, the same leave-one-out adaptation), written out so that each
-    particle keeps the terms of its current position.
+    BlackJAX's velocity Verlet, Metropolis test, the same leave-one-out adaptation) with each
+    particle's terms carried in the integrator's state.
     """
     terms_fn = _linear_terms_fn(split, kind)
     num_leapfrog_steps = settings["num_leapfrog_steps"]
@@ -421,33 +443,31 @@ def _linear_path_functions(split, kind, settings):
     def move_one(key, x, terms, beta, log_step_size, inverse_mass, parameters):
         momentum_key, accept_key = jax.random.split(key)
         step_size = jnp.exp(log_step_size)
+        metric = blackjax.mcmc.metrics.default_metric(inverse_mass)
+        integrator = _cached_terms_integrator(terms_fn, beta, parameters, metric.kinetic_energy)
 
-        def gradient(terms):
-            return terms.grad_a + beta * terms.grad_b
+        def energy(state):
+            terms = state.logdensity
+            return -(terms.a + beta * terms.b) + metric.kinetic_energy(state.momentum)
 
-        def energy(terms, momentum):
-            return -(terms.a + beta * terms.b) + 0.5 * jnp.sum(inverse_mass * momentum**2)
-
-        def leapfrog(_, state):
-            position, momentum, terms = state
-            momentum = momentum + 0.5 * step_size * gradient(terms)
-            position = position + step_size * inverse_mass * momentum
-            terms = terms_fn(position, parameters)
-            momentum = momentum + 0.5 * step_size * gradient(terms)
-            return position, momentum, terms
-
-        momentum = jax.random.normal(momentum_key, x.shape, x.dtype) / jnp.sqrt(inverse_mass)
-        new_x, new_momentum, new_terms = jax.lax.fori_loop(
-            0, num_leapfrog_steps, leapfrog, (x, momentum, terms)
+        start = blackjax.mcmc.integrators.IntegratorState(
+            x,
+            metric.sample_momentum(momentum_key, x),
+            terms,
+            terms.grad_a + beta * terms.grad_b,
         )
+        end = jax.lax.fori_loop(
+            0, num_leapfrog_steps, lambda _, state: integrator(state, step_size), start
+        )
+        new_terms = end.logdensity
         # A non-finite density or position is a rejected move, never a NaN particle.
-        finite = jnp.isfinite(new_terms.a + beta * new_terms.b) & jnp.all(jnp.isfinite(new_x))
-        log_ratio = jnp.where(
-            finite, energy(terms, momentum) - energy(new_terms, new_momentum), -jnp.inf
+        finite = jnp.isfinite(new_terms.a + beta * new_terms.b) & jnp.all(
+            jnp.isfinite(end.position)
         )
+        log_ratio = jnp.where(finite, energy(start) - energy(end), -jnp.inf)
         accepted, acceptance = metropolis_accept(accept_key, log_ratio)
         alive = jnp.isfinite(terms.a + beta * terms.b)
-        x, terms = select(accepted, (new_x, new_terms), (x, terms))
+        x, terms = select(accepted, (end.position, new_terms), (x, terms))
         return x, terms, acceptance, alive
 
     def transition_fn(rng_key, positions, beta, adaptation, parameters):
