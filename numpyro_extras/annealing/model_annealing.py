@@ -22,10 +22,11 @@ ones, alternating in mixed models; or a user transition.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import warnings
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import partial
 from typing import NamedTuple
 
@@ -575,27 +576,29 @@ def _initial_positions(rng_key, split, base, num_particles, reverse, init_sample
 # (another seed, another particle count, another base of the same shape) then reuses the
 # driver's compiled scan instead of compiling anew. Fitted bases are kept per model, arguments
 # and fit key, so an identical call does not fit again.
-_SPLIT_CACHE: OrderedDict = OrderedDict()
-_FUNCTION_CACHE: OrderedDict = OrderedDict()
-_BASE_CACHE: OrderedDict = OrderedDict()
-_CACHE_SIZE = 16
+CACHE_SIZE = 48
 
 BASES = ("auto", "prior")
 
 
-def _cache_get(cache, key):
-    if key is None or key not in cache:
-        return None
-    cache.move_to_end(key)
-    return cache[key]
+@dataclasses.dataclass(frozen=True)
+class _Build:
+    """A request for what ``build()`` returns, equal to another by its ``key`` alone."""
+
+    key: Hashable
+    build: Callable = dataclasses.field(compare=False)
 
 
-def _cache_put(cache, key, value):
-    if key is not None:
-        cache[key] = value
-        if len(cache) > _CACHE_SIZE:
-            cache.popitem(last=False)
-    return value
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def _built(request: _Build):
+    return request.build()
+
+
+def _cached(key, build):
+    """``build()``, kept per hashable ``key`` among the latest ``CACHE_SIZE`` (least recently
+    used first out); ``key=None`` (an argument that is a tracer) builds every time. An exception
+    in ``build`` is raised and nothing is kept."""
+    return build() if key is None else _built(_Build(key, build))
 
 
 def _model_split(model, model_args, model_kwargs, marginalize):
@@ -605,13 +608,13 @@ def _model_split(model, model_args, model_kwargs, marginalize):
     """
     arguments = arguments_fingerprint(model_args, model_kwargs)
     model_key = None if arguments is None else (model, arguments, marginalize)
-    split = _cache_get(_SPLIT_CACHE, model_key)
-    if split is None:
+    split = _cached(
+        None if model_key is None else ("split", model_key),
         # The structure key only picks the values of the one trace that reads the model's sites.
-        split = split_model(
+        lambda: split_model(
             jax.random.PRNGKey(0), model, model_args, model_kwargs, marginalize=marginalize
-        )
-        _cache_put(_SPLIT_CACHE, model_key, split)
+        ),
+    )
     return split, model_key
 
 
@@ -622,23 +625,22 @@ def _annealing_functions(split, model_key, kind, transition, settings):
     (``None``: they take ``(x, discrete)`` itself). The base is not part of the key: it enters
     the functions as data (:func:`_path_functions`).
     """
-    cache_key = None
-    if model_key is not None:
-        cache_key = (model_key, kind, transition, tuple(sorted(settings.items())))
-    functions = _cache_get(_FUNCTION_CACHE, cache_key)
-    if functions is None:
+
+    def build():
         linear = not (split.discrete_sites or split.marginalized_sites)
         if transition is None and linear and split.dimension:
-            functions = _linear_path_functions(split, kind, settings)
+            return _linear_path_functions(split, kind, settings)
+        log_density_fn, increment_fn = _path_functions(split, kind)
+        if transition is not None:
+            transition_fn = _user_transition(split, log_density_fn, transition)
         else:
-            log_density_fn, increment_fn = _path_functions(split, kind)
-            if transition is not None:
-                transition_fn = _user_transition(split, log_density_fn, transition)
-            else:
-                transition_fn = _default_transition(split, log_density_fn, settings)
-            functions = (log_density_fn, increment_fn, transition_fn, None)
-        _cache_put(_FUNCTION_CACHE, cache_key, functions)
-    return functions
+            transition_fn = _default_transition(split, log_density_fn, settings)
+        return log_density_fn, increment_fn, transition_fn, None
+
+    cache_key = None
+    if model_key is not None:
+        cache_key = ("functions", model_key, kind, transition, tuple(sorted(settings.items())))
+    return _cached(cache_key, build)
 
 
 def _flat_marginal_model(split):
@@ -670,7 +672,8 @@ NUM_PROBE_FITS = 4
 
 
 def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, progress_bar):
-    """The default base, cached; ``None`` when every fit diverged.
+    """The default base, cached, with the fit's warnings issued; ``None`` when every fit
+    diverged.
 
     ``NUM_PROBE_FITS`` VI fits from dispersed starts (:func:`fit_base` with no refitting rounds)
     look for modes. One mode, with importance weights that show no uncovered mass: the base is
@@ -678,46 +681,51 @@ def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, pro
     estimate with no sign in the weights, so the base is :func:`fit_base`'s full mixture.
     """
     key_bytes = np.asarray(jax.random.key_data(fit_key)).tobytes()
-    cache_key = None if model_key is None else (model_key, key_bytes)
-    if cache_key is not None and cache_key in _BASE_CACHE:
-        _BASE_CACHE.move_to_end(cache_key)
-        return _BASE_CACHE[cache_key]
-    if split.marginalized_sites:
-        fit_model, fit_args, fit_kwargs = _flat_marginal_model(split), (), {}
-    else:
-        fit_model, fit_args, fit_kwargs = model, model_args, model_kwargs
-    # Flattened once for both fits (only its potential and maps are used, not its start).
-    flat_model = flatten_model(fit_key, fit_model, fit_args, fit_kwargs, kernel_name="nx.ais")
-    fit = partial(
-        fit_base_with_warnings,
-        fit_key,
-        fit_model,
-        fit_args,
-        fit_kwargs,
-        progress_bar=progress_bar,
-        flat_model=flat_model,
+
+    def build():
+        if split.marginalized_sites:
+            fit_model, fit_args, fit_kwargs = _flat_marginal_model(split), (), {}
+        else:
+            fit_model, fit_args, fit_kwargs = model, model_args, model_kwargs
+        # Flattened once for both fits (only its potential and maps are used, not its start).
+        flat_model = flatten_model(fit_key, fit_model, fit_args, fit_kwargs, kernel_name="nx.ais")
+        fit = partial(
+            fit_base_with_warnings,
+            fit_key,
+            fit_model,
+            fit_args,
+            fit_kwargs,
+            progress_bar=progress_bar,
+            flat_model=flat_model,
+        )
+        try:
+            probe, probe_warnings = fit(num_starts=NUM_PROBE_FITS, bootstrap_rounds=0)
+        except FitsDivergedError:
+            return None, ()
+        uncovered = any(isinstance(warning, BaseCoverageWarning) for warning in probe_warnings)
+        # fit_base's MixtureBase has one component per mode found.
+        if isinstance(probe, MixtureBase) and (len(probe.component_locs) > 1 or uncovered):
+            base, base_warnings = fit()
+        else:
+            base, base_warnings = probe, probe_warnings
+            if isinstance(probe, MixtureBase):
+                base = GaussianBase(
+                    probe.component_locs[0], probe.component_scale_trils[0], probe.log_zeta
+                )
+        try:
+            base = validate_base(base, split.dimension)
+        except ValueError:  # a non-finite or degenerate fit
+            base = None
+        return base, base_warnings
+
+    base, base_warnings = _cached(
+        None if model_key is None else ("base", model_key, key_bytes), build
     )
-    try:
-        probe, probe_warnings = fit(num_starts=NUM_PROBE_FITS, bootstrap_rounds=0)
-    except FitsDivergedError:
-        return _cache_put(_BASE_CACHE, cache_key, None)
-    uncovered = any(isinstance(warning, BaseCoverageWarning) for warning in probe_warnings)
-    # fit_base's MixtureBase has one component per mode found.
-    if isinstance(probe, MixtureBase) and (len(probe.component_locs) > 1 or uncovered):
-        base, base_warnings = fit()
-    else:
-        base, base_warnings = probe, probe_warnings
-        if isinstance(probe, MixtureBase):
-            base = GaussianBase(
-                probe.component_locs[0], probe.component_scale_trils[0], probe.log_zeta
-            )
+    # Issued at every call, the repeat of a cached fit included: the same call, the same
+    # warnings.
     for warning in base_warnings:
         warnings.warn(warning, stacklevel=4)
-    try:
-        base = validate_base(base, split.dimension)
-    except ValueError:  # a non-finite or degenerate fit
-        base = None
-    return _cache_put(_BASE_CACHE, cache_key, base)
+    return base
 
 
 def _check_settings(
@@ -851,10 +859,10 @@ def _check_against_prior(rng_key, split, model_key, evidence, num_draws):
     """:func:`~numpyro_extras.prior_check.check_against_prior` of a run from a fitted base, with
     the prior's likelihood compiled once per model and arguments (cached); a problem found is
     warned of."""
-    cache_key = None if model_key is None else (model_key, "prior log likelihoods")
-    log_likelihoods_fn = _cache_get(_FUNCTION_CACHE, cache_key)
-    if log_likelihoods_fn is None:
-        log_likelihoods_fn = _cache_put(_FUNCTION_CACHE, cache_key, prior_log_likelihoods_fn(split))
+    log_likelihoods_fn = _cached(
+        None if model_key is None else ("prior log likelihoods", model_key),
+        lambda: prior_log_likelihoods_fn(split),
+    )
     evidence, problem = check_against_prior(
         evidence,
         log_likelihoods_fn(rng_key, num_draws),
