@@ -436,8 +436,8 @@ def fixed_target_functions(init_fn, step_fn, num_warmup, settings):
     .. code-block:: python
 
         def _build(self, num_warmup, tag):
-            init_fn, step_fn = joint_tempering(potential_fn, base, unravel_fn, tag=tag)
-            return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
+            init_fn, step_fn = vae_slmc(proposal, log_density_fn, unravel_fn, tag=tag)
+            return fixed_target_functions(init_fn, step_fn, num_warmup, {})
     """
 
     def init_one(inputs, rng_key):

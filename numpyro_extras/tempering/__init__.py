@@ -3,14 +3,18 @@
 from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase, ModeSearchWarning
 from numpyro_extras.tempering.base_check import BaseMomentCheck, base_moment_check, refit_base
 from numpyro_extras.tempering.base_fit import fit_base
-from numpyro_extras.tempering.chains import TemperingState, extended_potential, tempered_potential
+from numpyro_extras.tempering.chains import extended_potential, tempered_potential
 from numpyro_extras.tempering.diagnostics import (
     TemperingDiagnostics,
     log_marginal_likelihood,
     tempering_diagnostics,
 )
 from numpyro_extras.tempering.evidence import target_log_weights, tempering_log_normalizer
-from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
+from numpyro_extras.tempering.kernels import (
+    GibbsContinuousTempering,
+    JointContinuousTempering,
+    TemperingState,
+)
 from numpyro_extras.tempering.plots import plot_tempering
 from numpyro_extras.tempering.posterior import (
     posterior_samples,

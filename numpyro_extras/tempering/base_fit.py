@@ -40,7 +40,13 @@ from numpyro_extras.evidence import UNRELIABLE_PARETO_K
 from numpyro_extras.kernel import hmc_settings
 from numpyro_extras.potential import FlatModel, flatten_model
 from numpyro_extras.progress import run_chunks
-from numpyro_extras.tempering.chains import gibbs_tempering, unreached_ends
+from numpyro_extras.tempering.chains import (
+    GIBBS_KEYS,
+    INIT_KEYS,
+    build_gibbs_kernel,
+    gibbs_init,
+    unreached_ends,
+)
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 from numpyro_extras.validation import (
     check_count,
@@ -1625,21 +1631,27 @@ def _bootstrap(rng_key, flat_model, base, rounds, num_warmup, num_samples, num_c
 
 def _bootstrap_round(rng_key, flat_model, base, num_warmup, num_samples, num_chains, issued):
     # The functional core with the Gibbs kernel's defaults (20 leapfrog steps, adapted step
-    # size, mass and log zeta); no replica, whose draws the refit does not use.
+    # size, mass and log zeta); no replica, whose draws the refit does not use. Each chain
+    # carries on the key its init and transitions leave unused, as the kernel's chains do.
     algo, settings = hmc_settings(HMC, num_steps=20)
-    init_fn, step_fn = gibbs_tempering(
-        flat_model.potential_fn, base, lambda position: position, algo=algo, replica_moves=False
-    )
+    settings = {"num_warmup": num_warmup, "algo": algo, "replica_moves": False, **settings}
+    potential_fn = flat_model.potential_fn
+    kernel = jax.vmap(build_gibbs_kernel(potential_fn, base, **settings))
     draw_key, chain_key = jax.random.split(rng_key)
-    states = jax.vmap(lambda position, key: init_fn(position, key, num_warmup, **settings))(
-        base.sample(draw_key, (num_chains,)), jax.random.split(chain_key, num_chains)
-    )
+    chain_keys = jax.random.split(chain_key, num_chains)
+    states = jax.vmap(
+        lambda position, key: gibbs_init(position, potential_fn, base, key, **settings)
+    )(base.sample(draw_key, (num_chains,)), chain_keys)
+    keys = jax.vmap(lambda key: jax.random.split(key, INIT_KEYS)[-1])(chain_keys)
 
-    def transition(states, _):
-        states = jax.vmap(lambda state: step_fn(state, num_warmup))(states)
-        return states, (states.tempered_z, states.delta, states.log_zeta, states.beta)
+    def transition(carry, _):
+        states, keys = carry
+        states, _ = kernel(keys, states)
+        keys = jax.vmap(lambda key: jax.random.split(key, GIBBS_KEYS)[0])(keys)
+        trace = (states.tempered.position, states.delta, states.log_zeta, states.beta)
+        return (states, keys), trace
 
-    _, trace = jax.lax.scan(transition, states, None, length=num_warmup + num_samples)
+    _, trace = jax.lax.scan(transition, (states, keys), None, length=num_warmup + num_samples)
     draws, delta, log_zeta, beta = (
         np.asarray(values[num_warmup:], dtype=np.float64) for values in trace
     )

@@ -1,6 +1,8 @@
 """The functional core of joint and Gibbs continuous tempering (Graham & Storkey,
-"Continuously tempered HMC"): pure, jittable ``init``/``step`` functions on
-:class:`TemperingState`, under the thin kernel classes of :mod:`numpyro_extras.tempering.kernels`.
+"Continuously tempered HMC"), in BlackJAX's shape: a :class:`TemperingChainState` and a
+:class:`TemperingInfo`, ``init`` functions (:func:`joint_init`, :func:`gibbs_init`) and
+``build_kernel`` functions (:func:`build_joint_kernel`, :func:`build_gibbs_kernel`) returning a
+pure ``kernel(rng_key, state) -> (state, info)``.
 
 Both chains sample the target ``exp(-phi(x)) / Z`` together with an inverse temperature
 ``beta`` in [0, 1] that bridges a normalised base ``exp(-psi(x))`` (``beta = 0``) and the target
@@ -11,6 +13,11 @@ transition, ``x`` and ``y`` swap places with probability
 ``min(1, exp((1 - beta) (Delta(y) - Delta(x))))``, a Metropolis step on the product density
 ``p(x, beta) p(y)`` (paper eq. 16 times the target). So ``y`` is an exact posterior chain.
 ``phi``, its gradient and ``psi`` are cached at ``y``, so a swap costs no gradient evaluation.
+
+The inner HMC/NUTS moves adapt during warm-up, so the warm-up length is part of a kernel's
+build. The core works on flat positions and knows nothing of NumPyro's ``MCMC``: the chain's key,
+the build tag, the site values and the moves per kept draw belong to the kernels of
+:mod:`numpyro_extras.tempering.kernels` (:class:`~numpyro_extras.TemperingState`).
 """
 
 from __future__ import annotations
@@ -21,31 +28,44 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.infer.hmc import HMCState, hmc
+from numpyro.infer.util import ParamInfo
 
 from numpyro_extras.bases import GaussianBase
-from numpyro_extras.compiled_chain import BuildTag
-from numpyro_extras.kernel import field_lookup, rejected_move
+from numpyro_extras.kernel import rejected_move
 from numpyro_extras.metropolis import metropolis_accept, select
 from numpyro_extras.tempering.weights import sample_inverse_temperature
 
 __all__ = [
+    "GIBBS_KEYS",
+    "INIT_KEYS",
+    "JOINT_KEYS",
     "PointEvaluation",
     "TemperatureMixing",
-    "TemperingState",
+    "TemperingChainState",
+    "TemperingInfo",
+    "build_gibbs_kernel",
+    "build_joint_kernel",
     "extended_potential",
+    "gibbs_init",
     "inverse_temperature",
-    "joint_tempering",
-    "gibbs_tempering",
-    "swap_with_replica",
-    "propose_from_base",
+    "joint_init",
     "log_zeta_step_size",
-    "moves_per_draw_step",
+    "propose_from_base",
+    "swap_with_replica",
+    "tempered_potential",
     "unreached_ends",
 ]
 
 # Draws with beta below / above these count as visits to the base / target end.
 NEAR_BASE = 0.1
 NEAR_TARGET = 0.9
+
+# How many keys an init and a transition split their key in. Each leaves one of them unused (the
+# last of an init's, the first of a transition's), so that a driver keeping one key per chain, as
+# the NumPyro kernels do, carries that one on without a split of its own.
+INIT_KEYS = 3
+JOINT_KEYS = 5
+GIBBS_KEYS = 6
 
 
 def unreached_ends(beta) -> list[str]:
@@ -123,116 +143,74 @@ class PointEvaluation(NamedTuple):
         return jnp.isfinite(self.log_ratio) & jnp.all(jnp.isfinite(self.target_gradient))
 
 
-class TemperingState(NamedTuple):
-    """State of a continuous tempering chain.
+class TemperingChainState(NamedTuple):
+    """Where one continuous tempering chain is, on flat positions: the core's state.
 
-    :param z: the target replica ``y``, an exact posterior draw: a dict of unconstrained site
-        values for a model, or the flat position for a ``potential_fn``. This is the
-        ``sample_field``, so ``mcmc.get_samples()`` is the posterior.
-    :param tempered_z: the tempered chain's position ``x``, in the same form as ``z``.
+    :param tempered: the :class:`PointEvaluation` at the tempered chain's position ``x``.
+    :param replica: the :class:`PointEvaluation` at the target replica ``y``, an exact posterior
+        draw.
     :param beta: the tempered chain's inverse temperature in [0, 1].
-    :param delta: ``Delta(x) = phi(x) + log zeta - psi(x)`` at ``tempered_z``.
     :param log_zeta: this chain's ``log zeta``: adapted during warm-up (if enabled), then fixed.
-    :param potential_energy: ``phi(y)``, the potential of the posterior draw ``z``.
-    :param swap_accept_prob: acceptance probability of this transition's swap of ``x`` and ``y``.
-    :param base_accept_prob: acceptance probability of this transition's proposal of a new ``x``
-        drawn from the base (0 when the kernel makes none).
-    :param replica: the :class:`PointEvaluation` at ``y``.
-    :param tempered: the :class:`PointEvaluation` at ``x``.
     :param iteration: number of transitions so far, warm-up included.
-    :param inner_state: the NumPyro HMC/NUTS state the kernel moves with (on the extended space
-        ``(x, u)`` for joint tempering, on ``x`` for Gibbs tempering).
+    :param inner_state: the NumPyro HMC/NUTS state the tempered chain moves with (on the extended
+        space ``(x, u)`` for joint tempering, on ``x`` for Gibbs tempering).
     :param replica_inner_state: the NumPyro HMC/NUTS state of the replica's own move on the
         target (``None`` when the kernel makes none).
     :param mixing: :class:`TemperatureMixing` counts.
-    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
-    :param rng_key: random key.
 
     **Example:**
 
     .. code-block:: python
 
-        mcmc.last_state.beta, mcmc.last_state.log_zeta  # mcmc: a finished tempering run
+        state = joint_init(x0, potential_fn, base, jax.random.PRNGKey(0), num_warmup=500)
+        state.beta, state.delta  # about 4.5e-5 and Delta(x0)
     """
 
-    z: Any
-    tempered_z: Any
-    beta: jax.Array
-    delta: jax.Array
-    log_zeta: jax.Array
-    potential_energy: jax.Array
-    swap_accept_prob: jax.Array
-    base_accept_prob: jax.Array
-    replica: PointEvaluation
     tempered: PointEvaluation
+    replica: PointEvaluation
+    beta: jax.Array
+    log_zeta: jax.Array
     iteration: jax.Array
     inner_state: HMCState
     replica_inner_state: HMCState | None
     mixing: TemperatureMixing
-    build: BuildTag
-    rng_key: jax.Array
 
     @property
-    def diverging(self):
-        return self.inner_state.diverging
-
-    @property
-    def accept_prob(self):
-        return self.inner_state.accept_prob
-
-    @property
-    def mean_accept_prob(self):
-        return self.inner_state.mean_accept_prob
-
-    @property
-    def num_steps(self):
-        return self.inner_state.num_steps
-
-    @property
-    def energy(self):
-        return self.inner_state.energy
-
-    @property
-    def adapt_state(self):
-        return self.inner_state.adapt_state
-
-    @property
-    def step_size(self):
-        return self.inner_state.adapt_state.step_size
-
-    @property
-    def replica_accept_prob(self):
-        """Acceptance probability of the replica's own HMC/NUTS move (0 when there is none)."""
-        if self.replica_inner_state is None:
-            return jnp.zeros_like(self.beta)
-        return self.replica_inner_state.accept_prob
-
-    @property
-    def replica_diverging(self):
-        """Whether the replica's own HMC/NUTS move diverged."""
-        if self.replica_inner_state is None:
-            return jnp.zeros(jnp.shape(self.beta), bool)
-        return self.replica_inner_state.diverging
-
-    __getattr__, __getitem__ = field_lookup(
-        "A continuous tempering state", lambda: TEMPERING_FIELDS
-    )
+    def delta(self):
+        """``Delta(x) = phi(x) + log zeta - psi(x)`` at the tempered position."""
+        return self.tempered.log_ratio + self.log_zeta
 
 
-TEMPERING_FIELDS = TemperingState._fields[:8] + (
-    "iteration",
-    "diverging",
-    "accept_prob",
-    "mean_accept_prob",
-    "num_steps",
-    "energy",
-    "step_size",
-    "adapt_state.step_size",
-    "adapt_state.inverse_mass_matrix",
-    "replica_accept_prob",
-    "replica_diverging",
-    "mixing.num_round_trips",
-)
+class TemperingInfo(NamedTuple):
+    """What one transition of continuous tempering did.
+
+    :param swap_accept_prob: acceptance probability of the swap of ``x`` and ``y``.
+    :param base_accept_prob: acceptance probability of the proposal of a new ``x`` drawn from
+        the base (0 when the kernel makes none).
+    :param accept_prob: acceptance probability of the tempered chain's HMC/NUTS move.
+    :param diverging: whether that move diverged (or reached a point where ``phi`` or its
+        gradient is not finite).
+    :param num_steps: leapfrog steps of that move.
+    :param replica_accept_prob: acceptance probability of the replica's own HMC/NUTS move (0
+        when there is none).
+    :param replica_diverging: whether the replica's move diverged (``False`` when there is
+        none).
+
+    **Example:**
+
+    .. code-block:: python
+
+        state, info = kernel(jax.random.PRNGKey(1), state)
+        info.swap_accept_prob, info.diverging
+    """
+
+    swap_accept_prob: jax.Array
+    base_accept_prob: jax.Array
+    accept_prob: jax.Array
+    diverging: jax.Array
+    num_steps: jax.Array
+    replica_accept_prob: jax.Array
+    replica_diverging: jax.Array
 
 
 def inverse_temperature(temperature_control, beta_scale=1.0):
@@ -570,10 +548,14 @@ def _paired_moves(hmc_sample, base, space: _ReplicaSpace | None):
     return move
 
 
-def _replica_init(hmc_init, position, args, num_warmup, rng_key, settings):
+def _replica_settings(settings):
     # A mass matrix given for the tempered move (of (x, u) under joint tempering) need not fit
     # y; the replica's warm-up adapts its own.
-    settings = {key: value for key, value in settings.items() if key != "inverse_mass_matrix"}
+    return {key: value for key, value in settings.items() if key != "inverse_mass_matrix"}
+
+
+def _replica_init(hmc_init, position, args, num_warmup, rng_key, settings):
+    settings = _replica_settings(settings)
     return hmc_init(position, num_warmup, model_args=args, rng_key=rng_key, **settings)
 
 
@@ -591,7 +573,7 @@ def _adapt_log_zeta(log_zeta, tempered: PointEvaluation, iteration, num_warmup, 
     return jnp.where(in_warmup, updated, log_zeta)
 
 
-def _moved_orrejected_move(state: TemperingState, moved: HMCState, evaluation: PointEvaluation):
+def _moved_or_rejected(state: TemperingChainState, moved: HMCState, evaluation: PointEvaluation):
     """The move's point, or the previous one if ``phi`` or its gradient is not finite there."""
     finite = evaluation.finite
     return (
@@ -600,155 +582,239 @@ def _moved_orrejected_move(state: TemperingState, moved: HMCState, evaluation: P
     )
 
 
-def _next_state(unravel_fn, state: TemperingState, num_warmup, moved_on, rng_key):
-    """The state after one transition: ``moved_on`` is ``(tempered, replica, beta, log_zeta,
-    (swap_accept_prob, base_accept_prob), (inner_state, replica_inner_state))``."""
-    tempered, replica, beta, log_zeta, accept_probs, inner_states = moved_on
+def _advanced(state: TemperingChainState, moved_on, accept_probs, num_warmup):
+    """The state and info after one transition: ``moved_on`` is ``(tempered, replica, beta,
+    log_zeta, inner_state, replica_inner_state)`` and ``accept_probs`` is ``(swap_accept_prob,
+    base_accept_prob)``."""
+    tempered, replica, beta, log_zeta, inner, replica_inner = moved_on
     iteration = state.iteration + 1
     mixing = _update_mixing(state.mixing, beta, iteration > num_warmup)
-    new_state = _tempering_state(
-        unravel_fn, tempered, replica, beta, log_zeta, accept_probs, iteration, inner_states, mixing
+    new_state = TemperingChainState(
+        tempered, replica, beta, log_zeta, iteration, inner, replica_inner, mixing
     )
-    return new_state._replace(build=state.build, rng_key=rng_key)
+    if replica_inner is None:
+        replica_moved = (jnp.zeros_like(beta), jnp.zeros(jnp.shape(beta), bool))
+    else:
+        replica_moved = (replica_inner.accept_prob, replica_inner.diverging)
+    info = TemperingInfo(
+        *accept_probs, inner.accept_prob, inner.diverging, inner.num_steps, *replica_moved
+    )
+    return new_state, info
 
 
-def _tempering_state(
-    unravel_fn,
-    tempered,
-    replica,
-    beta,
-    log_zeta,
-    accept_probs,
-    iteration,
-    inner_states,
-    mixing,
-    tag=None,
-):
-    swap_accept_prob, base_accept_prob = accept_probs
+def _initial_state(evaluation: PointEvaluation, beta, log_zeta, inner_states):
+    """The state at the start, with ``x`` and ``y`` both at ``evaluation``'s point."""
     inner, replica_inner = inner_states
-    return TemperingState(
-        z=unravel_fn(replica.position),
-        tempered_z=unravel_fn(tempered.position),
-        beta=beta,
-        delta=tempered.log_ratio + log_zeta,
-        log_zeta=log_zeta,
-        potential_energy=replica.target_potential,
-        swap_accept_prob=swap_accept_prob,
-        base_accept_prob=base_accept_prob,
-        replica=replica,
-        tempered=tempered,
-        iteration=iteration,
-        inner_state=inner,
-        replica_inner_state=replica_inner,
-        mixing=mixing,
-        build=tag,
-        rng_key=None,
+    zero = jnp.zeros((), jnp.int32)
+    return TemperingChainState(
+        evaluation, evaluation, beta, log_zeta, zero, inner, replica_inner, _initial_mixing()
     )
 
 
-def joint_tempering(
-    target_potential_fn,
-    base: GaussianBase,
-    unravel_fn,
-    *,
-    algo="NUTS",
-    beta_scale=1.0,
-    initial_beta_logit=-10.0,
-    adapt_log_zeta=True,
-    base_proposals=True,
-    replica_moves=True,
-    tag=None,
-):
-    """Pure ``init``/``step`` of joint continuous tempering with a target replica.
+def _primed_moves(hmc_pair, target, tempered_start, replica_space, base_proposals, settings):
+    """``(move, evaluate_with_draw)`` of a kernel: :func:`_paired_moves` with NumPyro's ``hmc``
+    pair ``hmc_pair``, and :func:`_evaluator_with_base_draws`.
 
-    Each step is one HMC or NUTS transition on the extended space ``(x, u)`` of paper eq. 14
-    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass, ``u``
-    included) together with a move of the replica on the target, then a proposal of ``x`` from
-    the base at the new ``beta`` (:func:`propose_from_base`), then :func:`swap_with_replica`;
-    during warm-up ``log zeta`` is adapted so that the chain reaches both ends of ``beta``.
+    NumPyro's init stores the warm-up length and the move's settings in the pair's closure, where
+    its sample function reads them, so the init is traced here once, abstractly, at a given point
+    and potential: nothing is evaluated or compiled, and the kernel needs no chain's init. It is
+    the last init a chain's start makes: the replica's (``replica_space``) when there is one,
+    else the tempered move's.
 
-    :param target_potential_fn: ``phi`` on flat ``x``.
-    :param GaussianBase base: base density and initial ``log zeta``.
-    :param unravel_fn: flat ``x`` -> the ``z`` stored in the state.
-    :param str algo: ``"NUTS"`` or ``"HMC"``.
-    :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)``.
-    :param float initial_beta_logit: starting ``u / s``.
-    :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
-    :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base
-        (:func:`propose_from_base`).
-    :param bool replica_moves: move the replica ``y`` with its own HMC or NUTS transition
-        (``algo``) on the target, beside the tempered move.
-    :param tag: the build tag stored in the state.
-    :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
-        and ``step_fn(state, num_warmup)``, both for one chain.
+    :param target: ``(target_potential_fn, base, num_warmup)``.
+    :param tempered_start: ``(dimension, model_args)`` of the tempered move's init.
     """
+    target_potential_fn, base, num_warmup = target
+    hmc_init, hmc_sample = hmc_pair
+    dimension, model_args = tempered_start
+    if replica_space is not None:
+        model_args, settings = replica_space.args, _replica_settings(settings)
+
+    def initialise():
+        zero = jnp.zeros(dimension)
+        hmc_init(
+            ParamInfo(zero, jnp.zeros(()), zero),
+            num_warmup,
+            model_args=model_args,
+            rng_key=jax.random.PRNGKey(0),
+            **settings,
+        )
+
+    jax.eval_shape(initialise)
+    evaluate = _point_evaluator(target_potential_fn, base)
+    return (
+        _paired_moves(hmc_sample, base, replica_space),
+        _evaluator_with_base_draws(base, evaluate, base_proposals),
+    )
+
+
+# The replica of joint tempering moves on (y, v), v a standard normal coordinate standing in
+# for u.
+_JOINT_REPLICA_SPACE = _ReplicaSpace(
+    lift=lambda replica, z: (
+        jnp.append(replica.position, z[-1]),
+        replica.target_potential + 0.5 * z[-1] ** 2,
+        jnp.append(replica.target_gradient, z[-1]),
+    ),
+    lower=lambda moved: (
+        moved.z[:-1],
+        moved.potential_energy - 0.5 * moved.z[-1] ** 2,
+        moved.z_grad[:-1],
+    ),
+    args=(0.0, True),
+)
+
+# The tempered family of Gibbs tempering at beta = 1 is the target.
+_GIBBS_REPLICA_SPACE = _ReplicaSpace(
+    lift=lambda replica, z: (replica.position, replica.target_potential, replica.target_gradient),
+    lower=lambda moved: (moved.z, moved.potential_energy, moved.z_grad),
+    args=(1.0,),
+)
+
+
+def _joint_hmc(target_potential_fn, base, algo, beta_scale):
+    """NumPyro's ``hmc`` pair on eq. 14's extended space, with ``(log_zeta, pinned)`` as model
+    arguments."""
     potential_family = _extended_potential_family(target_potential_fn, base, beta_scale)
 
     def potential_fn_gen(log_zeta, pinned=False):
         return lambda extended_position: potential_family(extended_position, log_zeta, pinned)
 
-    hmc_init, hmc_sample = hmc(potential_fn_gen=potential_fn_gen, algo=algo)
-    evaluate = _point_evaluator(target_potential_fn, base)
-    log_zeta_0 = base.log_zeta
-    evaluate_with_draw = _evaluator_with_base_draws(base, evaluate, base_proposals)
-    # The replica moves on (y, v), v a standard normal coordinate standing in for u.
-    replica_space = _ReplicaSpace(
-        lift=lambda replica, z: (
-            jnp.append(replica.position, z[-1]),
-            replica.target_potential + 0.5 * z[-1] ** 2,
-            jnp.append(replica.target_gradient, z[-1]),
-        ),
-        lower=lambda moved: (
-            moved.z[:-1],
-            moved.potential_energy - 0.5 * moved.z[-1] ** 2,
-            moved.z_grad[:-1],
-        ),
-        args=(0.0, True),
+    return hmc(potential_fn_gen=potential_fn_gen, algo=algo)
+
+
+def _gibbs_hmc(target_potential_fn, base, algo):
+    """NumPyro's ``hmc`` pair on the tempered family of eq. 8, with ``beta`` as model argument."""
+    tempered_fn = tempered_potential(target_potential_fn, base)
+
+    def tempered_potential_fn_gen(beta):
+        return lambda position: tempered_fn(position, beta)
+
+    return hmc(potential_fn_gen=tempered_potential_fn_gen, algo=algo)
+
+
+def joint_init(
+    position,
+    target_potential_fn,
+    base: GaussianBase,
+    rng_key,
+    *,
+    num_warmup,
+    algo="NUTS",
+    beta_scale=1.0,
+    initial_beta_logit=-10.0,
+    replica_moves=True,
+    **hmc_settings,
+) -> TemperingChainState:
+    """The state of a joint continuous tempering chain at ``position``, with ``u / s =
+    initial_beta_logit`` and the target replica at the same point.
+
+    :param position: flat start ``x``.
+    :param target_potential_fn: ``phi`` on flat ``x``.
+    :param GaussianBase base: base density and initial ``log zeta``.
+    :param rng_key: key of the initialisation of NumPyro's HMC/NUTS (split in
+        ``INIT_KEYS``, the last left unused).
+    :param int num_warmup: warm-up length, which NumPyro's HMC initialisation takes.
+    :param str algo: ``"NUTS"`` or ``"HMC"``.
+    :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)``.
+    :param float initial_beta_logit: starting ``u / s``.
+    :param bool replica_moves: whether the kernel moves the replica with its own HMC/NUTS
+        transition (then its state is initialised here).
+    :param hmc_settings: settings of NumPyro's HMC initialisation (``step_size``,
+        ``dense_mass``, ...), the same as :func:`build_joint_kernel`'s.
+    :return: :class:`TemperingChainState`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        state = joint_init(x0, potential_fn, base, jax.random.PRNGKey(0), num_warmup=500)
+    """
+    hmc_init, _ = _joint_hmc(target_potential_fn, base, algo, beta_scale)
+    hmc_key, replica_key = jax.random.split(rng_key, INIT_KEYS)[:2]
+    control = jnp.asarray(initial_beta_logit * beta_scale, position.dtype)
+    log_zeta = jnp.asarray(base.log_zeta, position.dtype)
+    inner = hmc_init(
+        jnp.append(position, control),
+        num_warmup,
+        model_args=(log_zeta,),
+        rng_key=hmc_key,
+        **hmc_settings,
     )
-    move = _paired_moves(hmc_sample, base, replica_space if replica_moves else None)
-
-    def init_fn(position, rng_key, num_warmup, **hmc_settings):
-        hmc_key, replica_key, rng_key = jax.random.split(rng_key, 3)
-        control = jnp.asarray(initial_beta_logit * beta_scale, position.dtype)
-        log_zeta = jnp.asarray(log_zeta_0, position.dtype)
-        inner = hmc_init(
-            jnp.append(position, control),
+    evaluation = _point_evaluator(target_potential_fn, base)(position)
+    replica_inner = None
+    if replica_moves:
+        replica_position = jnp.append(position, jnp.zeros((), position.dtype))
+        replica_inner = _replica_init(
+            hmc_init,
+            replica_position,
+            _JOINT_REPLICA_SPACE.args,
             num_warmup,
-            model_args=(log_zeta,),
-            rng_key=hmc_key,
-            **hmc_settings,
+            replica_key,
+            hmc_settings,
         )
-        evaluation = evaluate(position)
-        zero = jnp.zeros((), jnp.int32)
-        replica_inner = (
-            _replica_init(
-                hmc_init,
-                jnp.append(position, jnp.zeros((), position.dtype)),
-                replica_space.args,
-                num_warmup,
-                replica_key,
-                hmc_settings,
-            )
-            if replica_moves
-            else None
-        )
-        state = _tempering_state(
-            unravel_fn,
-            evaluation,
-            evaluation,
-            inverse_temperature(control, beta_scale),
-            log_zeta,
-            (jnp.ones((), position.dtype), jnp.zeros((), position.dtype)),
-            zero,
-            (inner, replica_inner),
-            _initial_mixing(),
-            tag,
-        )
-        return state._replace(rng_key=rng_key)
+    beta = inverse_temperature(control, beta_scale)
+    return _initial_state(evaluation, beta, log_zeta, (inner, replica_inner))
 
-    def step_fn(state: TemperingState, num_warmup):
-        keys = jax.random.split(state.rng_key, 5)
-        rng_key, hmc_key, draw_key, base_key, swap_key = keys
+
+def build_joint_kernel(
+    target_potential_fn,
+    base: GaussianBase,
+    *,
+    num_warmup,
+    algo="NUTS",
+    beta_scale=1.0,
+    adapt_log_zeta=True,
+    base_proposals=True,
+    replica_moves=True,
+    **hmc_settings,
+):
+    """The transition of joint continuous tempering with a target replica.
+
+    One transition is an HMC or NUTS move on the extended space ``(x, u)`` of paper eq. 14
+    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass, ``u``
+    included) together with a move of the replica on the target, then a proposal of ``x`` from
+    the base at the new ``beta`` (:func:`propose_from_base`), then :func:`swap_with_replica`;
+    during the first ``num_warmup`` transitions ``log zeta`` is adapted so that the chain
+    reaches both ends of ``beta``.
+
+    :param target_potential_fn: ``phi`` on flat ``x``.
+    :param GaussianBase base: base density (its ``log_zeta`` is the states').
+    :param int num_warmup: warm-up length: the transitions over which the inner HMC/NUTS adapts
+        its step size and mass, and ``log zeta`` is adapted.
+    :param str algo: ``"NUTS"`` or ``"HMC"``.
+    :param float beta_scale: the scale ``s`` of ``beta = sigmoid(u / s)``.
+    :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
+    :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base.
+    :param bool replica_moves: move the replica ``y`` with its own HMC or NUTS transition
+        (``algo``) on the target, beside the tempered move; the state must come from
+        :func:`joint_init` with the same setting.
+    :param hmc_settings: settings of NumPyro's HMC (``target_accept_prob``, ``num_steps``,
+        ``max_tree_depth``, ...), the same as :func:`joint_init`'s.
+    :return: ``kernel(rng_key, state) -> (state, info)``, pure and traceable
+        (:class:`TemperingChainState`, :class:`TemperingInfo`). It splits ``rng_key`` in
+        ``JOINT_KEYS`` and leaves the first unused.
+
+    **Example:**
+
+    .. code-block:: python
+
+        kernel = jax.jit(build_joint_kernel(potential_fn, base, num_warmup=500))
+        state = joint_init(x0, potential_fn, base, jax.random.PRNGKey(0), num_warmup=500)
+        for key in jax.random.split(jax.random.PRNGKey(1), 1500):
+            state, info = kernel(key, state)
+    """
+    move, evaluate_with_draw = _primed_moves(
+        _joint_hmc(target_potential_fn, base, algo, beta_scale),
+        (target_potential_fn, base, num_warmup),
+        (base.dimension + 1, (jnp.asarray(base.log_zeta),)),
+        _JOINT_REPLICA_SPACE if replica_moves else None,
+        base_proposals,
+        hmc_settings,
+    )
+
+    def kernel(rng_key, state: TemperingChainState):
+        _, hmc_key, draw_key, base_key, swap_key = jax.random.split(rng_key, JOINT_KEYS)
         moved, replica, replica_inner = move(
             hmc_key,
             state.inner_state,
@@ -757,12 +823,13 @@ def joint_tempering(
             state.replica_inner_state,
         )
         evaluation, proposal = evaluate_with_draw(draw_key, moved.z[:-1])
-        tempered, inner = _moved_orrejected_move(state, moved, evaluation)
+        tempered, inner = _moved_or_rejected(state, moved, evaluation)
         control = inner.z[-1]
         beta = inverse_temperature(control, beta_scale)
         tempered, base_accept_prob = _accept_base_proposal(base_key, beta, tempered, proposal)
-        iteration = state.iteration + 1
-        log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)
+        log_zeta = _adapt_log_zeta(
+            state.log_zeta, tempered, state.iteration + 1, num_warmup, adapt_log_zeta
+        )
         tempered, replica, swap_accept_prob = swap_with_replica(swap_key, beta, tempered, replica)
         # The moves above may have changed x: the HMC state follows from the cached values.
         energy, gradient = _joint_energy(tempered, control, log_zeta, beta_scale)
@@ -772,162 +839,140 @@ def joint_tempering(
             z_grad=gradient,
             energy=inner.energy + energy - inner.potential_energy,
         )
-        accept_probs = (swap_accept_prob, base_accept_prob)
-        moved_on = (tempered, replica, beta, log_zeta, accept_probs, (inner, replica_inner))
-        return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
+        moved_on = (tempered, replica, beta, log_zeta, inner, replica_inner)
+        return _advanced(state, moved_on, (swap_accept_prob, base_accept_prob), num_warmup)
 
-    return init_fn, step_fn
+    return kernel
 
 
-def moves_per_draw_step(step_fn, moves_per_draw):
-    """A step that makes ``moves_per_draw`` transitions of ``step_fn`` per kept draw after
-    warm-up (one per draw during warm-up, so that the warm-up schedules keep their length).
+def gibbs_init(
+    position,
+    target_potential_fn,
+    base: GaussianBase,
+    rng_key,
+    *,
+    num_warmup,
+    algo="HMC",
+    replica_moves=True,
+    **hmc_settings,
+) -> TemperingChainState:
+    """The state of a Gibbs continuous tempering chain at ``position``, with ``beta = 0`` and the
+    target replica at the same point.
 
-    Each transition leaves the joint target invariant, so keeping every ``k``-th state is exact.
-    When the chain crosses between modes only through ``beta`` near 0, the accuracy of the mode
-    weights is set by the round trips between the ends of ``beta``, and ``k`` transitions per
-    draw make ``k`` times as many per draw kept.
-    ``diverging`` of the kept state says whether any of its transitions diverged.
-
-    :param step_fn: ``step_fn(state, num_warmup)`` of :func:`joint_tempering` or
-        :func:`gibbs_tempering`.
-    :param int moves_per_draw: transitions per kept draw after warm-up.
-    :return: a step function with the same signature.
+    :param position: flat start ``x``.
+    :param target_potential_fn: ``phi`` on flat ``x``.
+    :param GaussianBase base: base density and initial ``log zeta``.
+    :param rng_key: key of the initialisation of NumPyro's HMC/NUTS (split in
+        ``INIT_KEYS``, the last left unused).
+    :param int num_warmup: warm-up length, which NumPyro's HMC initialisation takes.
+    :param str algo: ``"HMC"`` or ``"NUTS"``.
+    :param bool replica_moves: whether the kernel moves the replica with its own HMC/NUTS
+        transition (then its state is initialised here).
+    :param hmc_settings: settings of NumPyro's HMC initialisation, the same as
+        :func:`build_gibbs_kernel`'s.
+    :return: :class:`TemperingChainState`.
 
     **Example:**
 
     .. code-block:: python
 
-        init_fn, step_fn = gibbs_tempering(potential_fn, base, unravel_fn)
-        step_fn = moves_per_draw_step(step_fn, 4)
+        state = gibbs_init(x0, potential_fn, base, jax.random.PRNGKey(0), num_warmup=500,
+                           num_steps=20)
     """
-    if moves_per_draw == 1:
-        return step_fn
-
-    def step(state: TemperingState, num_warmup):
-        count = jnp.where(state.iteration < num_warmup, 1, moves_per_draw)
-
-        def move(_, carry):
-            state, diverged = carry
-            state = step_fn(state, num_warmup)
-            return state, diverged | state.inner_state.diverging
-
-        diverged = jnp.zeros_like(state.inner_state.diverging)
-        state, diverged = jax.lax.fori_loop(0, count, move, (state, diverged))
-        return state._replace(inner_state=state.inner_state._replace(diverging=diverged))
-
-    return step
+    hmc_init, _ = _gibbs_hmc(target_potential_fn, base, algo)
+    hmc_key, replica_key = jax.random.split(rng_key, INIT_KEYS)[:2]
+    beta = jnp.zeros((), dtype=position.dtype)
+    inner = hmc_init(position, num_warmup, model_args=(beta,), rng_key=hmc_key, **hmc_settings)
+    evaluation = _point_evaluator(target_potential_fn, base)(position)
+    replica_inner = None
+    if replica_moves:
+        replica_inner = _replica_init(
+            hmc_init, position, _GIBBS_REPLICA_SPACE.args, num_warmup, replica_key, hmc_settings
+        )
+    log_zeta = jnp.asarray(base.log_zeta, position.dtype)
+    return _initial_state(evaluation, beta, log_zeta, (inner, replica_inner))
 
 
-def gibbs_tempering(
+def _retempered(inner: HMCState, evaluation: PointEvaluation, beta):
+    """The x-move's state at ``evaluation``'s point and a new beta, from cached values."""
+    potential_energy = beta * evaluation.target_potential + (1.0 - beta) * evaluation.base_potential
+    return inner._replace(
+        z=evaluation.position,
+        potential_energy=potential_energy,
+        z_grad=beta * evaluation.target_gradient + (1.0 - beta) * evaluation.base_gradient,
+        energy=inner.energy + potential_energy - inner.potential_energy,
+    )
+
+
+def build_gibbs_kernel(
     target_potential_fn,
     base: GaussianBase,
-    unravel_fn,
     *,
+    num_warmup,
     algo="HMC",
     adapt_log_zeta=True,
     base_proposals=True,
     replica_moves=True,
-    tag=None,
+    **hmc_settings,
 ):
-    """Pure ``init``/``step`` of Gibbs continuous tempering with a target replica.
+    """The transition of Gibbs continuous tempering with a target replica.
 
-    Each step moves ``x`` with HMC or NUTS leaving ``exp(-beta phi - (1 - beta) psi)`` invariant
-    (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and mass)
-    together with a move of the replica on the target, then a proposal of ``x`` from the base
-    at the same ``beta`` (:func:`propose_from_base`), draws ``beta | x`` exactly from the
-    truncated exponential of paper eq. 17, then :func:`swap_with_replica`; during warm-up
-    ``log zeta`` is adapted first.
+    One transition moves ``x`` with HMC or NUTS leaving ``exp(-beta phi - (1 - beta) psi)``
+    invariant (NumPyro's :func:`~numpyro.infer.hmc.hmc`, whose warm-up adapts step size and
+    mass) together with a move of the replica on the target, then a proposal of ``x`` from the
+    base at the same ``beta`` (:func:`propose_from_base`), draws ``beta | x`` exactly from the
+    truncated exponential of paper eq. 17, then :func:`swap_with_replica`; during the first
+    ``num_warmup`` transitions ``log zeta`` is adapted first.
 
     :param target_potential_fn: ``phi`` on flat ``x``.
-    :param GaussianBase base: base density and initial ``log zeta``.
-    :param unravel_fn: flat ``x`` -> the ``z`` stored in the state.
+    :param GaussianBase base: base density (its ``log_zeta`` is the states').
+    :param int num_warmup: warm-up length: the transitions over which the inner HMC/NUTS adapts
+        its step size and mass, and ``log zeta`` is adapted.
     :param str algo: ``"HMC"`` or ``"NUTS"``.
     :param bool adapt_log_zeta: adapt ``log zeta`` during warm-up.
-    :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base
-        (:func:`propose_from_base`).
+    :param bool base_proposals: after the HMC move, propose a new ``x`` drawn from the base.
     :param bool replica_moves: move the replica ``y`` with its own HMC or NUTS transition
-        (``algo``) on the target, beside the tempered move.
-    :param tag: the build tag stored in the state.
-    :return: ``(init_fn, step_fn)``: ``init_fn(position, rng_key, num_warmup, **hmc_settings)``
-        and ``step_fn(state, num_warmup)``, both for one chain.
+        (``algo``) on the target, beside the tempered move; the state must come from
+        :func:`gibbs_init` with the same setting.
+    :param hmc_settings: settings of NumPyro's HMC, the same as :func:`gibbs_init`'s.
+    :return: ``kernel(rng_key, state) -> (state, info)``, pure and traceable
+        (:class:`TemperingChainState`, :class:`TemperingInfo`). It splits ``rng_key`` in
+        ``GIBBS_KEYS`` and leaves the first unused.
+
+    **Example:**
+
+    .. code-block:: python
+
+        kernel = jax.jit(build_gibbs_kernel(potential_fn, base, num_warmup=500, num_steps=20))
+        state = gibbs_init(x0, potential_fn, base, jax.random.PRNGKey(0), num_warmup=500,
+                           num_steps=20)
+        state, info = kernel(jax.random.PRNGKey(1), state)
     """
-
-    tempered_fn = tempered_potential(target_potential_fn, base)
-
-    def tempered_potential_fn_gen(beta):
-        return lambda position: tempered_fn(position, beta)
-
-    hmc_init, hmc_sample = hmc(potential_fn_gen=tempered_potential_fn_gen, algo=algo)
-    evaluate = _point_evaluator(target_potential_fn, base)
-    log_zeta_0 = base.log_zeta
-    evaluate_with_draw = _evaluator_with_base_draws(base, evaluate, base_proposals)
-    # The tempered family at beta = 1 is the target.
-    replica_space = _ReplicaSpace(
-        lift=lambda replica, z: (
-            replica.position,
-            replica.target_potential,
-            replica.target_gradient,
-        ),
-        lower=lambda moved: (moved.z, moved.potential_energy, moved.z_grad),
-        args=(1.0,),
+    move, evaluate_with_draw = _primed_moves(
+        _gibbs_hmc(target_potential_fn, base, algo),
+        (target_potential_fn, base, num_warmup),
+        (base.dimension, (0.0,)),
+        _GIBBS_REPLICA_SPACE if replica_moves else None,
+        base_proposals,
+        hmc_settings,
     )
-    move = _paired_moves(hmc_sample, base, replica_space if replica_moves else None)
 
-    def retemper(inner: HMCState, evaluation: PointEvaluation, beta):
-        """The x-move's state at ``evaluation``'s point and a new beta, from cached values."""
-        potential_energy = (
-            beta * evaluation.target_potential + (1.0 - beta) * evaluation.base_potential
-        )
-        return inner._replace(
-            z=evaluation.position,
-            potential_energy=potential_energy,
-            z_grad=beta * evaluation.target_gradient + (1.0 - beta) * evaluation.base_gradient,
-            energy=inner.energy + potential_energy - inner.potential_energy,
-        )
-
-    def init_fn(position, rng_key, num_warmup, **hmc_settings):
-        hmc_key, replica_key, rng_key = jax.random.split(rng_key, 3)
-        beta = jnp.zeros((), dtype=position.dtype)
-        inner = hmc_init(position, num_warmup, model_args=(beta,), rng_key=hmc_key, **hmc_settings)
-        evaluation = evaluate(position)
-        replica_inner = (
-            _replica_init(
-                hmc_init, position, replica_space.args, num_warmup, replica_key, hmc_settings
-            )
-            if replica_moves
-            else None
-        )
-        state = _tempering_state(
-            unravel_fn,
-            evaluation,
-            evaluation,
-            beta,
-            jnp.asarray(log_zeta_0, position.dtype),
-            (jnp.ones((), position.dtype), jnp.zeros((), position.dtype)),
-            jnp.zeros((), jnp.int32),
-            (inner, replica_inner),
-            _initial_mixing(),
-            tag,
-        )
-        return state._replace(rng_key=rng_key)
-
-    def step_fn(state: TemperingState, num_warmup):
-        keys = jax.random.split(state.rng_key, 6)
-        rng_key, hmc_key, draw_key, base_key, beta_key, swap_key = keys
+    def kernel(rng_key, state: TemperingChainState):
+        keys = jax.random.split(rng_key, GIBBS_KEYS)
+        _, hmc_key, draw_key, base_key, beta_key, swap_key = keys
         moved, replica, replica_inner = move(
             hmc_key, state.inner_state, (state.beta,), state.replica, state.replica_inner_state
         )
         evaluation, proposal = evaluate_with_draw(draw_key, moved.z)
-        tempered, inner = _moved_orrejected_move(state, moved, evaluation)
+        tempered, inner = _moved_or_rejected(state, moved, evaluation)
         tempered, base_accept_prob = _accept_base_proposal(base_key, state.beta, tempered, proposal)
-        iteration = state.iteration + 1
-        log_zeta = _adapt_log_zeta(state.log_zeta, tempered, iteration, num_warmup, adapt_log_zeta)
+        log_zeta = _adapt_log_zeta(
+            state.log_zeta, tempered, state.iteration + 1, num_warmup, adapt_log_zeta
+        )
         beta = sample_inverse_temperature(beta_key, tempered.log_ratio + log_zeta)
         tempered, replica, swap_accept_prob = swap_with_replica(swap_key, beta, tempered, replica)
-        inner = retemper(inner, tempered, beta)
-        accept_probs = (swap_accept_prob, base_accept_prob)
-        moved_on = (tempered, replica, beta, log_zeta, accept_probs, (inner, replica_inner))
-        return _next_state(unravel_fn, state, num_warmup, moved_on, rng_key)
+        inner = _retempered(inner, tempered, beta)
+        moved_on = (tempered, replica, beta, log_zeta, inner, replica_inner)
+        return _advanced(state, moved_on, (swap_accept_prob, base_accept_prob), num_warmup)
 
-    return init_fn, step_fn
+    return kernel

@@ -5,24 +5,30 @@ Thin :class:`~numpyro_extras.kernel.ExtrasKernel` classes over the functional co
 :mod:`numpyro_extras.tempering.chains`: they read the model, fit the base
 (:func:`~numpyro_extras.fit_base`) and start the chains. ``mcmc.get_samples()`` are the target
 replica's exact posterior draws; the tempered chain is in the extra fields, from which
-:mod:`numpyro_extras.tempering.evidence` computes ``log Z``.
+:mod:`numpyro_extras.tempering.evidence` computes ``log Z``. The chain's NumPyro side (its key,
+the build tag, the site values and the moves per kept draw) is :class:`TemperingState`, around
+the core's state, stepped by :func:`tempering_chain`.
 """
 
 from __future__ import annotations
 
 import inspect
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 from numpyro.infer import HMC, NUTS
+from numpyro.infer.hmc import HMCState
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
 from numpyro_extras.bases import GaussianBase, validate_base
 from numpyro_extras.compilation import split_each_key, split_key
+from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.kernel import (
     ExtrasKernel,
+    field_lookup,
     fixed_target_functions,
     hmc_settings,
 )
@@ -37,14 +43,28 @@ from numpyro_extras.tempering.base_fit import (
     check_fit_base_settings,
     fit_base_for_kernel,
 )
-from numpyro_extras.tempering.chains import gibbs_tempering, joint_tempering, moves_per_draw_step
+from numpyro_extras.tempering.chains import (
+    GIBBS_KEYS,
+    INIT_KEYS,
+    JOINT_KEYS,
+    PointEvaluation,
+    TemperatureMixing,
+    TemperingChainState,
+    build_gibbs_kernel,
+    build_joint_kernel,
+    gibbs_init,
+    joint_init,
+)
 from numpyro_extras.validation import check_count, check_flag, check_init_strategy, check_real
 
 __all__ = [
     "AUTO_MOVES_PER_DRAW",
     "MIN_MODES_FOR_MORE_MOVES",
+    "TEMPERING_FIELDS",
     "GibbsContinuousTempering",
     "JointContinuousTempering",
+    "TemperingState",
+    "tempering_chain",
 ]
 
 # Transitions per kept draw when the base fit was still finding modes and had found many: the
@@ -54,6 +74,234 @@ __all__ = [
 # one mode; many modes are the sign of a multimodal posterior.
 AUTO_MOVES_PER_DRAW = 8
 MIN_MODES_FOR_MORE_MOVES = 8
+
+
+class TemperingState(NamedTuple):
+    """State of a continuous tempering chain under NumPyro's ``MCMC``: the core's
+    :class:`~numpyro_extras.tempering.chains.TemperingChainState` (``tempered``, ``replica``,
+    ``beta``, ``log_zeta``, ``iteration``, ``inner_state``, ``replica_inner_state``, ``mixing``;
+    also ``core``) and what the kernel keeps beside it: the unravelled draws, the last
+    transition's swap and base acceptance, the build tag and the chain's key.
+
+    :param z: the target replica ``y``, an exact posterior draw: a dict of unconstrained site
+        values for a model, or the flat position for a ``potential_fn``. This is the
+        ``sample_field``, so ``mcmc.get_samples()`` is the posterior.
+    :param tempered_z: the tempered chain's position ``x``, in the same form as ``z``.
+    :param beta: the tempered chain's inverse temperature in [0, 1].
+    :param delta: ``Delta(x) = phi(x) + log zeta - psi(x)`` at ``tempered_z``.
+    :param log_zeta: this chain's ``log zeta``: adapted during warm-up (if enabled), then fixed.
+    :param potential_energy: ``phi(y)``, the potential of the posterior draw ``z``.
+    :param swap_accept_prob: acceptance probability of this transition's swap of ``x`` and ``y``.
+    :param base_accept_prob: acceptance probability of this transition's proposal of a new ``x``
+        drawn from the base (0 when the kernel makes none).
+    :param replica: the :class:`~numpyro_extras.tempering.chains.PointEvaluation` at ``y``.
+    :param tempered: the :class:`~numpyro_extras.tempering.chains.PointEvaluation` at ``x``.
+    :param iteration: number of transitions so far, warm-up included.
+    :param inner_state: the NumPyro HMC/NUTS state the kernel moves with (on the extended space
+        ``(x, u)`` for joint tempering, on ``x`` for Gibbs tempering).
+    :param replica_inner_state: the NumPyro HMC/NUTS state of the replica's own move on the
+        target (``None`` when the kernel makes none).
+    :param mixing: :class:`~numpyro_extras.tempering.chains.TemperatureMixing` counts.
+    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param rng_key: the chain's key.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mcmc.last_state.beta, mcmc.last_state.log_zeta  # mcmc: a finished tempering run
+    """
+
+    z: Any
+    tempered_z: Any
+    beta: jax.Array
+    delta: jax.Array
+    log_zeta: jax.Array
+    potential_energy: jax.Array
+    swap_accept_prob: jax.Array
+    base_accept_prob: jax.Array
+    replica: PointEvaluation
+    tempered: PointEvaluation
+    iteration: jax.Array
+    inner_state: HMCState
+    replica_inner_state: HMCState | None
+    mixing: TemperatureMixing
+    build: BuildTag
+    rng_key: jax.Array
+
+    @property
+    def core(self) -> TemperingChainState:
+        """The core's state: what :func:`~numpyro_extras.tempering.chains.build_joint_kernel`'s
+        and :func:`~numpyro_extras.tempering.chains.build_gibbs_kernel`'s kernels move."""
+        return TemperingChainState(
+            self.tempered,
+            self.replica,
+            self.beta,
+            self.log_zeta,
+            self.iteration,
+            self.inner_state,
+            self.replica_inner_state,
+            self.mixing,
+        )
+
+    @property
+    def diverging(self):
+        return self.inner_state.diverging
+
+    @property
+    def accept_prob(self):
+        return self.inner_state.accept_prob
+
+    @property
+    def mean_accept_prob(self):
+        return self.inner_state.mean_accept_prob
+
+    @property
+    def num_steps(self):
+        return self.inner_state.num_steps
+
+    @property
+    def energy(self):
+        return self.inner_state.energy
+
+    @property
+    def adapt_state(self):
+        return self.inner_state.adapt_state
+
+    @property
+    def step_size(self):
+        return self.inner_state.adapt_state.step_size
+
+    @property
+    def replica_accept_prob(self):
+        """Acceptance probability of the replica's own HMC/NUTS move (0 when there is none)."""
+        if self.replica_inner_state is None:
+            return jnp.zeros_like(self.beta)
+        return self.replica_inner_state.accept_prob
+
+    @property
+    def replica_diverging(self):
+        """Whether the replica's own HMC/NUTS move diverged."""
+        if self.replica_inner_state is None:
+            return jnp.zeros(jnp.shape(self.beta), bool)
+        return self.replica_inner_state.diverging
+
+    __getattr__, __getitem__ = field_lookup(
+        "A continuous tempering state", lambda: TEMPERING_FIELDS
+    )
+
+
+TEMPERING_FIELDS = TemperingState._fields[:8] + (
+    "iteration",
+    "diverging",
+    "accept_prob",
+    "mean_accept_prob",
+    "num_steps",
+    "energy",
+    "step_size",
+    "adapt_state.step_size",
+    "adapt_state.inverse_mass_matrix",
+    "replica_accept_prob",
+    "replica_diverging",
+    "mixing.num_round_trips",
+)
+
+
+def _tempering_state(core: TemperingChainState, accept_probs, unravel_fn, tag, rng_key):
+    """The shell's state from the core's, with the transition's ``(swap_accept_prob,
+    base_accept_prob)``."""
+    swap_accept_prob, base_accept_prob = accept_probs
+    return TemperingState(
+        z=unravel_fn(core.replica.position),
+        tempered_z=unravel_fn(core.tempered.position),
+        beta=core.beta,
+        delta=core.delta,
+        log_zeta=core.log_zeta,
+        potential_energy=core.replica.target_potential,
+        swap_accept_prob=swap_accept_prob,
+        base_accept_prob=base_accept_prob,
+        replica=core.replica,
+        tempered=core.tempered,
+        iteration=core.iteration,
+        inner_state=core.inner_state,
+        replica_inner_state=core.replica_inner_state,
+        mixing=core.mixing,
+        build=tag,
+        rng_key=rng_key,
+    )
+
+
+def tempering_chain(core_init, kernel, unravel_fn, num_keys, *, moves_per_draw=1, tag=None):
+    """``(init, step)`` of one continuous tempering chain under NumPyro's ``MCMC``: the core's
+    init and kernel (paper eqs. 14-17) on the chain's own key, with the site values, the build
+    tag and the moves per kept draw kept beside them.
+
+    The chain's key is handed to the core whole: the core leaves one of the keys it splits it in
+    unused (``INIT_KEYS``, ``JOINT_KEYS``, ``GIBBS_KEYS`` of
+    :mod:`numpyro_extras.tempering.chains`), and the chain carries that one on.
+
+    After warm-up, ``step`` makes ``moves_per_draw`` transitions per kept draw (one per draw
+    during warm-up, so that the warm-up schedules keep their length). Each transition leaves the
+    joint target invariant, so keeping every ``k``-th state is exact. When the chain crosses
+    between modes only through ``beta`` near 0, the accuracy of the mode weights is set by the
+    round trips between the ends of ``beta``, and ``k`` transitions per draw make ``k`` times as
+    many per draw kept. ``diverging`` of the kept state says whether any of its transitions
+    diverged.
+
+    :param core_init: ``(position, rng_key, num_warmup, **hmc_settings) ->``
+        :class:`~numpyro_extras.tempering.chains.TemperingChainState`, a core init with its
+        target and settings bound.
+    :param kernel: the core's ``kernel(rng_key, state) -> (state, info)``.
+    :param unravel_fn: flat ``x`` -> the sample field (site values, or ``x`` itself).
+    :param int num_keys: how many keys ``kernel`` splits its key in.
+    :param int moves_per_draw: transitions per kept draw after warm-up.
+    :param tag: the build tag the states carry.
+    :return: ``init(position, rng_key, num_warmup, **hmc_settings)`` and
+        ``step(state, num_warmup)``, both for one chain, on :class:`TemperingState`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from numpyro_extras.tempering import chains
+
+        def core_init(position, rng_key, num_warmup, **settings):
+            return chains.gibbs_init(position, potential_fn, base, rng_key,
+                                     num_warmup=num_warmup, **settings)
+
+        kernel = chains.build_gibbs_kernel(potential_fn, base, num_warmup=500, num_steps=20)
+        init, step = tempering_chain(core_init, kernel, lambda x: x, chains.GIBBS_KEYS)
+        state = step(init(x0, jax.random.PRNGKey(0), 500, num_steps=20), 500)
+    """
+
+    def init(position, rng_key, num_warmup, **hmc_settings):
+        core = core_init(position, rng_key, num_warmup, **hmc_settings)
+        accept_probs = (jnp.ones((), position.dtype), jnp.zeros((), position.dtype))
+        state_key = jax.random.split(rng_key, INIT_KEYS)[-1]
+        return _tempering_state(core, accept_probs, unravel_fn, tag, state_key)
+
+    def transition(state: TemperingState):
+        next_key = jax.random.split(state.rng_key, num_keys)[0]
+        core, info = kernel(state.rng_key, state.core)
+        accept_probs = (info.swap_accept_prob, info.base_accept_prob)
+        return _tempering_state(core, accept_probs, unravel_fn, state.build, next_key)
+
+    if moves_per_draw == 1:
+        return init, lambda state, num_warmup: transition(state)
+
+    def step(state: TemperingState, num_warmup):
+        count = jnp.where(state.iteration < num_warmup, 1, moves_per_draw)
+
+        def move(_, carry):
+            state, diverged = carry
+            state = transition(state)
+            return state, diverged | state.inner_state.diverging
+
+        diverged = jnp.zeros_like(state.inner_state.diverging)
+        state, diverged = jax.lax.fori_loop(0, count, move, (state, diverged))
+        return state._replace(inner_state=state.inner_state._replace(diverging=diverged))
+
+    return init, step
 
 
 class _ContinuousTemperingKernel(ExtrasKernel):
@@ -202,10 +450,17 @@ class _ContinuousTemperingKernel(ExtrasKernel):
         self._check_initial_positions(positions)
         return positions, chain_keys
 
-    def _shell_functions(self, init_fn, step_fn, num_warmup):
-        """The shell's ``(init_one, step_one)`` from a family core, with this run's moves per
-        draw."""
-        step_fn = moves_per_draw_step(step_fn, self.moves_per_draw)
+    def _shell_functions(self, core_init, kernel, num_keys, num_warmup, tag):
+        """The shell's ``(init_one, step_one)`` from a family's core init and kernel, with this
+        run's moves per draw."""
+        init_fn, step_fn = tempering_chain(
+            core_init,
+            kernel,
+            self._flat_model.unravel_fn,
+            num_keys,
+            moves_per_draw=self.moves_per_draw,
+            tag=tag,
+        )
         return fixed_target_functions(init_fn, step_fn, num_warmup, self._hmc_settings)
 
     def get_diagnostics_str(self, state):
@@ -312,20 +567,32 @@ class JointContinuousTempering(_ContinuousTemperingKernel):
         )
 
     def _build(self, num_warmup, tag):
-        flat_model = self._flat_model
-        init_fn, step_fn = joint_tempering(
-            flat_model.potential_fn,
-            self._base,
-            flat_model.unravel_fn,
-            algo=self._algo,
-            beta_scale=self._beta_scale,
-            initial_beta_logit=self._initial_beta_logit,
+        potential_fn, base = self._flat_model.potential_fn, self._base
+        shared = {"algo": self._algo, "beta_scale": self._beta_scale}
+        shared["replica_moves"] = self._replica_moves
+
+        def core_init(position, rng_key, num_warmup, **settings):
+            return joint_init(
+                position,
+                potential_fn,
+                base,
+                rng_key,
+                num_warmup=num_warmup,
+                initial_beta_logit=self._initial_beta_logit,
+                **shared,
+                **settings,
+            )
+
+        kernel = build_joint_kernel(
+            potential_fn,
+            base,
+            num_warmup=num_warmup,
             adapt_log_zeta=self._adapt_log_zeta,
             base_proposals=self._base_proposals,
-            replica_moves=self._replica_moves,
-            tag=tag,
+            **shared,
+            **self._hmc_settings,
         )
-        return self._shell_functions(init_fn, step_fn, num_warmup)
+        return self._shell_functions(core_init, kernel, JOINT_KEYS, num_warmup, tag)
 
 
 class GibbsContinuousTempering(_ContinuousTemperingKernel):
@@ -427,18 +694,24 @@ class GibbsContinuousTempering(_ContinuousTemperingKernel):
         )
 
     def _build(self, num_warmup, tag):
-        flat_model = self._flat_model
-        init_fn, step_fn = gibbs_tempering(
-            flat_model.potential_fn,
-            self._base,
-            flat_model.unravel_fn,
-            algo=self._algo,
+        potential_fn, base = self._flat_model.potential_fn, self._base
+        shared = {"algo": self._algo, "replica_moves": self._replica_moves}
+
+        def core_init(position, rng_key, num_warmup, **settings):
+            return gibbs_init(
+                position, potential_fn, base, rng_key, num_warmup=num_warmup, **shared, **settings
+            )
+
+        kernel = build_gibbs_kernel(
+            potential_fn,
+            base,
+            num_warmup=num_warmup,
             adapt_log_zeta=self._adapt_log_zeta,
             base_proposals=self._base_proposals,
-            replica_moves=self._replica_moves,
-            tag=tag,
+            **shared,
+            **self._hmc_settings,
         )
-        return self._shell_functions(init_fn, step_fn, num_warmup)
+        return self._shell_functions(core_init, kernel, GIBBS_KEYS, num_warmup, tag)
 
 
 # The HMC settings in GibbsContinuousTempering's signature, at their defaults: with an inner
