@@ -131,6 +131,26 @@ def package_commit():
     return commit + ("+changes" if dirty else "")
 
 
+def run_environment(script, arguments, elapsed):
+    """What a stored result records of the run that made it, for the docs page to print beside
+    its table (``benchmarks/render_page.py``): the command, the commit, the machine, the
+    versions and the wall time; no date (git dates the commit).
+
+    :param str script: the script's file name.
+    :param arguments: the command-line arguments it ran with.
+    :param float elapsed: seconds the run took.
+    :return: a JSON-serialisable dict.
+    """
+    return {
+        "command": " ".join(["python", f"benchmarks/{script}", *arguments]),
+        "commit": package_commit(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
+        "versions": f"Python {platform.python_version()}, "
+        + ", ".join(f"{module.__name__} {module.__version__}" for module in (jax, numpyro, arviz)),
+        "minutes": round(elapsed / 60, 1),
+    }
+
+
 def environment_lines(script, arguments, elapsed, settings=None, *, compile_time=False):
     """The environment block of a report, as Markdown list lines.
 

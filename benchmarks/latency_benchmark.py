@@ -42,8 +42,9 @@ Usage::
 ``--error-keys N`` runs each pair again with keys 2, 3, ... until the error (the table's is the
 second call's, key 1) is known for N keys, and reports its mean and range below the table.
 
-Results are written to ``benchmarks/results/latency.json`` (one record per pair) and the report
-is printed as Markdown.
+Results are written to ``benchmarks/results/latency.json`` (one record per pair, and the run's
+environment) and the report is printed as Markdown; ``python benchmarks/render_page.py`` puts
+the table into ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -452,7 +453,7 @@ def main():
         return
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from common import environment_lines, log
+    from common import environment_lines, log, run_environment
 
     started = time.perf_counter()
     sizes = dict(SIZES)
@@ -484,8 +485,11 @@ def main():
             key=lambda r: (MODELS.index(r["model"]), KERNELS.index(r["kernel"])),
         )
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    environment = run_environment(
+        "latency_benchmark.py", sys.argv[1:], time.perf_counter() - started
+    )
     with open(RESULTS, "w") as file:
-        json.dump({"sizes": sizes, "records": records}, file, indent=1)
+        json.dump({"sizes": sizes, "environment": environment, "records": records}, file, indent=1)
     report = "\n".join(
         [
             "## First call against NUTS",
