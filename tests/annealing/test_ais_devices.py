@@ -1,0 +1,88 @@
+"""nx.ais with its particles split over several devices, in a fresh interpreter with four host
+devices (the device count is fixed before JAX starts): every split anneals the same particles
+with the same keys, so its estimate is the one-device estimate up to rounding, or within the
+error bars where a rounding difference turned a Metropolis decision (each device's program
+rounds its arithmetic in its own way); the particles live on the devices asked for; a split
+that cannot be made is refused with the reason."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+SCRIPT = """
+import json
+import numpyro
+numpyro.set_host_device_count(4)
+numpyro.enable_x64()
+import jax, jax.numpy as jnp, numpyro.distributions as dist
+import numpy as np
+import numpyro_extras as nx
+from numpyro_extras.annealing.driver import anneal
+
+assert jax.device_count() == 4
+
+def regression(x, y):
+    slope = numpyro.sample("slope", dist.Normal(0.0, 2.0))
+    scale = numpyro.sample("scale", dist.HalfNormal(1.0))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Normal(slope * x, scale), obs=y)
+
+x = jnp.linspace(-1.0, 1.0, 8)
+args = (x, 0.7 * x + 0.1 * jnp.sin(7.0 * x))
+records = {}
+for base in ("prior", "auto"):
+    for devices in (None, 2, 4, jax.devices()[1:3]):
+        evidence = nx.ais(
+            jax.random.PRNGKey(3), regression, args, num_particles=400, num_temperatures=60,
+            base=base, devices=devices, progress_bar=False,
+        )
+        label = devices if devices is None or isinstance(devices, int) else "devices 1-2"
+        records[f"{base} {label}"] = [float(evidence.log_z), float(evidence.stderr)]
+
+# Where the driver's particles live when split.
+result = anneal(
+    jax.random.PRNGKey(0), lambda position, beta: -0.5 * beta * jnp.sum(position**2),
+    jnp.zeros((8, 2)),
+    lambda key, positions, beta, state: (positions, state, jnp.ones(())),
+    jnp.linspace(0.0, 1.0, 5), devices=4, progress_bar=False,
+)
+records["devices holding the weights"] = len(result.log_weights.sharding.device_set)
+
+errors = {}
+for devices in (3, 8, "two", [0, 1]):
+    try:
+        nx.ais(jax.random.PRNGKey(0), regression, args, num_particles=400, num_temperatures=10,
+               devices=devices, progress_bar=False)
+    except (TypeError, ValueError) as error:
+        errors[str(devices)] = f"{type(error).__name__}: {error}"
+records["errors"] = errors
+print(json.dumps(records))
+"""
+
+
+def test_every_split_of_the_particles_gives_the_one_device_estimate():
+    completed = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=900
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    records = json.loads(completed.stdout.strip().splitlines()[-1])
+    for base in ("prior", "auto"):
+        log_z, stderr = records[f"{base} None"]
+        assert np.isfinite(log_z) and 0 < stderr < 1.0
+        for label in ("2", "4", "devices 1-2"):
+            split_log_z, split_stderr = records[f"{base} {label}"]
+            assert abs(split_log_z - log_z) < 4 * np.hypot(stderr, split_stderr) / np.sqrt(2)
+            assert 0.8 < split_stderr / stderr < 1.25
+        # Two devices, whichever two: the same program, the same numbers.
+        assert records[f"{base} 2"] == records[f"{base} devices 1-2"]
+    # From the fitted base every particle moves little: the splits agree to rounding.
+    for label in ("2", "4", "devices 1-2"):
+        np.testing.assert_allclose(records[f"auto {label}"], records["auto None"], rtol=1e-8)
+    assert records["devices holding the weights"] == 4
+    errors = records["errors"]
+    assert "400 particles cannot be split evenly over 3 devices" in errors["3"]
+    assert "devices=8, but JAX has 4 device(s)" in errors["8"]
+    assert errors["two"].startswith("TypeError: devices must be")
+    assert errors["[0, 1]"].startswith("TypeError: devices must be")
