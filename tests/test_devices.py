@@ -11,32 +11,17 @@ import subprocess
 import sys
 
 import numpy as np
+from four_devices import PREAMBLE
 
-SCRIPT = """
-import json, sys
-import numpyro
-numpyro.set_host_device_count(4)
-numpyro.enable_x64()
-import jax, jax.numpy as jnp, numpyro.distributions as dist
-import numpy as np
-from numpyro.infer import MCMC
-import numpyro_extras as nx
-
-assert jax.device_count() == 4
-
-def regression(x, y):
-    slope = numpyro.sample("slope", dist.Normal(0.0, 2.0))
-    scale = numpyro.sample("scale", dist.HalfNormal(1.0))
-    with numpyro.plate("data", x.shape[0]):
-        numpyro.sample("y", dist.Normal(slope * x, scale), obs=y)
-
+SCRIPT = (
+    PREAMBLE
+    + """
 def spins(coupling):
     with numpyro.plate("sites", 6):
         s = numpyro.sample("s", dist.Bernoulli(0.5))
     signs = 2.0 * s - 1.0
     numpyro.factor("coupling", coupling * jnp.sum(signs[1:] * signs[:-1]))
 
-x = jnp.linspace(-1.0, 1.0, 8)
 continuous = (x, 0.7 * x + 0.1 * jnp.sin(7.0 * x))
 kernels = {
     "GibbsContinuousTempering": (lambda: nx.GibbsContinuousTempering(regression), continuous),
@@ -75,6 +60,7 @@ for name, (make, args) in kernels.items():
     records[name] = draws
 print(json.dumps(records))
 """
+)
 
 
 def test_every_kernel_runs_its_chains_on_four_devices():

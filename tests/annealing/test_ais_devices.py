@@ -10,26 +10,13 @@ import subprocess
 import sys
 
 import numpy as np
+from four_devices import PREAMBLE
 
-SCRIPT = """
-import json
-import numpyro
-numpyro.set_host_device_count(4)
-numpyro.enable_x64()
-import jax, jax.numpy as jnp, numpyro.distributions as dist
-import numpy as np
-import numpyro_extras as nx
+SCRIPT = (
+    PREAMBLE
+    + """
 from numpyro_extras.annealing.driver import anneal
 
-assert jax.device_count() == 4
-
-def regression(x, y):
-    slope = numpyro.sample("slope", dist.Normal(0.0, 2.0))
-    scale = numpyro.sample("scale", dist.HalfNormal(1.0))
-    with numpyro.plate("data", x.shape[0]):
-        numpyro.sample("y", dist.Normal(slope * x, scale), obs=y)
-
-x = jnp.linspace(-1.0, 1.0, 8)
 args = (x, 0.7 * x + 0.1 * jnp.sin(7.0 * x))
 records = {}
 for base in ("prior", "auto"):
@@ -60,6 +47,7 @@ for devices in (3, 8, "two", [0, 1]):
 records["errors"] = errors
 print(json.dumps(records))
 """
+)
 
 
 def test_every_split_of_the_particles_gives_the_one_device_estimate():
