@@ -123,6 +123,12 @@ def chosen_move(path, auto_move, num_replicas, algo, settings, inner_kwargs):
     :return: ``(algo, settings, cheap)``; ``cheap`` is ``None`` where nothing needed it, else
         whether one evaluation of a rung's potential costs at most
         ``PILOT_FREE_POTENTIAL_FLOPS`` floating-point operations.
+
+    **Example:**
+
+    .. code-block:: python
+
+        algo, settings, cheap = chosen_move(target.path, True, "auto", "NUTS", {}, {})
     """
     if not (auto_move or num_replicas == "auto"):
         return algo, settings, None

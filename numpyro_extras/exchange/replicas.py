@@ -260,6 +260,12 @@ def check_tuned_starts(state, target: ExchangeTarget):
     :param state: the chains' initial state.
     :param target: the :class:`~numpyro_extras.exchange.target.ExchangeTarget`.
     :raises ValueError: for a start where the density is not finite.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_tuned_starts(init_fn(positions, key, 500), target)
     """
     if target.discrete_target is None or not not_jax_tracer(state.log_likelihood):
         return

@@ -210,6 +210,12 @@ def intends_stabilized(reference, model, discrete) -> bool:
     :param model: its model (``None`` for a ``potential_fn``).
     :param bool discrete: whether the moves are ACS/DMALA moves.
     :return: bool.
+
+    **Example:**
+
+    .. code-block:: python
+
+        intends_stabilized("auto", model, discrete=False)  # True: the default on a model
     """
     if not isinstance(reference, str):
         return False
