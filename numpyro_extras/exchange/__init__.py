@@ -1,7 +1,8 @@
 """Replica exchange: non-reversible parallel tempering for NumPyro models, with a ladder tuned
 from swap rejection rates and a stepping-stone estimate of ``log Z``."""
 
-from numpyro_extras.exchange.chains import ExchangeState, even_odd_swap, replica_exchange
+from numpyro_extras.exchange.chains import ExchangeState, replica_exchange
+from numpyro_extras.exchange.core import even_odd_swap
 from numpyro_extras.exchange.kernels import ReplicaExchange
 from numpyro_extras.exchange.ladder import (
     communication_barrier,

@@ -1,25 +1,19 @@
-"""The functional core of non-reversible parallel tempering: pure, jittable ``init``/``step``
-functions on :class:`ExchangeState`, under the thin kernel class of
-:mod:`numpyro_extras.exchange.kernels`.
+"""Replica exchange's chain under NumPyro: the inner HMC/NUTS moves of the rungs, and the shell
+around the functional core of :mod:`numpyro_extras.exchange.core` that the kernel class of
+:mod:`numpyro_extras.exchange.kernels` steps.
 
-One chain holds ``N`` replicas on a ladder ``0 = beta_0 < ... < beta_{N-1} = 1`` of the path of
-:mod:`numpyro_extras.exchange.path`. One step (a "scan", Syed et al., JRSSB 2022, Algorithm 1):
+The core's :class:`~numpyro_extras.exchange.core.LadderState` holds the flat replicas, the ladder,
+the inner states and the statistics; :class:`ExchangeState` adds what NumPyro's ``MCMC`` reads
+and carries: the posterior draw ``z`` as site values, its potential energy, ``l`` at every rung,
+the last scan's swap acceptance, the build tag and the chain's key. :func:`replica_exchange`
+gives ``init``/``step`` on it; :func:`exchange_scan` the same scan split around the rungs' moves
+(:class:`ScanParts`), so that a batch of chains, or the two legs of
+:func:`~numpyro_extras.exchange.stabilized.stabilized_exchange`, move all their rungs in one
+vectorised call.
 
-1. every replica but the reference one makes one move of the inner kernel on its own
-   ``pi_beta``, vmapped over the replicas with ``beta`` as data: HMC or NUTS
-   (:func:`hmc_moves`, NumPyro's functional :func:`~numpyro.infer.hmc.hmc`, each rung adapting
-   its own step size and mass matrix during warm-up) or ACS for discrete sites
-   (:func:`~numpyro_extras.exchange.discrete_moves.acs_moves`);
-2. the reference replica is replaced by an exact draw from the reference;
-3. swaps are offered to the even gaps on even scans and to the odd gaps on odd scans (the
-   deterministic even-odd scheme), each accepted with probability
-   ``min(1, exp((beta_{i+1} - beta_i) (l(x_i) - l(x_{i+1}))))`` (their eq. 3);
-4. during warm-up, at the end of rounds of doubling length, the ladder is re-tuned to equal
-   rejection rates (:func:`~numpyro_extras.exchange.ladder.equalized_ladder`).
-
-The inner kernel is a :class:`RungMoves`: its replicas cache ``-log r``, ``l`` and what its move
-needs of them (gradients, differences), so a swap or a new ladder costs no evaluation of the
-model: the inner state of a rung is re-expressed at its ``beta`` from the cache.
+The rungs move by :func:`hmc_moves` (NumPyro's functional :func:`~numpyro.infer.hmc.hmc` with
+``beta`` passed as the potential's argument), :func:`legged_hmc_moves` (both legs of a
+stabilised run), or the ACS moves of :mod:`numpyro_extras.exchange.discrete_moves`.
 """
 
 from __future__ import annotations
@@ -32,36 +26,33 @@ import jax.numpy as jnp
 from numpyro.infer.hmc import HMCState, hmc
 
 from numpyro_extras.compiled_chain import BuildTag
-from numpyro_extras.exchange.ladder import equalized_ladder, initial_ladder, tuning_rounds
+from numpyro_extras.exchange.core import (
+    ExchangeStatistics,
+    LadderState,
+    RungMoves,
+    init,
+    kernel_parts,
+)
 from numpyro_extras.exchange.path import MixedPosition, TemperedPath, value_and_gradient
 from numpyro_extras.kernel import field_lookup, rejected_move
-from numpyro_extras.metropolis import acceptance_probability, select
+from numpyro_extras.metropolis import select
 from numpyro_extras.potential import SplitModel
 
 __all__ = [
     "FIT_LEG",
     "PRIOR_LEG",
-    "RungMoves",
     "ReplicaEvaluation",
-    "ExchangeStatistics",
     "ExchangeState",
     "EXCHANGE_FIELDS",
-    "swap_log_ratios",
-    "even_odd_swap",
-    "update_statistics",
     "hmc_moves",
     "synced_hmc_state",
     "replica_exchange",
     "exchange_scan",
     "ExchangeScan",
-    "moving_rungs",
-    "RungLanes",
     "ScanParts",
-    "lane_explore",
     "scan_step",
     "batched_scan_step",
     "legged_hmc_moves",
-    "swap_rates",
     "with_posterior_replica",
 ]
 
@@ -69,31 +60,6 @@ __all__ = [
 # The legs of legged_hmc_moves: the path from the fitted reference, and the one from the prior.
 FIT_LEG = 0
 PRIOR_LEG = 1
-
-
-class RungMoves(NamedTuple):
-    """How an inner kernel moves the replicas: the interface of the core to its inner kernel.
-
-    A replica is an evaluation of its point (a NamedTuple with ``position``,
-    ``reference_potential`` ``= -log r``, ``log_likelihood`` ``= l`` and a ``finite`` flag, plus
-    whatever the move needs, e.g. gradients); it does not depend on ``beta``, so it travels with
-    swaps unchanged. The inner state (adaptation, schedules) belongs to the rung.
-
-    :param init: ``(positions, betas, rng_key, num_warmup, **settings) -> (replicas, inner)``
-        for all ``N`` rungs (leading axis ``N``).
-    :param explore: ``(rng_key, replica, inner, beta, iteration, num_warmup) -> (replica,
-        inner)``: one move of one rung on ``pi_beta`` (vmapped by the core, ``beta`` as data);
-        ``iteration`` counts the scans before this one.
-    :param renew: ``(rng_key, replica) -> replica``: an exact reference draw, evaluated (in the
-        dtype of ``replica``).
-    :param sync: ``(inner, replicas, betas) -> inner`` for all rungs: the inner states
-        re-expressed at the (possibly new) ``betas`` holding the (possibly swapped) replicas.
-    """
-
-    init: Callable
-    explore: Callable
-    renew: Callable
-    sync: Callable
 
 
 class ReplicaEvaluation(NamedTuple):
@@ -130,28 +96,10 @@ class ReplicaEvaluation(NamedTuple):
         )
 
 
-class ExchangeStatistics(NamedTuple):
-    """Running counts of how the replicas communicate.
-
-    :param accept_sum: per gap, the sum of swap acceptance probabilities since the last ladder
-        update (warm-up) or since sampling began.
-    :param num_scans: scans summed into ``accept_sum``.
-    :param replica_labels: per rung, the label of the state it holds (labels travel with swaps).
-    :param last_end: per label, the end of the ladder it last reached: -1 none yet, 0 the
-        reference, 1 the target.
-    :param num_round_trips: labels that went from the reference to the target and back, counted
-        after warm-up.
-    """
-
-    accept_sum: jax.Array
-    num_scans: jax.Array
-    replica_labels: jax.Array
-    last_end: jax.Array
-    num_round_trips: jax.Array
-
-
 class ExchangeState(NamedTuple):
-    """State of one replica-exchange chain.
+    """State of one replica-exchange chain under NumPyro's ``MCMC``: the core's
+    :class:`~numpyro_extras.exchange.core.LadderState` (:attr:`ladder`) and what the kernel keeps
+    beside it.
 
     :param z: the ``beta = 1`` replica's position (a dict of unconstrained site values for a
         model, the flat position for a ``potential_fn``): the posterior draw, and the
@@ -167,7 +115,7 @@ class ExchangeState(NamedTuple):
     :param inner_state: the inner kernel's states of the rungs (leading axis ``N``): NumPyro
         HMC/NUTS states, or the ACS schedules of
         :class:`~numpyro_extras.exchange.discrete_moves.DiscreteRungState`.
-    :param statistics: :class:`ExchangeStatistics`.
+    :param statistics: :class:`~numpyro_extras.exchange.core.ExchangeStatistics`.
     :param iteration: scans so far, warm-up included.
     :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
@@ -184,6 +132,13 @@ class ExchangeState(NamedTuple):
     iteration: jax.Array
     build: BuildTag
     rng_key: jax.Array
+
+    @property
+    def ladder(self) -> LadderState:
+        """The core's state: replicas, inner states, ladder, statistics and iteration."""
+        return LadderState(
+            self.replicas, self.inner_state, self.betas, self.statistics, self.iteration
+        )
 
     @property
     def diverging(self):
@@ -268,98 +223,6 @@ EXCHANGE_FIELDS = ExchangeState._fields[:5] + (
 )
 
 
-def swap_log_ratios(betas, log_likelihood):
-    """Log acceptance ratio of a swap across every gap of the ladder:
-    ``(beta_{i+1} - beta_i) (l(x_i) - l(x_{i+1}))`` (Syed et al. eq. 3).
-
-    :param betas: the ladder, shape ``(N,)``.
-    :param log_likelihood: ``l`` at every rung, shape ``(N,)``.
-    :return: array ``(N - 1,)``; NaN (a rejection) where ``l`` is not finite on both sides.
-    """
-    return (betas[1:] - betas[:-1]) * (log_likelihood[:-1] - log_likelihood[1:])
-
-
-def even_odd_swap(rng_key, betas, log_likelihood, parity):
-    """Decide the swaps of one scan: the gaps ``i`` with ``i % 2 == parity`` are offered a swap
-    (they are disjoint, so all are decided at once); each is accepted by a Metropolis step on the
-    product of the replicas' targets.
-
-    :param rng_key: key for the acceptance draws.
-    :param betas: the ladder, shape ``(N,)``.
-    :param log_likelihood: ``l`` at every rung, shape ``(N,)``.
-    :param parity: 0 on even scans, 1 on odd ones.
-    :return: ``(source, accept_prob)``: ``source[j]`` is the rung whose state rung ``j`` holds
-        after the swaps, and ``accept_prob`` the acceptance probability of every gap (offered or
-        not).
-
-    **Example:**
-
-    .. code-block:: python
-
-        source, accept_prob = even_odd_swap(key, betas, log_likelihood, iteration % 2)
-        positions = positions[source]
-    """
-    accept_prob = acceptance_probability(swap_log_ratios(betas, log_likelihood))
-    gaps = jnp.arange(accept_prob.shape[0])
-    uniform = jax.random.uniform(rng_key, accept_prob.shape, dtype=accept_prob.dtype)
-    accept = ((gaps % 2) == parity) & (uniform < accept_prob)
-    no_swap = jnp.zeros((1,), bool)
-    swaps_up = jnp.concatenate([accept, no_swap])  # rung j takes the state of rung j + 1
-    swaps_down = jnp.concatenate([no_swap, accept])  # rung j takes the state of rung j - 1
-    rungs = jnp.arange(betas.shape[0])
-    source = rungs + swaps_up.astype(rungs.dtype) - swaps_down.astype(rungs.dtype)
-    return source, accept_prob
-
-
-def update_statistics(statistics: ExchangeStatistics, source, accept_prob, counted):
-    """The counts after a scan's swaps: labels follow their states (``source`` from
-    :func:`even_odd_swap`), the swap acceptance is summed, and a label that reaches the
-    reference after having reached the target completes a round trip (counted if ``counted``).
-    """
-    labels = statistics.replica_labels[source]
-    last_end = statistics.last_end
-    reference_label, target_label = labels[0], labels[-1]
-    returned = last_end[reference_label] == 1
-    # The target end is recorded only for a label that came from the reference, so a round trip
-    # is reference -> target -> reference.
-    last_end = last_end.at[target_label].set(
-        jnp.where(last_end[target_label] == 0, 1, last_end[target_label])
-    )
-    last_end = last_end.at[reference_label].set(0)
-    return ExchangeStatistics(
-        accept_sum=statistics.accept_sum + accept_prob,
-        num_scans=statistics.num_scans + 1,
-        replica_labels=labels,
-        last_end=last_end,
-        num_round_trips=statistics.num_round_trips + (returned & counted).astype(jnp.int32),
-    )
-
-
-def _initial_statistics(num_replicas, dtype):
-    labels = jnp.arange(num_replicas, dtype=jnp.int32)
-    return ExchangeStatistics(
-        accept_sum=jnp.zeros(num_replicas - 1, dtype),
-        num_scans=jnp.zeros((), jnp.int32),
-        replica_labels=labels,
-        last_end=jnp.full(num_replicas, -1, jnp.int32).at[0].set(0),
-        num_round_trips=jnp.zeros((), jnp.int32),
-    )
-
-
-def _retune_ladder(statistics: ExchangeStatistics, betas, iteration, round_ends, num_warmup):
-    """At the end of a tuning round: the equalised ladder, and the counts reset. At the end of
-    warm-up the counts are reset too, so that after warm-up they describe the sampling ladder."""
-    at_round_end = jnp.isin(iteration, round_ends) if round_ends.size else jnp.zeros((), bool)
-    mean_accept = statistics.accept_sum / jnp.maximum(statistics.num_scans, 1)
-    betas = jnp.where(at_round_end, equalized_ladder(betas, mean_accept), betas)
-    reset = at_round_end | (iteration == num_warmup)
-    statistics = statistics._replace(
-        accept_sum=jnp.where(reset, 0.0, statistics.accept_sum),
-        num_scans=jnp.where(reset, 0, statistics.num_scans),
-    )
-    return statistics, betas
-
-
 def synced_hmc_state(inner: HMCState, replica: ReplicaEvaluation, beta) -> HMCState:
     """The HMC state of a rung at ``beta`` holding ``replica``'s point, from the cached parts."""
     potential_energy, gradient = replica.potential(beta)
@@ -386,9 +249,9 @@ def hmc_moves(path: TemperedPath, algo="NUTS") -> RungMoves:
     :param TemperedPath path: the reference, ``l`` and reference draws, on flat positions (or
         mixed ones).
     :param str algo: ``"NUTS"`` or ``"HMC"``.
-    :return: :class:`RungMoves`; its ``init`` takes NumPyro's HMC settings (``step_size``,
-        ``dense_mass``, ...) as keyword arguments. It also carries ``evaluate(position,
-        given=None) -> ReplicaEvaluation``.
+    :return: :class:`~numpyro_extras.exchange.core.RungMoves`; its ``init`` takes NumPyro's HMC
+        settings (``step_size``, ``dense_mass``, ...) as keyword arguments. It also carries
+        ``evaluate(position, given=None) -> ReplicaEvaluation``.
 
     **Example:**
 
@@ -424,8 +287,8 @@ def legged_hmc_moves(split: SplitModel, base, algo="NUTS") -> RungMoves:
     :param base: the fitted leg's reference, a :class:`~numpyro_extras.GaussianBase` or
         :class:`~numpyro_extras.MixtureBase` on the same flat space.
     :param str algo: ``"NUTS"`` or ``"HMC"``.
-    :return: :class:`RungMoves` with ``evaluate``, as :func:`hmc_moves`'s; ``renew`` takes the
-        leg as a Python int.
+    :return: :class:`~numpyro_extras.exchange.core.RungMoves` with ``evaluate``, as
+        :func:`hmc_moves`'s; ``renew`` takes the leg as a Python int.
 
     **Example:**
 
@@ -554,8 +417,8 @@ def _hmc_rung_moves(
 
 
 class HMCRungMoves(NamedTuple):
-    """:class:`RungMoves` of :func:`hmc_moves`, with the evaluation of one point (for a sweep
-    that moves another block of the point in between)."""
+    """:class:`~numpyro_extras.exchange.core.RungMoves` of :func:`hmc_moves`, with the
+    evaluation of one point (for a sweep that moves another block of the point in between)."""
 
     init: Callable
     explore: Callable
@@ -564,21 +427,10 @@ class HMCRungMoves(NamedTuple):
     evaluate: Callable
 
 
-def _float_dtype(positions):
-    """The dtype of the ladder: the positions' own when they are real (a flat vector), the
-    default float for discrete values."""
-    dtype = jax.tree.leaves(positions)[0].dtype
-    return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.result_type(float)
-
-
-def _rung(tree, index):
-    return jax.tree.map(lambda leaf: leaf[index], tree)
-
-
 def _posterior_fields(replicas, unravel_fn):
     """The fields of :class:`ExchangeState` that the replicas' caches determine."""
     return {
-        "z": unravel_fn(_rung(replicas.position, -1)),
+        "z": unravel_fn(jax.tree.map(lambda leaf: leaf[-1], replicas.position)),
         "potential_energy": -(replicas.log_likelihood[-1] - replicas.reference_potential[-1]),
         "log_likelihood": replicas.log_likelihood,
     }
@@ -602,37 +454,6 @@ def with_posterior_replica(state: ExchangeState, replica, sync, unravel_fn) -> E
     )
 
 
-def moving_rungs(state: ExchangeState):
-    """The replicas, inner states and ``beta`` of rungs ``1, ..., N - 1``: those a scan moves.
-
-    The ``beta = 0`` rung is renewed by an exact draw from the reference instead (Syed et al.
-    section 3): new mass enters the ladder there and travels up by swaps. Its own move would be
-    discarded, and near the prior the tempered density is widest, so NUTS trees there are the
-    longest that the vectorised rungs wait for.
-    """
-    return jax.tree.map(lambda leaf: leaf[1:], (state.replicas, state.inner_state, state.betas))
-
-
-class RungLanes(NamedTuple):
-    """The moves a scan makes, one lane per moving rung (leading axis): the arguments of
-    ``RungMoves.explore`` but ``num_warmup``.
-
-    :param rng_key: each lane's key.
-    :param replica: its replica.
-    :param inner: its inner state.
-    :param beta: its inverse temperature.
-    :param iteration: the scans its chain has made.
-    :param given: its ``given`` argument (the leg of :func:`legged_hmc_moves`), or ``None``.
-    """
-
-    rng_key: jax.Array
-    replica: Any
-    inner: Any
-    beta: jax.Array
-    iteration: jax.Array
-    given: Any = None
-
-
 class ScanParts(NamedTuple):
     """One scan split around its rungs' moves, so that the moves of every rung of every chain
     of a batch are one vectorised call (:func:`batched_scan_step`) instead of a vectorised
@@ -647,16 +468,6 @@ class ScanParts(NamedTuple):
     lanes: Callable
     explore: Callable
     complete: Callable
-
-
-def lane_explore(explore, num_warmup):
-    """``RungLanes -> (replica, inner)``: ``RungMoves.explore`` on one lane."""
-
-    def explore_lane(lane: RungLanes):
-        arguments = (lane.rng_key, lane.replica, lane.inner, lane.beta, lane.iteration, num_warmup)
-        return explore(*arguments) if lane.given is None else explore(*arguments, lane.given)
-
-    return explore_lane
 
 
 def scan_step(parts: ScanParts):
@@ -738,7 +549,10 @@ class ExchangeScan(NamedTuple):
 def exchange_scan(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, betas=None):
     """:func:`replica_exchange`'s functions with its scan split around the rungs' moves
     (:class:`ExchangeScan`), so that a batch of chains moves all its rungs in one vectorised
-    call (:func:`batched_scan_step`) and two ladders can move theirs together.
+    call (:func:`batched_scan_step`) and two ladders can move theirs together: the shell of
+    the core's :func:`~numpyro_extras.exchange.core.init` and
+    :func:`~numpyro_extras.exchange.core.kernel_parts`, which owns the chain's key, the build
+    tag and the posterior draw as site values.
 
     The arguments are :func:`replica_exchange`'s.
 
@@ -751,103 +565,44 @@ def exchange_scan(moves: RungMoves, unravel_fn, *, num_replicas, tag=None, betas
         state = scan_step(scan.parts(500))(state)
     """
 
-    def state_of(replicas, inner, betas, accept_prob, statistics, iteration, rng_key):
+    def shell_state(ladder: LadderState, swap_accept_prob, rng_key):
         return ExchangeState(
-            **_posterior_fields(replicas, unravel_fn),
-            betas=betas,
-            swap_accept_prob=accept_prob,
-            replicas=replicas,
-            inner_state=inner,
-            statistics=statistics,
-            iteration=iteration,
+            **_posterior_fields(ladder.replicas, unravel_fn),
+            betas=ladder.betas,
+            swap_accept_prob=swap_accept_prob,
+            replicas=ladder.replicas,
+            inner_state=ladder.inner_state,
+            statistics=ladder.statistics,
+            iteration=ladder.iteration,
             build=tag,
             rng_key=rng_key,
         )
 
     def init_fn(positions, rng_key, num_warmup, **settings):
+        starts = jax.tree.leaves(positions)[0].shape[0]
+        if starts != num_replicas:
+            raise ValueError(
+                f"Replica exchange with {num_replicas} replicas needs one start per rung, got "
+                f"{starts}."
+            )
         inner_key, rng_key = jax.random.split(rng_key)
-        dtype = _float_dtype(positions)
-        ladder = (
-            initial_ladder(num_replicas, dtype=dtype)
-            if betas is None
-            else jnp.asarray(betas, dtype=dtype)
-        )
-        replicas, inner = moves.init(positions, ladder, inner_key, num_warmup, **settings)
-        return state_of(
-            replicas,
-            inner,
-            ladder,
-            jnp.ones(num_replicas - 1, dtype),
-            _initial_statistics(num_replicas, dtype),
-            jnp.zeros((), jnp.int32),
-            rng_key,
-        )
+        ladder = init(positions, moves, inner_key, num_warmup, betas=betas, **settings)
+        return shell_state(ladder, jnp.ones(num_replicas - 1, ladder.betas.dtype), rng_key)
 
     def parts(num_warmup):
+        core = kernel_parts(moves, num_warmup)
+
         def lanes(state: ExchangeState):
-            rng_key, move_key, reference_key, swap_key = jax.random.split(state.rng_key, 4)
-            replicas, inner, betas = moving_rungs(state)
-            moving = RungLanes(
-                jax.random.split(move_key, num_replicas - 1),
-                replicas,
-                inner,
-                betas,
-                jnp.broadcast_to(state.iteration, betas.shape),
-            )
-            return moving, (rng_key, reference_key, swap_key)
+            # The core draws from keys 1-3 of this split; key 0 carries the chain on.
+            next_key = jax.random.split(state.rng_key, 4)[0]
+            moving, carry = core.lanes(state.rng_key, state.ladder)
+            return moving, (next_key, carry)
 
-        def complete(state, moved, carry):
-            return finish(state, moved, num_warmup, carry)
+        def complete(state: ExchangeState, moved, carry):
+            next_key, core_carry = carry
+            ladder, info = core.complete(state.ladder, moved, core_carry)
+            return shell_state(ladder, info.swap_accept_prob, next_key)
 
-        return ScanParts(lanes, lane_explore(moves.explore, num_warmup), complete)
-
-    def finish(state: ExchangeState, moved, num_warmup, keys):
-        """The rest of a scan once rungs ``1, ..., N - 1`` have moved (``moved``: their
-        replicas and inner states): the reference renewed, the swaps, the statistics and the
-        ladder; ``keys`` are the state's next key and those of the renewal and the swaps."""
-        rng_key, reference_key, swap_key = keys
-        moved, moved_inner = moved
-        betas = state.betas
-        reference = _rung(state.replicas, 0)
-        fresh = moves.renew(reference_key, reference)
-        fresh = select(fresh.finite, fresh, reference)
-        replicas = jax.tree.map(lambda new, rest: jnp.concatenate([new[None], rest]), fresh, moved)
-        inner = jax.tree.map(
-            lambda first, rest: jnp.concatenate([first[:1], rest]), state.inner_state, moved_inner
-        )
-
-        iteration = state.iteration + 1
-        source, accept_prob = even_odd_swap(swap_key, betas, replicas.log_likelihood, iteration % 2)
-        replicas = jax.tree.map(lambda leaf: leaf[source], replicas)
-        statistics = update_statistics(
-            state.statistics, source, accept_prob, iteration > num_warmup
-        )
-        statistics, betas = _retune_ladder(
-            statistics, betas, iteration, jnp.asarray(tuning_rounds(num_warmup)), num_warmup
-        )
-        inner = moves.sync(inner, replicas, betas)
-        return state_of(replicas, inner, betas, accept_prob, statistics, iteration, rng_key)
+        return ScanParts(lanes, core.explore, complete)
 
     return ExchangeScan(init_fn, parts)
-
-
-def swap_rates(state: ExchangeState):
-    """The ladder of a run and the mean swap acceptance probability of each of its gaps over the
-    scans counted so far (Rao-Blackwellised), whose complements sum to the communication barrier
-    (:func:`~numpyro_extras.exchange.ladder.communication_barrier`, Syed et al. 2022 eq. 12).
-
-    :param state: an :class:`ExchangeState` of one chain.
-    :return: ``(betas, accept_rates)``: the ladder ``(N,)`` and the rates ``(N - 1,)``.
-
-    **Example:**
-
-    .. code-block:: python
-
-        init_fn, step_fn = replica_exchange(hmc_moves(path), lambda x: x, num_replicas=16)
-        state = init_fn(positions, key, 256)
-        state = jax.lax.fori_loop(0, 384, lambda _, state: step_fn(state, 256), state)
-        betas, rates = swap_rates(state)
-        barrier = communication_barrier(rates)[-1]
-    """
-    statistics = state.statistics
-    return state.betas, statistics.accept_sum / jnp.maximum(statistics.num_scans, 1)

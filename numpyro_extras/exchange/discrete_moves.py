@@ -53,7 +53,8 @@ from numpyro_extras.discrete.tuning import (
     tune_schedule,
     untuned_schedule,
 )
-from numpyro_extras.exchange.chains import ReplicaEvaluation, RungMoves, hmc_moves, synced_hmc_state
+from numpyro_extras.exchange.chains import ReplicaEvaluation, hmc_moves, synced_hmc_state
+from numpyro_extras.exchange.core import RungMoves
 from numpyro_extras.exchange.path import MixedPosition, TemperedPath
 from numpyro_extras.metropolis import running_accept_mean
 
@@ -205,7 +206,7 @@ def discrete_evaluation_fn(path: TemperedPath, variables: dict):
 
 
 class DiscreteRungMoves(NamedTuple):
-    """:class:`~numpyro_extras.exchange.chains.RungMoves` of :func:`acs_moves`, with the
+    """:class:`~numpyro_extras.exchange.core.RungMoves` of :func:`acs_moves`, with the
     evaluation of one state (for a sweep that moves another block in between)."""
 
     init: Callable
@@ -486,7 +487,7 @@ def mixed_moves(
     :param int num_tuning_sweeps: sweeps per rung before the tuner (0: tune at the start).
     :param int discrete_steps: ACS moves per sweep (a whole cycle by default, as in
         :class:`~numpyro_extras.ACS` with an inner kernel).
-    :return: :class:`~numpyro_extras.exchange.chains.RungMoves` on
+    :return: :class:`~numpyro_extras.exchange.core.RungMoves` on
         :class:`~numpyro_extras.exchange.path.MixedPosition` points with index dicts; its
         ``init`` takes NumPyro's HMC settings as keyword arguments.
 

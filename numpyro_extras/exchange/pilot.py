@@ -17,7 +17,8 @@ import jax
 import numpy as np
 
 from numpyro_extras.compilation import quick_jit
-from numpyro_extras.exchange.chains import scan_step, swap_rates
+from numpyro_extras.exchange.chains import scan_step
+from numpyro_extras.exchange.core import swap_rates
 from numpyro_extras.exchange.ladder import (
     MAX_AUTO_REPLICAS,
     MAX_REPLICA_VALUES,

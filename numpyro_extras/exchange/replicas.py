@@ -1,5 +1,5 @@
-"""The replicas of one chain on a read target: the scan of the core that moves them, and where
-they start.
+"""The replicas of one chain on a read target: how many and on which starting ladder, the scan
+of the core that moves them, where they start, and the checks of those starts.
 
 The scan is :func:`~numpyro_extras.exchange.chains.exchange_scan` over the rungs' moves (HMC/NUTS
 on continuous sites, ACS/DMALA on discrete ones, a Gibbs sweep of both on a mixed model), or
@@ -20,13 +20,15 @@ from numpyro_extras.discrete.target import DiscreteTarget
 from numpyro_extras.exchange.chains import exchange_scan, hmc_moves, legged_hmc_moves
 from numpyro_extras.exchange.discrete_moves import acs_moves, mixed_moves
 from numpyro_extras.exchange.path import MixedPosition, TemperedPath
-from numpyro_extras.exchange.pilot import ReplicaPlan
+from numpyro_extras.exchange.pilot import ReplicaPlan, floor_plan, requested_plan, run_pilot
 from numpyro_extras.exchange.stabilized import stabilized_exchange
 from numpyro_extras.exchange.target import ExchangeTarget
 from numpyro_extras.potential import check_finite_potential
 
 __all__ = [
     "check_given_starts",
+    "check_tuned_starts",
+    "plan_replicas",
     "discrete_positions",
     "initial_positions",
     "leg_positions",
@@ -95,6 +97,44 @@ def replica_scan(target: ExchangeTarget, acs, algo, hmc_settings, plan: ReplicaP
         unravel_fn = target.flat_model.unravel_fn
     scan = exchange_scan(moves, unravel_fn, num_replicas=num_replicas, tag=tag, betas=betas)
     return scan, settings
+
+
+def plan_replicas(
+    target: ExchangeTarget, acs, algo, hmc_settings, num_replicas, cheap, seed
+) -> ReplicaPlan:
+    """The rungs of a chain on ``target`` and their starting ladders: a given count from the
+    initial ladder; for ``"auto"`` on a ``cheap`` potential the floor's count, else the count
+    and ladder of a pilot run of the core on the path (of each leg, for a stabilised reference;
+    Syed et al. 2022, ``N = ceil(2 Lambda)`` for the communication barrier ``Lambda`` of their
+    eq. 12).
+
+    :param target: the :class:`~numpyro_extras.exchange.target.ExchangeTarget`.
+    :param acs: the ACS/DMALA kernel of discrete moves, or ``None``.
+    :param str algo: the move of continuous sites (see :func:`replica_scan`).
+    :param dict hmc_settings: the settings of that move.
+    :param num_replicas: the kernel's count: an integer, or ``"auto"``.
+    :param bool cheap: whether the potential is cheap enough to run without a pilot.
+    :param int seed: the pilot's seed (the kernel's ``fit_base_seed``).
+    :return: a :class:`~numpyro_extras.exchange.pilot.ReplicaPlan`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        plan = plan_replicas(target, None, "NUTS", {}, "auto", cheap=False, seed=0)
+        plan.num_replicas, plan.pilot.barrier
+    """
+    if num_replicas != "auto":
+        return requested_plan(num_replicas)
+    if cheap:
+        return floor_plan(target.values_per_replica, target.stabilized)
+    return run_pilot(
+        lambda rungs: replica_scan(target, acs, algo, hmc_settings, requested_plan(rungs)),
+        lambda key, rungs: initial_positions(key, None, target, rungs, rungs),
+        seed,
+        target.values_per_replica,
+        target.stabilized,
+    )
 
 
 def discrete_positions(rng_key, init_params, target: DiscreteTarget, num_replicas):
@@ -210,3 +250,27 @@ def check_given_starts(positions, target: ExchangeTarget, num_replicas, num_prio
     starts = np.reshape(np.asarray(positions), (-1, rungs, positions.shape[-1]))
     # The posterior rung: the last of the (fitted) leg that comes first.
     check_finite_potential(target.path.potential_fn(1.0), starts[:, num_replicas - 1], "the start")
+
+
+def check_tuned_starts(state, target: ExchangeTarget):
+    """Raise where a discrete (or mixed) chain's tempered log density is not finite at the
+    starting state of a rung, checked after ``init`` where every rung has its tuned state
+    (tracers are not checked; continuous starts are checked by :func:`check_given_starts`).
+
+    :param state: the chains' initial state.
+    :param target: the :class:`~numpyro_extras.exchange.target.ExchangeTarget`.
+    :raises ValueError: for a start where the density is not finite.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_tuned_starts(init_fn(positions, key, 500), target)
+    """
+    if target.discrete_target is None or not not_jax_tracer(state.log_likelihood):
+        return
+    if not np.asarray(state.replicas.finite).all():
+        raise ValueError(
+            "The tempered log density is not finite at the starting state of a replica "
+            "(after tuning); check the model's support and data, or give init_params."
+        )

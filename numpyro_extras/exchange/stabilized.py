@@ -38,9 +38,9 @@ from numpyro_extras.exchange.chains import (
     ExchangeState,
     ScanParts,
     exchange_scan,
-    lane_explore,
     with_posterior_replica,
 )
+from numpyro_extras.exchange.core import lane_explore
 from numpyro_extras.kernel import field_lookup
 from numpyro_extras.metropolis import select
 
@@ -233,13 +233,13 @@ def stabilized_exchange(
 
 
 def leg_moves(moves, leg, num_replicas):
-    """The :class:`~numpyro_extras.exchange.chains.RungMoves` of one leg of ``moves``
+    """The :class:`~numpyro_extras.exchange.core.RungMoves` of one leg of ``moves``
     (:func:`~numpyro_extras.exchange.chains.legged_hmc_moves`): its leg fixed.
 
     :param moves: the moves of both legs.
     :param int leg: ``FIT_LEG`` or ``PRIOR_LEG``.
     :param int num_replicas: the leg's rungs.
-    :return: :class:`~numpyro_extras.exchange.chains.RungMoves` (with ``evaluate``).
+    :return: :class:`~numpyro_extras.exchange.core.RungMoves` (with ``evaluate``).
 
     **Example:**
 

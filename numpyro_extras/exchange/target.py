@@ -13,11 +13,12 @@ import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
+import jax
 import numpy as np
-from numpyro.infer import NUTS
+from numpyro.infer import HMC, NUTS
 from numpyro.util import find_stack_level
 
-from numpyro_extras.bases import validate_base
+from numpyro_extras.bases import GaussianBase, MixtureBase, validate_base
 from numpyro_extras.compilation import quick_jit
 from numpyro_extras.discrete.kernels import ACS
 from numpyro_extras.discrete.target import DiscreteTarget
@@ -31,11 +32,18 @@ from numpyro_extras.potential import (
     flatten_model,
     split_model,
 )
-from numpyro_extras.tempering.base_fit import fit_base_for_kernel
+from numpyro_extras.tempering.base_fit import check_fit_base_settings, fit_base_for_kernel
+from numpyro_extras.validation import check_init_strategy
 
 __all__ = [
     "EMPTY_TARGET",
     "ExchangeTarget",
+    "TargetSettings",
+    "target_settings",
+    "read_exchange_target",
+    "intends_stabilized",
+    "reference_settings",
+    "discrete_inner_kernel",
     "checked_prior_path",
     "prior_for_reference",
     "discrete_exchange_target",
@@ -43,6 +51,8 @@ __all__ = [
     "model_exchange_target",
     "potential_exchange_target",
 ]
+
+REFERENCES = ("auto", "prior", "fit", "stabilized")
 
 
 class ExchangeTarget(NamedTuple):
@@ -90,8 +100,266 @@ class ExchangeTarget(NamedTuple):
         target = self.discrete_target
         return target is not None and bool(target.continuous_sites)
 
+    @property
+    def latent_sites(self) -> tuple[str, ...]:
+        """The names of the latent sites the replicas move (empty before ``init``)."""
+        target = self.discrete_target
+        if target is not None:
+            return (*target.continuous_sites, *target.variables)
+        return () if self.flat_model is None else self.flat_model.latent_sites
+
+    @property
+    def constrain_fn(self):
+        """The replicas' sample field -> the model's site values (``None`` before ``init``)."""
+        if self.discrete_target is not None:
+            return self.discrete_target.constrain_fn
+        return None if self.flat_model is None else self.flat_model.constrain_fn
+
 
 EMPTY_TARGET = ExchangeTarget()
+
+
+class TargetSettings(NamedTuple):
+    """How a replica-exchange kernel reads its model, fixed when the kernel is built
+    (:func:`target_settings`).
+
+    :param reference: ``"auto"``, ``"prior"``, ``"fit"``, ``"stabilized"``, or a validated base.
+    :param given_base: a validated base for the fitted leg, or ``None``.
+    :param init_strategy: NumPyro init strategy of the fallback start.
+    :param dict fit_base_kwargs: settings of :func:`~numpyro_extras.fit_base`, checked.
+    :param int fit_base_seed: seed of the fit and of the pilot run.
+    :param acs_class: the ACS/DMALA class the moves were built from, to rebuild them with NUTS
+        for continuous sites (``None`` for an instance, or HMC/NUTS moves).
+    :param dict acs_kwargs: that class's settings.
+    :param str kernel_name: the kernel's name, for messages.
+    """
+
+    reference: object
+    given_base: object
+    init_strategy: Callable
+    fit_base_kwargs: dict
+    fit_base_seed: int
+    acs_class: type | None
+    acs_kwargs: dict
+    kernel_name: str
+
+
+def target_settings(
+    model,
+    potential_fn,
+    inner_kernel,
+    inner_kwargs,
+    *,
+    reference,
+    base,
+    init_strategy,
+    fit_base_kwargs,
+    fit_base_seed,
+    kernel_name,
+) -> tuple[ACS | None, TargetSettings]:
+    """A replica-exchange kernel's arguments checked against each other: its ACS/DMALA moves,
+    if any, and how it will read its model.
+
+    :param model: the kernel's model (``None`` for a ``potential_fn``).
+    :param potential_fn: the kernel's ``potential_fn``.
+    :param inner_kernel: its inner kernel, ``"auto"`` resolved.
+    :param dict inner_kwargs: that kernel's settings.
+    :param reference: the kernel's ``reference``.
+    :param base: its ``base``.
+    :param init_strategy: its ``init_strategy``.
+    :param dict fit_base_kwargs: its ``fit_base_kwargs`` (or ``None``).
+    :param int fit_base_seed: its ``fit_base_seed``.
+    :param str kernel_name: its name, for messages.
+    :return: ``(acs, settings)``: the ACS/DMALA kernel of the moves (``None`` for HMC/NUTS) and
+        the :class:`TargetSettings`.
+    :raises ValueError: for settings the target cannot take (see :func:`reference_settings`,
+        :func:`discrete_inner_kernel`).
+
+    **Example:**
+
+    .. code-block:: python
+
+        acs, settings = target_settings(
+            model, None, NUTS, {}, reference="auto", base=None, init_strategy=init_to_uniform,
+            fit_base_kwargs=None, fit_base_seed=0, kernel_name="ReplicaExchange",
+        )
+    """
+    acs = discrete_inner_kernel(model, inner_kernel, inner_kwargs)
+    from_class = acs is not None and isinstance(inner_kernel, type)
+    reference, given_base = reference_settings(reference, base, potential_fn, acs is not None)
+    settings = TargetSettings(
+        reference,
+        given_base,
+        check_init_strategy(init_strategy),
+        check_fit_base_settings(
+            f"{kernel_name}(fit_base_kwargs=...)", **dict(fit_base_kwargs or {})
+        ),
+        fit_base_seed,
+        inner_kernel if from_class else None,
+        dict(inner_kwargs) if from_class else {},
+        kernel_name,
+    )
+    return acs, settings
+
+
+def intends_stabilized(reference, model, discrete) -> bool:
+    """Whether a kernel's replicas are meant to run on two legs joined at the posterior, before
+    its first ``init`` (where ``"auto"`` may still fall back to one ladder).
+
+    :param reference: the kernel's checked ``reference``.
+    :param model: its model (``None`` for a ``potential_fn``).
+    :param bool discrete: whether the moves are ACS/DMALA moves.
+    :return: bool.
+
+    **Example:**
+
+    .. code-block:: python
+
+        intends_stabilized("auto", model, discrete=False)  # True: the default on a model
+    """
+    if not isinstance(reference, str):
+        return False
+    return reference == "stabilized" or (reference == "auto" and model is not None and not discrete)
+
+
+def read_exchange_target(
+    model, potential_fn, model_args, model_kwargs, acs, num_replicas, settings: TargetSettings
+) -> tuple[ACS | None, ExchangeTarget]:
+    """Read a kernel's model (or potential) into its tempered path(s) for these model arguments:
+    :func:`discrete_exchange_target` for ACS/DMALA moves, :func:`potential_exchange_target` for a
+    ``potential_fn``, else :func:`model_exchange_target`.
+
+    :param model: the kernel's model (``None`` for a ``potential_fn``).
+    :param potential_fn: the kernel's ``potential_fn``.
+    :param tuple model_args: the model's positional arguments.
+    :param dict model_kwargs: its keyword arguments.
+    :param acs: the kernel's ACS/DMALA kernel, or ``None``.
+    :param num_replicas: the requested count, or ``"auto"``.
+    :param TargetSettings settings: how to read it.
+    :return: ``(acs, target)``: the ACS kernel the moves use (rebuilt with NUTS for the
+        continuous sites of a mixed model) and the :class:`ExchangeTarget`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        acs, target = read_exchange_target(model, None, (x, y), {}, None, "auto", settings)
+    """
+    key = jax.random.PRNGKey(settings.fit_base_seed)
+    if acs is not None:
+        return discrete_exchange_target(
+            key,
+            acs,
+            settings.acs_class,
+            settings.acs_kwargs,
+            model,
+            model_args,
+            model_kwargs,
+            num_replicas,
+        )
+    if model is None:
+        return None, potential_exchange_target(potential_fn, settings.reference, num_replicas)
+    return None, model_exchange_target(
+        key,
+        model,
+        model_args,
+        model_kwargs,
+        reference=settings.reference,
+        given_base=settings.given_base,
+        num_replicas=num_replicas,
+        init_strategy=settings.init_strategy,
+        fit_base_kwargs=settings.fit_base_kwargs,
+        fit_base_seed=settings.fit_base_seed,
+        kernel_name=f"{settings.kernel_name} with HMC/NUTS moves",
+    )
+
+
+def reference_settings(reference, base, potential_fn, discrete):
+    """``reference`` and ``base`` checked against each other and the kernel's target.
+
+    :param reference: ``"auto"``, ``"prior"``, ``"fit"``, ``"stabilized"``, or a base.
+    :param base: a base for the fitted leg, or ``None``.
+    :param potential_fn: the kernel's ``potential_fn`` (``None`` for a model).
+    :param bool discrete: whether the moves are ACS/DMALA moves.
+    :return: ``(reference, given_base)``, bases validated; with a ``potential_fn`` the given
+        base is the reference.
+    :raises ValueError: for a reference or base the target cannot take.
+    """
+    if discrete and not (isinstance(reference, str) and reference in ("prior", "auto")):
+        raise ValueError(
+            "With ACS/DMALA moves the path starts from the prior of the discrete sites: "
+            f"reference must be 'prior', got {reference!r}."
+        )
+    if isinstance(reference, (GaussianBase, MixtureBase)):
+        checked = validate_base(reference)
+    elif isinstance(reference, str) and reference in REFERENCES:
+        checked = reference
+    else:
+        raise ValueError(
+            "reference must be 'auto', 'prior', 'fit', 'stabilized', a GaussianBase or a "
+            f"MixtureBase, got {reference!r}."
+        )
+    given_base = None
+    if base is not None:
+        if not (isinstance(reference, str) and reference in ("auto", "fit", "stabilized")):
+            raise ValueError(
+                "`base` is the fitted leg's reference: pass it with reference='auto', 'fit' "
+                f"or 'stabilized', got reference={reference!r}."
+            )
+        if discrete:
+            raise ValueError(
+                "With ACS/DMALA moves the path starts from the prior of the discrete sites: "
+                "a `base` has no place in it."
+            )
+        given_base = validate_base(base)
+    if potential_fn is not None and given_base is not None and reference != "stabilized":
+        return given_base, None
+    if potential_fn is not None and isinstance(reference, str):
+        raise ValueError(
+            "With `potential_fn`, `reference` must be a GaussianBase or MixtureBase on the "
+            "same flat space: a potential has no prior, and fitting one needs a model."
+        )
+    return checked, given_base
+
+
+def discrete_inner_kernel(model, inner_kernel, inner_kwargs) -> ACS | None:
+    """The ACS/DMALA kernel whose settings and model plumbing the replicas' moves use, or
+    ``None`` for an HMC/NUTS inner kernel.
+
+    :param model: the model of the replica-exchange kernel (``None`` for a ``potential_fn``).
+    :param inner_kernel: ``nx.ACS``/``nx.DMALA`` (class or instance), ``NUTS``/``HMC``.
+    :param dict inner_kwargs: settings for an inner kernel class.
+    :return: an :class:`~numpyro_extras.ACS` on ``model``, or ``None``.
+    :raises ValueError: for a kernel that cannot take a tempered potential, or ACS without a
+        model.
+    """
+    is_class = isinstance(inner_kernel, type)
+    if isinstance(inner_kernel, ACS) or (is_class and issubclass(inner_kernel, ACS)):
+        if model is None:
+            raise ValueError(
+                "ACS/DMALA moves temper a model's discrete sites: give a model, not a potential_fn."
+            )
+        if is_class:
+            kernel = inner_kernel(model, **inner_kwargs)
+        else:
+            if inner_kwargs:
+                raise ValueError(
+                    "Give the settings of an inner kernel instance to the instance itself, got "
+                    f"{sorted(inner_kwargs)}."
+                )
+            if inner_kernel.model is None:
+                raise ValueError("An ACS/DMALA inner kernel must be built on a model.")
+            kernel = inner_kernel.wrap_model(lambda _: model)
+        return kernel
+    if isinstance(inner_kernel, HMC) or (is_class and issubclass(inner_kernel, HMC)):
+        return None
+    name = getattr(inner_kernel, "__name__", type(inner_kernel).__name__)
+    raise ValueError(
+        f"inner_kernel {name} cannot take a tempered potential: every replica moves on its own "
+        "tempered density log p0 + beta l with beta passed as data, which "
+        "numpyro.infer.NUTS / HMC (continuous sites) and nx.ACS / nx.DMALA (discrete sites) do. "
+        "Pass one of those, the class or an instance."
+    )
 
 
 def potential_exchange_target(potential_fn, base, num_replicas) -> ExchangeTarget:

@@ -40,7 +40,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_extras.exchange.chains import swap_log_ratios
+from numpyro_extras.exchange.core import swap_log_ratios
 from numpyro_extras.metropolis import (
     acceptance_probability,
     metropolis_accept,

@@ -9,7 +9,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import MCMC
 
-from numpyro_extras.exchange.chains import swap_log_ratios
+from numpyro_extras.exchange.core import swap_log_ratios
 from numpyro_extras.metropolis import acceptance_probability
 
 CONJUGATE_DATA = jnp.array([1.0, -2.0, 0.5])

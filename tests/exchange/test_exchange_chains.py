@@ -17,14 +17,12 @@ from numpyro_extras.exchange import equalized_ladder, even_odd_swap, initial_lad
 from numpyro_extras.exchange.chains import (
     FIT_LEG,
     PRIOR_LEG,
-    ExchangeStatistics,
     batched_scan_step,
     hmc_moves,
     legged_hmc_moves,
     scan_step,
-    swap_log_ratios,
-    update_statistics,
 )
+from numpyro_extras.exchange.core import ExchangeStatistics, swap_log_ratios, update_statistics
 from numpyro_extras.exchange.ladder import communication_barrier, tuning_rounds
 from numpyro_extras.exchange.path import prior_path, reference_path
 from numpyro_extras.exchange.stabilized import stabilized_exchange

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from numpyro_extras.exchange.chains import even_odd_swap, swap_log_ratios
+from numpyro_extras.exchange.core import even_odd_swap, swap_log_ratios
 from numpyro_extras.metropolis import acceptance_probability
 
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True)
