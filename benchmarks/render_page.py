@@ -54,7 +54,15 @@ def coverage_section():
     return markdown_table(HEADER, coverage_rows(read_runs(RESULTS / "coverage.jsonl")))
 
 
-SECTIONS = {"latency": latency_section, "coverage": coverage_section}
+def scaling_section():
+    """The cost of ``nx.ais`` against particles and devices from ``results/scaling.json``."""
+    from scaling_benchmark import scaling_table
+
+    stored = json.loads((RESULTS / "scaling.json").read_text())
+    return f"{scaling_table(stored['records'])}\n\n{_environment_sentence(stored['environment'])}"
+
+
+SECTIONS = {"latency": latency_section, "coverage": coverage_section, "scaling": scaling_section}
 
 
 def render(page_text: str) -> str:

@@ -40,8 +40,11 @@ __all__ = [
     "build_kernel",
     "init",
     "anneal",
+    "check_devices",
     "compiled_annealing_chunk",
     "inverse_temperature_schedule",
+    "particle_mesh",
+    "shard_particles",
 ]
 
 SCHEDULES = ("linear", "sigmoid", "geometric")
@@ -399,6 +402,12 @@ def particle_mesh(devices) -> Mesh:
 
     :param devices: a sequence of ``jax.Device``.
     :return: ``jax.sharding.Mesh``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mesh = particle_mesh(check_devices(2, 1000))
     """
     return Mesh(np.array(list(devices)), ("particles",))
 
