@@ -41,6 +41,35 @@ if os.environ.get("NUMPYRO_EXTRAS_TEST_JAX_CACHE", "1") != "0":
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+# The files that take minutes, longest first. pytest-xdist's --dist loadfile hands the files
+# to its workers in collection order, and the root files come last in it: started first, the
+# long files share the two workers, and the run ends on short files instead of one worker
+# finishing a long file while the other waits.
+LONG_FILES = (
+    "involutive/test_involutive_training.py",
+    "exchange/test_exchange_kernels.py",
+    "test_kernel.py",
+    "exchange/test_exchange_stabilized.py",
+    "conformance/test_conformance_ai_sampler.py",
+    "bridge/test_bridge_runs.py",
+    "tempering/test_base_fit.py",
+    "slmc/test_slmc_annealing.py",
+    "test_calibration.py",
+    "test_devices.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the files of ``LONG_FILES`` first, in its order; the rest keep theirs."""
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+
+    def rank(item):
+        relative = os.path.relpath(str(item.path), tests_dir).replace(os.sep, "/")
+        return LONG_FILES.index(relative) if relative in LONG_FILES else len(LONG_FILES)
+
+    items.sort(key=rank)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_code():
     """Drop JAX's compiled executables after each test module: a worker process runs dozens of
