@@ -36,7 +36,19 @@ kernels = {
         ),
         continuous,
     ),
+    "VAESLMC": (
+        lambda: nx.VAESLMC(
+            regression,
+            fit_kwargs=dict(
+                encoder_sizes=(16,), decoder_sizes=(16,), training_size=500, epochs=5,
+                initial_epochs=10, num_data_chains=10, num_check_chains=5, num_check_steps=50,
+                initial_exchange_scans=50, initial_warmup=50,
+            ),
+        ),
+        continuous,
+    ),
     "ACS": (lambda: nx.ACS(spins), (0.5,)),
+    "DMALA": (lambda: nx.DMALA(spins), (0.5,)),
     "ReplicaExchange(ACS)": (lambda: nx.ReplicaExchange(spins, inner_kernel=nx.ACS), (0.5,)),
 }
 records = {}
@@ -68,7 +80,7 @@ def test_every_kernel_runs_its_chains_on_four_devices():
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=900, check=True
     )
     records = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert len(records) == 6
+    assert len(records) == 8
     for name, draws in records.items():
         for site, vectorized in draws["vectorized"].items():
             vectorized = np.asarray(vectorized)
