@@ -46,6 +46,7 @@ if os.environ.get("NUMPYRO_EXTRAS_TEST_JAX_CACHE", "1") != "0":
 # long files share the two workers, and the run ends on short files instead of one worker
 # finishing a long file while the other waits.
 LONG_FILES = (
+    "test_devices.py",
     "involutive/test_involutive_training.py",
     "exchange/test_exchange_kernels.py",
     "test_kernel.py",
@@ -55,7 +56,6 @@ LONG_FILES = (
     "tempering/test_base_fit.py",
     "slmc/test_slmc_annealing.py",
     "test_calibration.py",
-    "test_devices.py",
 )
 
 
