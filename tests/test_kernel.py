@@ -108,6 +108,16 @@ KERNELS = {
     "AiSampler": lambda model: nx.AiSampler(model, train_kwargs=AI_TRAINING),
     "VAESLMC": lambda model: nx.VAESLMC(model, fit_kwargs=VAE_TRAINING),
 }
+# The most runs of the model's Python in a kernel's first run: four for reading the model once
+# (its sites, NumPyro's initial point and the recorded potential); the tempering kernels also
+# draw from the prior for the base fit, and replica exchange traces the split densities.
+MOST_MODEL_RUNS = {
+    "JointContinuousTempering": 6,
+    "GibbsContinuousTempering": 6,
+    "ReplicaExchange": 13,
+    "AiSampler": 4,
+    "VAESLMC": 4,
+}
 
 
 @pytest.mark.parametrize("name", list(KERNELS))
@@ -123,7 +133,7 @@ def test_the_model_runs_while_a_kernel_reads_it_and_never_in_its_programs(name, 
         warnings.simplefilter("ignore")
         MCMC(kernel, num_chains=2, chain_method="vectorized", **sizes).run(PRNGKey(0), y)
         first = calls["model"]
-        assert 0 < first <= 16
+        assert 0 < first <= MOST_MODEL_RUNS[name]
         MCMC(kernel, num_chains=2, chain_method="vectorized", **sizes).run(PRNGKey(1), y)
         sizes.update(num_warmup=20, num_samples=30)
         MCMC(kernel, **sizes).run(PRNGKey(2), y)

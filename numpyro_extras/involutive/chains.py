@@ -68,10 +68,10 @@ def extended_energy(potential_energy, momentum):
     return potential_energy + 0.5 * jnp.sum(momentum**2, axis=-1)
 
 
-def _independence_choice(rng_key, proposal: InvolutiveProposal):
-    """Whether this step proposes independently of the state (``config.swap_probability``);
+def _independence_choice(rng_key, swap_probability):
+    """Whether this step proposes independently of the state (with ``swap_probability``);
     from a key of its own, so that the momentum, and every run without it, is what it was."""
-    return jax.random.uniform(jax.random.fold_in(rng_key, 1)) < proposal.config.swap_probability
+    return jax.random.uniform(jax.random.fold_in(rng_key, 1)) < swap_probability
 
 
 def involutive_proposal(rng_key, proposal: InvolutiveProposal, position):
@@ -95,7 +95,7 @@ def involutive_proposal(rng_key, proposal: InvolutiveProposal, position):
     state = jnp.concatenate([position, momentum], -1)
     image = involution(proposal, state)
     if proposal.config.swap_probability > 0 and proposal.mixture is None:
-        use_swap = _independence_choice(rng_key, proposal)
+        use_swap = _independence_choice(rng_key, proposal.config.swap_probability)
         image = jnp.where(use_swap, swap_involution(proposal, state).astype(image.dtype), image)
     new_position, new_momentum = jnp.split(image, 2, axis=-1)
     return momentum, new_position.astype(position.dtype), new_momentum.astype(position.dtype)
@@ -117,7 +117,19 @@ def init(position, potential_fn: Callable) -> InvolutiveState:
     return InvolutiveState(position, potential_fn(position))
 
 
-def build_kernel(proposal: InvolutiveProposal, potential_fn: Callable) -> Callable:
+def _log_prob_function(mixture):
+    """``x -> log q(x)`` of a Gaussian mixture: from factors NumPy inverted once when its arrays
+    are concrete (a batched triangular solve compiles to a large loop on CPU), else its own
+    jittable ``log_prob``."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(mixture)):
+        return mixture.log_prob
+    potential_fn = mixture.potential_function()
+    return lambda position: -potential_fn(position)
+
+
+def build_kernel(
+    proposal: InvolutiveProposal, potential_fn: Callable, swap_probability=None
+) -> Callable:
     """The transition of a frozen proposal on the potential ``potential_fn``: one involutive
     Metropolis-Hastings step (the paper's eq. 3 with a fresh momentum) or, in
     ``config.swap_probability`` of the steps when the proposal has a ``mixture``, one
@@ -126,6 +138,9 @@ def build_kernel(proposal: InvolutiveProposal, potential_fn: Callable) -> Callab
 
     :param InvolutiveProposal proposal: the proposal ``M``.
     :param potential_fn: ``x -> U(x)``.
+    :param swap_probability: with a ``mixture``, the share of independence steps instead of
+        ``config.swap_probability``; it may be traced, so that one compiled program runs the
+        kernel with and without them (0).
     :return: ``kernel(rng_key, state) -> (state, info)``, pure and traceable
         (:class:`InvolutiveState`, :class:`InvolutiveInfo`).
 
@@ -137,32 +152,50 @@ def build_kernel(proposal: InvolutiveProposal, potential_fn: Callable) -> Callab
         state = init(jnp.zeros(2), potential_fn)
         state, info = kernel(jax.random.PRNGKey(0), state)
     """
-    mixes = proposal.config.swap_probability > 0 and proposal.mixture is not None
+    if swap_probability is None:
+        swap_probability = proposal.config.swap_probability
+    traced_share = isinstance(swap_probability, jax.Array)
+    mixes = proposal.mixture is not None and (traced_share or swap_probability > 0)
+    mixture_log_prob = _log_prob_function(proposal.mixture) if mixes else None
+
+    def when_mixing(mixed_fn, plain_value):
+        # A traced share is one number for every chain, so under vmap this stays a branch:
+        # steps run without independence proposals skip the mixture's arithmetic.
+        if traced_share:
+            return jax.lax.cond(swap_probability > 0, mixed_fn, lambda: plain_value)
+        return mixed_fn()
 
     def kernel(rng_key, state: InvolutiveState):
         proposal_key, accept_key = jax.random.split(rng_key)
         momentum, position, new_momentum = involutive_proposal(
             proposal_key, proposal, state.position
         )
+        from_mixture = jnp.zeros((), bool)
         if mixes:
             # Independence Metropolis-Hastings from the mixture, chosen independently of the
             # state; the momentum then plays no part.
-            draw = proposal.mixture.sample(jax.random.fold_in(proposal_key, 2))
-            from_mixture = _independence_choice(proposal_key, proposal)
-            position = jnp.where(from_mixture, draw.astype(position.dtype), position)
+            def mixture_position():
+                draw = proposal.mixture.sample(jax.random.fold_in(proposal_key, 2))
+                choice = _independence_choice(proposal_key, swap_probability)
+                return jnp.where(choice, draw.astype(position.dtype), position), choice
+
+            position, from_mixture = when_mixing(mixture_position, (position, from_mixture))
         potential_energy = potential_fn(position)
         log_ratio = extended_energy(state.potential_energy, momentum) - extended_energy(
             potential_energy, new_momentum
         )
         if mixes:
             # log [p(x') q(x)] - log [p(x) q(x')]
-            mixture_log_ratio = (
-                state.potential_energy
-                - potential_energy
-                + proposal.mixture.log_prob(state.position)
-                - proposal.mixture.log_prob(position)
-            )
-            log_ratio = jnp.where(from_mixture, mixture_log_ratio, log_ratio)
+            def mixture_log_ratio():
+                ratio = (
+                    state.potential_energy
+                    - potential_energy
+                    + mixture_log_prob(state.position)
+                    - mixture_log_prob(position)
+                )
+                return jnp.where(from_mixture, ratio.astype(log_ratio.dtype), log_ratio)
+
+            log_ratio = when_mixing(mixture_log_ratio, log_ratio)
         finite = jnp.isfinite(potential_energy)
         log_ratio = jnp.where(finite, log_ratio, -jnp.inf)
         accept, accept_prob = metropolis_accept(accept_key, log_ratio)

@@ -282,7 +282,12 @@ class AiSampler(ExtrasKernel):
         if self._user_params is None:
             train_kwargs = {"progress_bar": calling_mcmc_progress_bar(), **self._train_kwargs}
             self._params = train_ai_sampler(
-                key, self._model, model_args, model_kwargs, **train_kwargs
+                key,
+                self._model,
+                model_args,
+                model_kwargs,
+                flat_model=self._flat_model,
+                **train_kwargs,
             )
         else:
             check_params_match(self._user_params, self._flat_model, self._model is not None)

@@ -303,12 +303,16 @@ def _trainer(config: InvolutionConfig, settings: TrainingSettings):
 
 
 def _bootstrap(proposal: InvolutiveProposal, potential_fn, settings: TrainingSettings):
-    """``run(flow_params, positions, rng_key) -> (positions, kept, accept_rate)``: the
-    bootstrap chains, each ``burn_in + num_kept`` exact transitions of the current kernel;
-    ``kept`` is ``(num_kept, chains, D)``."""
+    """``run(flow_params, positions, rng_key, swap_probability=None) -> (positions, kept,
+    accept_rate)``: the bootstrap chains, each ``burn_in + num_kept`` exact transitions of the
+    current kernel; ``kept`` is ``(num_kept, chains, D)``. With a ``mixture`` on ``proposal``,
+    ``swap_probability`` of the steps propose from it (see
+    :func:`~numpyro_extras.involutive.chains.build_kernel`)."""
 
-    def run(flow_params, positions, rng_key):
-        kernel = jax.vmap(build_kernel(proposal.replace(params=flow_params), potential_fn))
+    def run(flow_params, positions, rng_key, swap_probability=None):
+        kernel = jax.vmap(
+            build_kernel(proposal.replace(params=flow_params), potential_fn, swap_probability)
+        )
         states = jax.vmap(lambda x: chain_init(x, potential_fn))(positions)
         num_chains = positions.shape[0]
 
@@ -388,6 +392,7 @@ def train_ai_sampler(
     swap_probability=None,
     whiten=True,
     progress_bar=True,
+    flat_model=None,
     **settings,
 ) -> InvolutiveProposal:
     """Train the Ai-sampler's involution on a model (the paper's Algorithm 1).
@@ -435,6 +440,9 @@ def train_ai_sampler(
     :param bool whiten: standardise with the Cholesky factor of the seed draws' covariance
         (``False``: their per-coordinate standard deviations).
     :param bool progress_bar: show the pilot run's and the training's progress.
+    :param FlatModel flat_model: the model's flat potential
+        (:func:`~numpyro_extras.flatten_model` of these arguments) when the caller has built it
+        already, as :class:`~numpyro_extras.AiSampler` has; ``None`` builds it.
     :param settings: fields of :class:`TrainingSettings` (``epochs``, ``seed_epochs``,
         ``learning_rate``, ...).
     :return: :class:`~numpyro_extras.involutive.networks.InvolutiveProposal`, its
@@ -455,9 +463,10 @@ def train_ai_sampler(
     settings = TrainingSettings(**settings).validated()
     model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
     flat_key, seed_key, init_key, rng_key = jax.random.split(rng_key, 4)
-    flat_model = flat_target(
-        flat_key, model, model_args, model_kwargs, potential_fn, initial_position, "AiSampler"
-    )
+    if flat_model is None:
+        flat_model = flat_target(
+            flat_key, model, model_args, model_kwargs, potential_fn, initial_position, "AiSampler"
+        )
     # Compiled once here, the potential is not traced op by op wherever it runs outside a jit
     # (the pilot's checks of its starts and NUTS's set-up).
     potential_fn = quick_jit(flat_model.potential_fn)
@@ -468,16 +477,33 @@ def train_ai_sampler(
     swap, start_rate = _chosen_start(init_key, swap, seed, loc, scale, potential_fn)
     settings = settings.for_start(swap)
     config = InvolutionConfig(flat_model.dimension, num_layers, hidden, discriminator_hidden, swap)
+    seed_draws = None if pilot is None else pilot.draws.astype(flat_model.initial_position.dtype)
+    fallback = None
+    if seed_draws is not None and swap_probability is None:
+        fallback = _fallback_for(seed_draws)
     proposal, training = _training_programs(
-        init_key, config, settings, site_shapes(flat_model), potential_fn, seed, loc, scale
+        init_key,
+        config,
+        settings,
+        site_shapes(flat_model),
+        potential_fn,
+        seed,
+        (loc, scale),
+        None if fallback is None else fallback.mixture,
     )
     run = _run_epochs(rng_key, training, settings, start_rate, progress_bar)
     seed_evaluations = 0 if pilot is None else pilot.gradient_evaluations
     history = _history(run, start_rate, seed_evaluations, time.perf_counter() - start)
     proposal = proposal.replace(params=_best_flow(run), starts=run.positions, history=history)
-    seed_draws = None if pilot is None else pilot.draws.astype(flat_model.initial_position.dtype)
     return _checked_proposal(
-        proposal, seed_draws, potential_fn, rng_key, settings, swap_probability, training.bootstrap
+        proposal,
+        seed_draws,
+        potential_fn,
+        rng_key,
+        settings,
+        swap_probability,
+        fallback,
+        training.bootstrap,
     )
 
 
@@ -540,8 +566,9 @@ class _Training(NamedTuple):
     :param kept_shape: the same for a bootstrap epoch.
     :param train: ``(networks, batches) -> (networks, losses)``, one pass of updates.
     :param batches: :func:`_extended_batches`, compiled.
-    :param bootstrap: ``(flow_params, positions, rng_key) -> (positions, standardized,
-        accept_rate, kept)``, the bootstrap chains and their draws, standardised too.
+    :param bootstrap: ``(flow_params, positions, rng_key, swap_probability) -> (positions,
+        standardized, accept_rate, kept)``, the bootstrap chains and their draws, standardised
+        too (``swap_probability`` 0: the learned map alone).
     """
 
     networks: tuple
@@ -554,7 +581,9 @@ class _Training(NamedTuple):
     bootstrap: Callable
 
 
-def _training_programs(init_key, config, settings, sites, potential_fn, seed, loc, scale):
+def _training_programs(
+    init_key, config, settings, sites, potential_fn, seed, standardization, mixture
+):
     """The untrained proposal and networks, the bootstrap chains' starts and the compiled
     programs of the training's epochs.
 
@@ -563,9 +592,13 @@ def _training_programs(init_key, config, settings, sites, potential_fn, seed, lo
     :param TrainingSettings settings: the settings, for the start chosen.
     :param sites: the model's site shapes, kept on the proposal.
     :param potential_fn: the target's potential.
-    :param seed: the seed draws ``(N, D)``, with their standardisation ``loc`` and ``scale``.
+    :param seed: the seed draws ``(N, D)``.
+    :param standardization: their ``(loc, scale)``.
+    :param mixture: the independence proposal the mixing check may mix in, or ``None``: the
+        bootstrap's program then runs that kernel too (at a ``swap_probability`` above 0).
     :return: ``(proposal, training)``: the untrained proposal and a :class:`_Training`.
     """
+    loc, scale = standardization
     dimension = config.dimension
     init_optimizers, train = _trainer(config, settings)
     seed_shape, kept_shape, seed_rows = _batch_shapes(seed.shape[0], settings)
@@ -589,11 +622,13 @@ def _training_programs(init_key, config, settings, sites, potential_fn, seed, lo
         return proposal, networks, seed_standardized, positions
 
     proposal, networks, seed_standardized, positions = initial_networks(init_key, loc, scale, seed)
-    run_bootstrap = _bootstrap(proposal, potential_fn, settings)
+    run_bootstrap = _bootstrap(proposal.replace(mixture=mixture), potential_fn, settings)
 
     @functools.partial(quick_jit, optimize=1)
-    def bootstrap(flow_params, positions, rng_key):
-        positions, kept, accept_rate = run_bootstrap(flow_params, positions, rng_key)
+    def bootstrap(flow_params, positions, rng_key, swap_probability):
+        positions, kept, accept_rate = run_bootstrap(
+            flow_params, positions, rng_key, swap_probability
+        )
         standardized = proposal.standardize(kept.reshape(-1, dimension))
         return positions, standardized, accept_rate, kept
 
@@ -693,7 +728,7 @@ def _run_epochs(rng_key, training, settings, start_rate, progress_bar):
             data = batches(train_key, seed_standardized, *training.seed_shape)
             networks, losses = train(networks, data)
             return (networks, positions, key), (np.nan, *losses)
-        positions, kept, accept_rate, _ = bootstrap(networks[0], positions, bootstrap_key)
+        positions, kept, accept_rate, _ = bootstrap(networks[0], positions, bootstrap_key, 0.0)
         rate = float(accept_rate)
         if rate > best["rate"]:
             best.update(params=networks[0], rate=rate)
@@ -781,11 +816,11 @@ def _best_flow(run):
 
 
 def _checked_proposal(
-    proposal, seed_draws, potential_fn, rng_key, settings, swap_probability, bootstrap
+    proposal, seed_draws, potential_fn, rng_key, settings, swap_probability, fallback, bootstrap
 ):
     """The trained proposal with the user's ``swap_probability``, after the mixing check from
-    the pilot chains' last states (:func:`_mixing_checked`), which may mix in independence
-    proposals where ``swap_probability`` is not given, and warns at the caller of
+    the pilot chains' last states (:func:`_mixing_checked`), which may mix in ``fallback``
+    where ``swap_probability`` is not given, and warns at the caller of
     :func:`train_ai_sampler`. With ``init_samples`` (no pilot draws) there is no check.
 
     :param InvolutiveProposal proposal: the trained proposal.
@@ -794,17 +829,19 @@ def _checked_proposal(
     :param rng_key: the epochs' key; the check runs on a key folded from it.
     :param TrainingSettings settings: the training's settings.
     :param swap_probability: the user's share of plain swaps, or ``None``.
-    :param bootstrap: the training's compiled bootstrap (:class:`_Training`).
+    :param _Fallback fallback: the independence proposal the check may mix in, or ``None``.
+    :param bootstrap: the training's compiled bootstrap (:class:`_Training`), which runs the
+        kernel with ``fallback`` mixed in too.
     :return: :class:`~numpyro_extras.involutive.networks.InvolutiveProposal`.
     """
     # The bootstrap's program runs the learned map itself, for at least as many chains as the
     # check starts.
-    learned_draws = None
+    kernel_draws = None
     if settings.num_chains >= settings.seed_chains:
-        learned_draws = functools.partial(_learned_check_draws, bootstrap, settings)
+        kernel_draws = functools.partial(_bootstrap_check_draws, bootstrap, settings)
     if swap_probability is not None:
         proposal = _with_swap_probability(proposal, swap_probability)
-        learned_draws = None
+        kernel_draws = None
     if seed_draws is None:
         return proposal
     return _mixing_checked(
@@ -813,29 +850,31 @@ def _checked_proposal(
         seed_draws,
         jax.random.fold_in(rng_key, 1),
         settings,
-        choose=swap_probability is None,
-        learned_draws=learned_draws,
+        fallback=fallback,
+        kernel_draws=kernel_draws,
         stacklevel=4,
     )
 
 
-def _learned_check_draws(bootstrap, settings, flow_params, starts, rng_key):
-    """The mixing check's draws of the learned map, ``(len(starts), MIXING_CHECK_STEPS, D)``,
-    from the bootstrap's compiled chains: ``num_chains`` chains from ``starts`` (tiled) run
-    blocks of ``burn_in`` steps, then ``num_kept`` kept ones, and the chains started at
-    ``starts`` themselves are returned.
+def _bootstrap_check_draws(bootstrap, settings, flow_params, starts, rng_key, swap_probability):
+    """The mixing check's draws, ``(len(starts), MIXING_CHECK_STEPS, D)``, from the bootstrap's
+    compiled chains: ``num_chains`` chains from ``starts`` (tiled) run blocks of ``burn_in``
+    steps, then ``num_kept`` kept ones, and the chains started at ``starts`` themselves are
+    returned.
 
     :param bootstrap: the training's compiled bootstrap (:class:`_Training`).
     :param TrainingSettings settings: the training's settings.
     :param flow_params: the learned map's parameters.
     :param starts: the check chains' starts ``(chains, D)``.
     :param rng_key: the check's key, split once per block.
+    :param float swap_probability: the share of steps proposing from the bootstrap's mixture
+        (0: the learned map alone).
     :return: the draws, as NumPy float64.
     """
     positions = jnp.resize(starts, (settings.num_chains, starts.shape[1]))
     blocks = []
     for block_key in jax.random.split(rng_key, -(-MIXING_CHECK_STEPS // settings.num_kept)):
-        positions, _, _, kept = bootstrap(flow_params, positions, block_key)
+        positions, _, _, kept = bootstrap(flow_params, positions, block_key, swap_probability)
         blocks.append(np.asarray(kept[:, : len(starts)], dtype=np.float64))
     return np.swapaxes(np.concatenate(blocks)[:MIXING_CHECK_STEPS], 0, 1)
 
@@ -968,14 +1007,31 @@ def _mode_weight_ess(draws, mixture):
     return float(np.min(np.nan_to_num(ess, nan=0.0)))
 
 
+class _Fallback(NamedTuple):
+    """The independence proposal the mixing check may mix into the learned kernel: a Gaussian
+    per mode the seed chains found (``several_modes``, :func:`seed_mixture`), or their widened
+    Gaussian fit (:func:`seed_fit`)."""
+
+    mixture: MixtureBase
+    several_modes: bool
+
+
+def _fallback_for(seed_draws) -> _Fallback:
+    """The :class:`_Fallback` of the seed chains' draws ``(chains, draws, D)``, in their dtype."""
+    modes = seed_mixture(seed_draws)
+    mixture = modes if modes is not None else seed_fit(seed_draws)
+    mixture = jax.tree.map(lambda leaf: leaf.astype(seed_draws.dtype), mixture)
+    return _Fallback(mixture, modes is not None)
+
+
 def _mixing_checked(
     proposal,
     potential_fn,
     seed_draws,
     rng_key,
     settings,
-    choose=True,
-    learned_draws=None,
+    fallback=None,
+    kernel_draws=None,
     stacklevel=3,
 ):
     """``proposal``, or it with independence proposals mixed in, after the mixing check: chains
@@ -993,24 +1049,27 @@ def _mixing_checked(
     off even where every chain agrees with the others.
 
     :param seed_draws: the seed chains' draws ``(chains, draws, D)``.
-    :param bool choose: consider mixing in independence proposals (else only check and warn).
-    :param learned_draws: ``(flow_params, starts, rng_key) -> draws`` of ``proposal``'s own
-        kernel, as :func:`_check_draws` gives them, from a program already compiled (the
-        training's bootstrap chains); ``None`` compiles one.
+    :param _Fallback fallback: the independence proposal to consider mixing in (``None``: only
+        check and warn).
+    :param kernel_draws: ``(flow_params, starts, rng_key, swap_probability) -> draws`` of
+        ``proposal``'s kernel with ``swap_probability`` of its steps from ``fallback``, as
+        :func:`_check_draws` gives them, from a program already compiled (the training's
+        bootstrap chains); ``None`` compiles one per kernel checked.
     :param int stacklevel: the warning's, counted from this function (3: its caller's caller).
     """
     starts = jnp.asarray(seed_draws[:, -1, :])
-    modes = seed_mixture(seed_draws) if choose else None
-    if learned_draws is None:
-        draws = _check_draws(proposal, potential_fn, starts, rng_key, settings)
-    else:
-        draws = learned_draws(proposal.params, starts, rng_key)
+
+    def check_draws(candidate, swap_probability):
+        if kernel_draws is None:
+            return _check_draws(candidate, potential_fn, starts, rng_key, settings)
+        return kernel_draws(candidate.params, starts, rng_key, swap_probability)
+
+    draws = check_draws(proposal, 0.0)
     rhat = _mixing_rhat(draws)
-    if choose:
-        mixture = modes if modes is not None else seed_fit(seed_draws)
-        mixture = jax.tree.map(lambda leaf: leaf.astype(starts.dtype), mixture)
+    if fallback is not None:
+        mixture = fallback.mixture
         agree = rhat <= MAX_MIXING_RHAT
-        if modes is None and agree:
+        if not fallback.several_modes and agree:
             # Chains that agree under the map still agree with a quarter of their steps
             # proposed independently of the state: no check of that kernel is needed.
             proposal = _with_swap_probability(
@@ -1020,7 +1079,7 @@ def _mixing_checked(
             mixed = _with_swap_probability(
                 proposal.replace(mixture=mixture), FALLBACK_SWAP_PROBABILITY
             )
-            mixed_draws = _check_draws(mixed, potential_fn, starts, rng_key, settings)
+            mixed_draws = check_draws(mixed, FALLBACK_SWAP_PROBABILITY)
             mixed_rhat = _mixing_rhat(mixed_draws)
             if agree and mixed_rhat <= MAX_MIXING_RHAT:
                 better = _mode_weight_ess(mixed_draws, mixture) > _mode_weight_ess(draws, mixture)

@@ -169,3 +169,36 @@ def test_kernel_info_describes_the_transition():
         stayed += not bool(info.is_accepted)
         state = new_state
     assert moved > 0 and stayed > 0
+
+
+def test_a_traced_share_of_independence_steps_runs_the_same_kernels():
+    """One compiled kernel with a traced ``swap_probability``: at 0 its transitions are those of
+    the learned map alone, at 0.5 those of the proposal whose configuration mixes in half of
+    its steps from the mixture (the same keys, the same draws)."""
+    mixture = MixtureBase(
+        jnp.array([[-1.0, 0.0], [1.5, 0.5]]),
+        jnp.stack([jnp.diag(jnp.array([1.0, 1.5])), jnp.diag(jnp.array([0.8, 2.5]))]),
+        jnp.log(jnp.array([0.3, 0.7])),
+        jnp.zeros(()),
+    )
+    plain = _untrained()
+    with_mixture = plain.replace(mixture=mixture)
+    half = with_mixture.replace(config=dataclasses.replace(plain.config, swap_probability=0.5))
+
+    @jax.jit
+    def traced_step(keys, states, swap_probability):
+        kernel = build_kernel(with_mixture, _potential, swap_probability)
+        return jax.vmap(kernel)(keys, states)
+
+    keys = jax.random.split(jax.random.PRNGKey(5), 256)
+    starts = jax.random.normal(jax.random.PRNGKey(6), (256, 2))
+    states = jax.vmap(lambda x: init(x, _potential))(starts)
+    for share, reference in ((0.0, plain), (0.5, half)):
+        new_states, info = traced_step(keys, states, share)
+        expected, expected_info = jax.vmap(build_kernel(reference, _potential))(keys, states)
+        np.testing.assert_allclose(new_states.position, expected.position, rtol=1e-12)
+        np.testing.assert_array_equal(info.is_accepted, expected_info.is_accepted)
+        np.testing.assert_allclose(info.accept_prob, expected_info.accept_prob, rtol=1e-9)
+    # At 0.5 some of the steps moved to a draw of the mixture: the two kernels differ.
+    zero_share, _ = traced_step(keys, states, 0.0)
+    assert not np.allclose(zero_share.position, new_states.position)

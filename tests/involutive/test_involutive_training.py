@@ -29,6 +29,7 @@ from numpyro_extras.involutive.training import (
     SINGLE_REGION_SWAP_PROBABILITY,
     SWAP_ACCEPTANCE,
     TrainingSettings,
+    _fallback_for,
     _mixing_checked,
     _standardization,
     _swap_acceptance,
@@ -105,6 +106,7 @@ def test_mixing_check_warns_for_a_kernel_that_never_crosses_between_modes():
             seed_draws,
             jax.random.PRNGKey(1),
             TrainingSettings(),
+            fallback=_fallback_for(seed_draws),
         )
 
 
@@ -120,6 +122,7 @@ def test_mixing_check_mixes_in_the_seed_modes_when_the_map_does_not_cross():
             _seed_draws(1.0),
             jax.random.PRNGKey(1),
             TrainingSettings(),
+            fallback=_fallback_for(_seed_draws(1.0)),
         )
     assert checked.config.swap_probability == FALLBACK_SWAP_PROBABILITY
     assert checked.mixture.component_locs.shape == (2, 2)
@@ -148,6 +151,7 @@ def test_mixing_check_mixes_the_widened_seed_fit_into_a_single_region():
             seed_draws,
             jax.random.PRNGKey(1),
             TrainingSettings(),
+            fallback=_fallback_for(seed_draws),
         )
     assert checked.config.swap_probability == SINGLE_REGION_SWAP_PROBABILITY
     (scale_tril,) = np.asarray(checked.mixture.component_scale_trils)
