@@ -8,8 +8,9 @@ asks for Eigen's single-threaded runtime (a program-level option: XLA's CPU clie
 a batched program on its thread pool, so a program that can wait forever there is restructured
 where it is written, as the base fit's polishing is).
 Programs that run for seconds keep LLVM's optimisation (``optimize=True``); those of a
-network (the VAE's and the Ai-sampler's training, their chains and checks) take its first level
-(``optimize=1``), which XLA's default level compiles several times longer and runs no faster.
+network (the VAE's and the Ai-sampler's training, their chains and checks) and the pilot NUTS
+chains take its first level (``optimize=1``), which XLA's default level compiles several times
+longer and runs no faster.
 The sampling loop of ``numpyro.infer.MCMC`` is NumPyro's program and keeps XLA's defaults.
 """
 

@@ -106,12 +106,15 @@ def nuts_draws(
         states = jax.vmap(sample_kernel)(states)
         return states, (states.z, states.num_steps, states.diverging)
 
+    # LLVM's first optimisation level: a pilot runs for a few seconds at most, and XLA's
+    # default level compiles its tree-building loops for longer than it saves.
     _, (draws, num_steps, diverging) = scan_in_chunks(
         transition,
         states,
         num_warmup + num_samples,
         description=description,
         progress_bar=progress_bar,
+        optimize=1,
     )
     return PilotDraws(
         np.swapaxes(draws[num_warmup:], 0, 1),
