@@ -56,6 +56,7 @@ LONG_FILES = (
     "tempering/test_base_fit.py",
     "slmc/test_slmc_annealing.py",
     "test_calibration.py",
+    "exchange/test_exchange_devices.py",
 )
 
 

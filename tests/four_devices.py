@@ -1,5 +1,10 @@
 """The start of a script that runs in a fresh interpreter with four host devices (the device
-count is fixed before JAX starts), with a small regression model for the tests to run."""
+count is fixed before JAX starts), with a small regression model for the tests to run, and the
+run of such a script."""
+
+import json
+import subprocess
+import sys
 
 PREAMBLE = """
 import json, sys
@@ -21,3 +26,17 @@ def regression(x, y):
 
 x = jnp.linspace(-1.0, 1.0, 8)
 """
+
+
+def run_records(body: str, timeout: int = 900):
+    """Run ``PREAMBLE + body`` in a fresh interpreter; its last printed line, JSON, decoded.
+
+    :param str body: the script after the preamble; it ends by printing one JSON line.
+    :param int timeout: seconds before the run is stopped.
+    :return: the decoded records.
+    """
+    completed = subprocess.run(
+        [sys.executable, "-c", PREAMBLE + body], capture_output=True, text=True, timeout=timeout
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])

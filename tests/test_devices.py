@@ -6,16 +6,10 @@ The draws are compared without warm-up: the vectorized and the per-device progra
 differently, and a warm-up's step-size and mass adaptation carries those last-bit
 differences into every later step (replica exchange's chains then part for good)."""
 
-import json
-import subprocess
-import sys
-
 import numpy as np
-from four_devices import PREAMBLE
+from four_devices import run_records
 
-SCRIPT = (
-    PREAMBLE
-    + """
+SCRIPT = """
 def spins(coupling):
     with numpyro.plate("sites", 6):
         s = numpyro.sample("s", dist.Bernoulli(0.5))
@@ -72,14 +66,10 @@ for name, (make, args) in kernels.items():
     records[name] = draws
 print(json.dumps(records))
 """
-)
 
 
 def test_every_kernel_runs_its_chains_on_four_devices():
-    completed = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=900, check=True
-    )
-    records = json.loads(completed.stdout.strip().splitlines()[-1])
+    records = run_records(SCRIPT)
     assert len(records) == 8
     for name, draws in records.items():
         for site, vectorized in draws["vectorized"].items():

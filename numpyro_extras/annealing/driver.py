@@ -25,9 +25,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from numpyro_extras.compilation import quick_jit, split_key
+from numpyro_extras.devices import check_devices, leading_axis_sharding
 from numpyro_extras.progress import run_chunks
 from numpyro_extras.validation import check_count
 
@@ -40,11 +40,8 @@ __all__ = [
     "build_kernel",
     "init",
     "anneal",
-    "check_devices",
     "compiled_annealing_chunk",
     "inverse_temperature_schedule",
-    "particle_mesh",
-    "shard_particles",
 ]
 
 SCHEDULES = ("linear", "sigmoid", "geometric")
@@ -279,10 +276,11 @@ def anneal(
         ``log_weight_increment_fn`` and ``transition_fn`` when it is not ``None`` (e.g. the
         base density of the path). It enters the compiled scan as data, so runs whose paths
         differ only in these values share one compilation.
-    :param devices: split the particles over these devices (:func:`check_devices`: a number or
-        a sequence of ``jax.Device``): :func:`shard_particles` places the positions and the
-        kernel state, and the compiled scan runs each device's share there, a transition's
-        sums over particles as collectives. ``None``: JAX's default device.
+    :param devices: split the particles over these devices
+        (:func:`~numpyro_extras.devices.check_devices`: a number or a sequence of
+        ``jax.Device``): the positions and the kernel state are placed along their particle
+        axis, and the compiled scan runs each device's share there, a transition's sums over
+        particles as collectives. ``None``: JAX's default device.
     :return: :class:`AnnealingResult`.
 
     **Example:**
@@ -329,8 +327,12 @@ def anneal(
         parameters is not None,
     )
     if devices is not None:
-        mesh = particle_mesh(check_devices(devices, int(jnp.shape(leaves[0])[0])))
-        initial_positions, kernel_state = shard_particles((initial_positions, kernel_state), mesh)
+        sharding = leading_axis_sharding(
+            check_devices(devices, int(jnp.shape(leaves[0])[0])), "particles"
+        )
+        initial_positions, kernel_state = jax.device_put(
+            (initial_positions, kernel_state), sharding
+        )
     carry = init(initial_positions, kernel_state)
     chunks = [
         (
@@ -352,86 +354,6 @@ def anneal(
     acceptance = jnp.concatenate(acceptances)[:num_steps]
     log_weight_trace = jnp.concatenate(traces)[:num_steps] if keep_trace else None
     return AnnealingResult(log_weights, positions, kernel_state, acceptance, log_weight_trace)
-
-
-def check_devices(devices, num_particles: int) -> tuple | None:
-    """The devices to split ``num_particles`` over, checked: ``None`` (JAX's default device),
-    a number ``n`` (the first ``n`` of ``jax.devices()``) or a sequence of ``jax.Device``.
-
-    :param devices: ``None``, an int or a sequence of devices.
-    :param int num_particles: the particles to split, a multiple of the number of devices.
-    :return: a tuple of devices, or ``None``.
-    :raises TypeError: for anything else.
-    :raises ValueError: for more devices than JAX has, or particles that do not split evenly.
-
-    **Example:**
-
-    .. code-block:: python
-
-        check_devices(2, 1000)  # the first two of jax.devices()
-    """
-    if devices is None:
-        return None
-    available = jax.devices()
-    if isinstance(devices, int) and not isinstance(devices, bool):
-        if not 1 <= devices <= len(available):
-            raise ValueError(
-                f"devices={devices}, but JAX has {len(available)} device(s) here "
-                "(numpyro.set_host_device_count(n) before JAX starts makes n CPU devices)."
-            )
-        devices = available[:devices]
-    try:
-        devices = tuple(devices)
-    except TypeError:
-        devices = None
-    if not devices or not all(isinstance(device, jax.Device) for device in devices):
-        raise TypeError(
-            "devices must be None, a number of devices, or a sequence of jax.Device "
-            "(e.g. jax.devices()[:4])."
-        )
-    if num_particles % len(devices):
-        raise ValueError(
-            f"{num_particles} particles cannot be split evenly over {len(devices)} devices: "
-            "use a multiple of the number of devices."
-        )
-    return devices
-
-
-def particle_mesh(devices) -> Mesh:
-    """The one-axis mesh, ``"particles"``, over ``devices`` (checked by :func:`check_devices`).
-
-    :param devices: a sequence of ``jax.Device``.
-    :return: ``jax.sharding.Mesh``.
-
-    **Example:**
-
-    .. code-block:: python
-
-        mesh = particle_mesh(check_devices(2, 1000))
-    """
-    return Mesh(np.array(list(devices)), ("particles",))
-
-
-def shard_particles(tree, mesh: Mesh):
-    """Every leaf of ``tree`` split along its leading (particle) axis over the devices of
-    ``mesh`` (:func:`particle_mesh`).
-
-    Placed so, the annealing's compiled scan runs each device's particles there (JAX's SPMD
-    partitioning of the program).
-
-    :param tree: a pytree of arrays with a leading particle axis ``N``, a multiple of the
-        number of devices.
-    :param mesh: the particle mesh.
-    :return: the pytree, its leaves on the mesh's devices.
-
-    **Example:**
-
-    .. code-block:: python
-
-        positions = shard_particles(positions, particle_mesh(jax.devices()[:2]))
-    """
-    sharding = NamedSharding(mesh, PartitionSpec("particles"))
-    return jax.tree.map(lambda leaf: jax.device_put(leaf, sharding), tree)
 
 
 @lru_cache(maxsize=32)

@@ -38,7 +38,6 @@ import scipy.linalg
 
 from numpyro_extras.annealing.driver import (
     anneal,
-    check_devices,
     inverse_temperature_schedule,
     warn_on_small_ess,
 )
@@ -50,6 +49,7 @@ from numpyro_extras.bases import (
     validate_base,
 )
 from numpyro_extras.compilation import fold_in_key, quick_jit, split_key
+from numpyro_extras.devices import check_devices
 from numpyro_extras.evidence import Evidence, evidence_from_log_weights
 from numpyro_extras.metropolis import metropolis_accept, select
 from numpyro_extras.potential import (

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from numpyro.infer.hmc import HMCState, hmc
 
 from numpyro_extras.compiled_chain import BuildTag
+from numpyro_extras.devices import constrain_leading_axis
 from numpyro_extras.exchange.core import (
     ExchangeStatistics,
     LadderState,
@@ -470,19 +471,29 @@ class ScanParts(NamedTuple):
     complete: Callable
 
 
-def scan_step(parts: ScanParts):
-    """``state -> state``: one scan of one chain from its :class:`ScanParts`."""
+def _explored_lanes(explore, lanes, lane_sharding):
+    """The moves of ``lanes`` (leading axis), split over devices by ``lane_sharding``: each
+    device moves its share of the rungs, and the swaps that follow gather them."""
+    lanes = constrain_leading_axis(lanes, lane_sharding)
+    return constrain_leading_axis(jax.vmap(explore)(lanes), lane_sharding)
+
+
+def scan_step(parts: ScanParts, lane_sharding=None):
+    """``state -> state``: one scan of one chain from its :class:`ScanParts`; its rungs' moves
+    split over devices by ``lane_sharding``
+    (:func:`~numpyro_extras.devices.leading_axis_sharding`, or ``None``)."""
 
     def step(state):
         lanes, carry = parts.lanes(state)
-        return parts.complete(state, jax.vmap(parts.explore)(lanes), carry)
+        return parts.complete(state, _explored_lanes(parts.explore, lanes, lane_sharding), carry)
 
     return step
 
 
-def batched_scan_step(parts: ScanParts):
+def batched_scan_step(parts: ScanParts, lane_sharding=None):
     """``states -> states``: one scan of a batch of chains (leading axis), the moves of all
-    their rungs one vectorised call over ``chains x rungs`` lanes.
+    their rungs one vectorised call over ``chains x rungs`` lanes, split over devices by
+    ``lane_sharding`` (:func:`~numpyro_extras.devices.leading_axis_sharding`, or ``None``).
 
     **Example:**
 
@@ -497,7 +508,7 @@ def batched_scan_step(parts: ScanParts):
         lanes, carry = jax.vmap(parts.lanes)(states)
         batch_shape = lanes.beta.shape[:2]
         flat = jax.tree.map(lambda leaf: leaf.reshape((-1,) + leaf.shape[2:]), lanes)
-        moved = jax.vmap(parts.explore)(flat)
+        moved = _explored_lanes(parts.explore, flat, lane_sharding)
         moved = jax.tree.map(lambda leaf: leaf.reshape(batch_shape + leaf.shape[1:]), moved)
         return jax.vmap(parts.complete)(states, moved, carry)
 

@@ -16,6 +16,7 @@ import numpy as np
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.initialization import init_to_uniform
 
+from numpyro_extras.devices import check_devices, leading_axis_sharding
 from numpyro_extras.discrete.kernels import ACS
 from numpyro_extras.discrete.target import DiscreteTarget
 from numpyro_extras.exchange.chains import batched_scan_step, scan_step
@@ -173,6 +174,10 @@ class ReplicaExchange(ExtrasKernel):
         reference draw is not in the target's support.
     :param dict fit_base_kwargs: keyword arguments of :func:`~numpyro_extras.fit_base`.
     :param int fit_base_seed: seed of the fit and of the pilot run.
+    :param devices: split the rungs' moves over these devices: a number ``n`` (the first ``n``
+        of ``jax.devices()``) or a sequence of ``jax.Device``; each scan moves every device's
+        share of the rungs (of every chain, with ``chain_method="vectorized"``) there, and the
+        swaps gather them. The draws are those of one device. ``None``: JAX's default device.
     :param inner_kwargs: settings of the inner kernel (``step_size``, ``dense_mass``,
         ``max_tree_depth``, ``num_steps``, ... or ``nx.ACS``'s).
     :return: a NumPyro kernel; ``mcmc.get_samples()`` are the ``beta = 1`` replica's draws,
@@ -211,9 +216,12 @@ class ReplicaExchange(ExtrasKernel):
         init_strategy=init_to_uniform,
         fit_base_kwargs=None,
         fit_base_seed=0,
+        devices=None,
         **inner_kwargs,
     ):
         super().__init__(model, potential_fn)
+        devices = check_devices(devices)
+        self._lane_sharding = None if devices is None else leading_axis_sharding(devices, "rungs")
         self._requested_replicas = replica_count_setting(num_replicas)
         # "auto": NUTS or fixed-length HMC, chosen from the potential's cost at each init.
         inner_kernel, self._auto_move = resolved_inner_kernel(inner_kernel, inner_kwargs)
@@ -388,13 +396,14 @@ class ReplicaExchange(ExtrasKernel):
     def _build(self, num_warmup, tag):
         moves = (self._target, self._acs, self._algo, self._hmc_settings)
         scan, settings = replica_scan(*moves, self._plan, tag)
+        lane_sharding = self._lane_sharding
         init_one, step_one = fixed_target_functions(
             scan.init,
-            lambda state, num_warmup: scan_step(scan.parts(num_warmup))(state),
+            lambda state, num_warmup: scan_step(scan.parts(num_warmup), lane_sharding)(state),
             num_warmup,
             settings,
         )
-        step_batch = batched_scan_step(scan.parts(num_warmup))
+        step_batch = batched_scan_step(scan.parts(num_warmup), lane_sharding)
         return init_one, step_one, None, lambda states, *model_inputs: step_batch(states)
 
     def _init_inputs(self, rng_key, init_params, batched, model_kwargs):

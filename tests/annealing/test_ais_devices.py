@@ -5,16 +5,10 @@ error bars where a rounding difference turned a Metropolis decision (each device
 rounds its arithmetic in its own way); the particles live on the devices asked for; a split
 that cannot be made is refused with the reason."""
 
-import json
-import subprocess
-import sys
-
 import numpy as np
-from four_devices import PREAMBLE
+from four_devices import run_records
 
-SCRIPT = (
-    PREAMBLE
-    + """
+SCRIPT = """
 from numpyro_extras.annealing.driver import anneal
 
 args = (x, 0.7 * x + 0.1 * jnp.sin(7.0 * x))
@@ -47,15 +41,10 @@ for devices in (3, 8, "two", [0, 1]):
 records["errors"] = errors
 print(json.dumps(records))
 """
-)
 
 
 def test_every_split_of_the_particles_gives_the_one_device_estimate():
-    completed = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=900
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    records = json.loads(completed.stdout.strip().splitlines()[-1])
+    records = run_records(SCRIPT)
     for base in ("prior", "auto"):
         log_z, stderr = records[f"{base} None"]
         assert np.isfinite(log_z) and 0 < stderr < 1.0

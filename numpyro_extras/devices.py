@@ -1,0 +1,109 @@
+"""Splitting a run's independent lanes (AIS particles, replica-exchange rungs) over devices.
+
+JAX places arrays on a one-axis :class:`~jax.sharding.Mesh` and partitions the compiled program
+that runs on them (SPMD): each device computes its share of the lanes, and XLA inserts the
+collectives where lanes meet (the weights' reduction of AIS, the swaps of replica exchange).
+On a CPU, ``numpyro.set_host_device_count(n)`` before JAX starts makes ``n`` devices.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+__all__ = ["check_devices", "leading_axis_sharding", "constrain_leading_axis"]
+
+
+def check_devices(devices, num_items: int | None = None, what: str = "particles") -> tuple | None:
+    """The devices to split a run over, checked: ``None`` (JAX's default device), a number
+    ``n`` (the first ``n`` of ``jax.devices()``) or a sequence of ``jax.Device``.
+
+    :param devices: ``None``, an int or a sequence of devices.
+    :param int num_items: the number of lanes to split, which must then be a multiple of the
+        number of devices (``None``: any number; a compiled program pads an uneven split).
+    :param str what: what the lanes are, for the error message.
+    :return: a tuple of devices, or ``None``.
+    :raises TypeError: for anything else.
+    :raises ValueError: for more devices than JAX has, or lanes that do not split evenly.
+
+    **Example:**
+
+    .. code-block:: python
+
+        check_devices(2, 1000)  # the first two of jax.devices()
+    """
+    if devices is None:
+        return None
+    available = jax.devices()
+    if isinstance(devices, int) and not isinstance(devices, bool):
+        if not 1 <= devices <= len(available):
+            raise ValueError(
+                f"devices={devices}, but JAX has {len(available)} device(s) here "
+                "(numpyro.set_host_device_count(n) before JAX starts makes n CPU devices)."
+            )
+        devices = available[:devices]
+    try:
+        devices = tuple(devices)
+    except TypeError:
+        devices = None
+    if not devices or not all(isinstance(device, jax.Device) for device in devices):
+        raise TypeError(
+            "devices must be None, a number of devices, or a sequence of jax.Device "
+            "(e.g. jax.devices()[:4])."
+        )
+    if num_items is not None and num_items % len(devices):
+        raise ValueError(
+            f"{num_items} {what} cannot be split evenly over {len(devices)} devices: "
+            "use a multiple of the number of devices."
+        )
+    return devices
+
+
+def leading_axis_sharding(devices, axis_name: str) -> NamedSharding:
+    """The sharding that splits an array's leading axis over ``devices`` (a one-axis mesh
+    named ``axis_name``).
+
+    :param devices: a sequence of ``jax.Device`` (from :func:`check_devices`).
+    :param str axis_name: the mesh axis's name (``"particles"``, ``"replicas"``).
+    :return: ``jax.sharding.NamedSharding``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        sharding = leading_axis_sharding(jax.devices()[:2], "replicas")
+    """
+    return NamedSharding(Mesh(np.array(list(devices)), (axis_name,)), PartitionSpec(axis_name))
+
+
+def constrain_leading_axis(tree, sharding: NamedSharding | None):
+    """Inside a traced function: every leaf of ``tree`` split along its leading axis as
+    ``sharding`` says (:func:`jax.lax.with_sharding_constraint`), so that the program's work
+    on those lanes is partitioned over the devices; ``None`` leaves ``tree`` as it is.
+
+    :param tree: a pytree of arrays with a common leading (lane) axis, of any length (XLA pads
+        a split that is not even).
+    :param sharding: from :func:`leading_axis_sharding`, or ``None``.
+    :return: the pytree.
+    :raises ValueError: inside a program that already maps over devices (``jax.pmap``, as
+        NumPyro's ``chain_method="parallel"`` runs chains, or ``shard_map``).
+
+    **Example:**
+
+    .. code-block:: python
+
+        lanes = constrain_leading_axis(lanes, leading_axis_sharding(jax.devices(), "rungs"))
+        moved = jax.vmap(explore)(lanes)
+    """
+    if sharding is None:
+        return tree
+    mapped_axes = jax.sharding.get_abstract_mesh().manual_axes
+    if mapped_axes:
+        raise ValueError(
+            "A run's lanes cannot be split over devices inside a program that already maps "
+            f"over devices (axes {list(mapped_axes)}): NumPyro's chain_method='parallel' puts "
+            "each chain on a device of its own. Use chain_method='vectorized' (every chain's "
+            "lanes split over the devices) or 'sequential', or leave devices unset."
+        )
+    return jax.tree.map(lambda leaf: jax.lax.with_sharding_constraint(leaf, sharding), tree)
