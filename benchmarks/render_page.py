@@ -54,15 +54,22 @@ def coverage_section():
     return markdown_table(HEADER, coverage_rows(read_runs(RESULTS / "coverage.jsonl")))
 
 
-def scaling_section():
-    """The cost of ``nx.ais`` against particles and devices from ``results/scaling.json``."""
+def _scaling_section(workload):
+    """The cost of a workload of ``scaling_benchmark.py`` against its size and the devices."""
+    from scaling_benchmark import RESULTS as SCALING_RESULTS
     from scaling_benchmark import scaling_table
 
-    stored = json.loads((RESULTS / "scaling.json").read_text())
-    return f"{scaling_table(stored['records'])}\n\n{_environment_sentence(stored['environment'])}"
+    stored = json.loads(SCALING_RESULTS[workload].read_text())
+    table = scaling_table(stored["records"], workload)
+    return f"{table}\n\n{_environment_sentence(stored['environment'])}"
 
 
-SECTIONS = {"latency": latency_section, "coverage": coverage_section, "scaling": scaling_section}
+SECTIONS = {
+    "latency": latency_section,
+    "coverage": coverage_section,
+    "scaling": lambda: _scaling_section("particles"),
+    "scaling_replicas": lambda: _scaling_section("replicas"),
+}
 
 
 def render(page_text: str) -> str:
