@@ -29,11 +29,14 @@ class PilotDraws(NamedTuple):
     :param draws: the kept draws, ``(chains, samples, D)`` (numpy).
     :param gradient_evaluations: leapfrog steps of the whole run, warm-up included.
     :param num_divergent: divergent transitions after warm-up.
+    :param max_depth_share: the share of the transitions after warm-up whose NUTS tree reached
+        its maximum depth (its trajectory was cut short, not ended by a U-turn).
     """
 
     draws: np.ndarray
     gradient_evaluations: int
     num_divergent: int
+    max_depth_share: float = 0.0
 
 
 def dispersed_starts(rng_key, potential_fn, initial_position, num_chains, radius=2.0):
@@ -116,10 +119,16 @@ def nuts_draws(
         progress_bar=progress_bar,
         optimize=1,
     )
+    max_tree_depth = settings["max_tree_depth"]
+    if isinstance(max_tree_depth, tuple):  # NUTS's (warm-up, draws) pair
+        max_tree_depth = max_tree_depth[1]
+    # A tree that reached depth d made its last doubling, at least 2^(d - 1) leapfrog steps.
+    reached_max_depth = np.asarray(num_steps[num_warmup:]) >= 2 ** (max_tree_depth - 1)
     return PilotDraws(
         np.swapaxes(draws[num_warmup:], 0, 1),
         int(np.sum(num_steps)),
         int(np.sum(diverging[num_warmup:])),
+        float(np.mean(reached_max_depth)) if num_samples else 0.0,
     )
 
 

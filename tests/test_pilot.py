@@ -27,13 +27,33 @@ def test_nuts_draws_match_a_gaussian_within_monte_carlo_error():
     assert pilot.draws.shape == (4, 1000, 2)
     # Every transition takes at least one leapfrog step, warm-up included.
     assert pilot.gradient_evaluations >= 4 * 1300
-    assert pilot.num_divergent == 0
+    assert pilot.num_divergent == 0 and pilot.max_depth_share == 0.0
     draws = pilot.draws.reshape(-1, 2)
     # NUTS on a Gaussian: nearly independent draws; 4 sds of the mean of 4000 draws, with
     # the error bar doubled for autocorrelation.
     stderr = 2 * np.array([0.5, 2.0]) / np.sqrt(draws.shape[0])
     assert np.all(np.abs(draws.mean(0) - np.array([1.0, -2.0])) < 4 * stderr)
     assert np.allclose(draws.std(0), [0.5, 2.0], rtol=0.1)
+
+
+def test_the_share_of_trees_cut_at_the_maximum_depth_is_counted_after_warm_up():
+    """Neal's funnel at beta = 0.1 puts its mass at v near 200, where the x scale e^(v / 2) is
+    vast: NUTS's trees run to the maximum depth (2^9 or more leapfrog steps)."""
+
+    def tempered_funnel_potential(x):
+        v, rest = x[0], x[1:]
+        return 0.1 * (v**2 / 18 + jnp.sum(rest**2 / (2 * jnp.exp(v)) + v / 2))
+
+    pilot = nuts_draws(
+        jax.random.PRNGKey(0),
+        tempered_funnel_potential,
+        jnp.zeros((2, 6)),
+        num_warmup=60,
+        num_samples=30,
+        progress_bar=False,
+    )
+    assert pilot.max_depth_share > 0.5
+    assert pilot.gradient_evaluations >= 2 * 30 * 2**9 * pilot.max_depth_share
 
 
 def test_dispersed_starts_replace_non_finite_points_by_the_initial_position():

@@ -140,6 +140,10 @@ MEAN_SCORE_LIMIT = 8.0
 # is too small (a support that depends on another site's value comes near MEAN_SCORE_LIMIT
 # there); a funnel, whose tempered mass NUTS cannot follow, reads far beyond either.
 FIRST_RUNG_SCORE_LIMIT = 20.0
+# A first-rung NUTS run in which more than this share of the transitions reach the maximum tree
+# depth cannot follow the scales of p~^beta_0 (a tempered funnel's mass sits at scales of
+# e^100), and its draws seed no annealing.
+MAX_DEPTH_SHARE = 0.5
 # A collapsed model that accepts this often at beta_0 fits the tempered target as one Gaussian
 # already: its latents have no modes to place.
 GAUSSIAN_FIT_RATE = 0.5
@@ -491,41 +495,32 @@ def _exchange_draws(rng_key, tempered_potential_fn, reference, starts, settings,
     return np.swapaxes(positions[scans:], 0, 1), int(np.sum(num_steps)), round_trips
 
 
-def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_bar):
+def _exchange_starts(keys, tempered_potential_fn, reference_draws, starts, settings, progress_bar):
     """``len(starts)`` states of ``p~^beta_0`` spread over its modes, and the evaluations made.
 
-    A short NUTS run from ``starts`` places a Gaussian reference, ``initial_spread`` times as
-    wide; replica exchange (``nx.ReplicaExchange``, non-reversible, Syed et al. 2022) from it
-    to ``p~^beta_0`` moves states between the modes the reference reaches. A Gaussian with the
-    covariance of those draws, widened ``REFIT_INFLATION`` times, is the reference of a second
-    exchange (the variational reference of Surjanovic et al. 2022): it spans the modes found,
-    so that the tempered path no longer favours the first mode and states cross between the
-    modes many times. Where every chain of the first exchange made ``ENOUGH_ROUND_TRIPS`` round
-    trips already, its own draws serve and the second is not run. Of the last exchange's
-    ``beta_0`` draws, ``len(starts)`` spread over the modes they visited are returned
-    (``spread_draws``: one per cell of a k-means partition), so that a mode the exchange
-    visited, however briefly, gets a chain. A ``UserWarning`` says when a
-    chain of the last exchange made fewer than ``MIN_START_ROUND_TRIPS`` round trips between
-    the two ends.
+    The ``reference_draws`` ``(chains, samples, D)`` of a short NUTS run from ``starts`` place a
+    Gaussian reference, ``initial_spread`` times as wide; replica exchange
+    (``nx.ReplicaExchange``, non-reversible, Syed et al. 2022) from it to ``p~^beta_0`` moves
+    states between the modes the reference reaches. A Gaussian with the covariance of those
+    draws, widened ``REFIT_INFLATION`` times, is the reference of a second exchange (the
+    variational reference of Surjanovic et al. 2022): it spans the modes found, so that the
+    tempered path no longer favours the first mode and states cross between the modes many
+    times. Where every chain of the first exchange made ``ENOUGH_ROUND_TRIPS`` round trips
+    already, its own draws serve and the second is not run. Of the last exchange's ``beta_0``
+    draws, ``len(starts)`` spread over the modes they visited are returned (``spread_draws``:
+    one per cell of a k-means partition), so that a mode the exchange visited, however
+    briefly, gets a chain. A ``UserWarning`` says when a chain of the last exchange made fewer
+    than ``MIN_START_ROUND_TRIPS`` round trips between the two ends. ``keys`` are the three
+    keys of the two exchanges and the spreading.
     """
-    reference_key, first_key, second_key, spread_key = jax.random.split(rng_key, 4)
-    reference_run = nuts_draws(
-        reference_key,
-        tempered_potential_fn,
-        starts,
-        num_warmup=REFERENCE_STEPS,
-        num_samples=REFERENCE_STEPS,
-        progress_bar=False,
-    )
-    draws = reference_run.draws.reshape(-1, starts.shape[-1])
-    evaluations = reference_run.gradient_evaluations
+    first_key, second_key, spread_key = keys
+    draws = reference_draws.reshape(-1, starts.shape[-1])
     local_variance = np.maximum(np.var(draws, 0), 1e-6)
     spread = settings.initial_spread * np.sqrt(local_variance)
     reference = GaussianBase(jnp.asarray(np.mean(draws, 0)), jnp.diag(jnp.asarray(spread)), 0.0)
-    found, first_evaluations, round_trips = _exchange_draws(
+    found, evaluations, round_trips = _exchange_draws(
         first_key, tempered_potential_fn, reference, starts, settings, progress_bar
     )
-    evaluations += first_evaluations
     beta_0_draws = found
     if round_trips < ENOUGH_ROUND_TRIPS:
         last_found = found[:, -1]
@@ -559,41 +554,56 @@ def _exchange_starts(rng_key, tempered_potential_fn, starts, settings, progress_
 
 def initial_draws(rng_key, flat_model, settings, num_models, progress_bar):
     """Per model, ``initial_size`` NUTS draws at ``beta_0``, shape ``(J, N, D)``: each model gets
-    its own chains (round-robin) when there are at least as many chains as models; and the
-    density evaluations of the run (warm-up and the starts' replica exchange included)."""
+    its own chains (round-robin) when there are at least as many chains as models; the density
+    evaluations of the run (warm-up and the starts' replica exchange included); and the problems
+    found (:func:`_deep_tree_problems`), after which the draws of the NUTS run that found them
+    are returned and no more is run."""
     beta_0 = settings.beta_0
     potential_fn = flat_model.potential_fn
     tempered_potential_fn = lambda x: beta_0 * potential_fn(x)  # noqa: E731
     chains = settings.initial_chains
     start_key, exchange_key, run_key, pick_key = jax.random.split(rng_key, 4)
-    dimension = flat_model.dimension
     starts = dispersed_starts(
         start_key, potential_fn, flat_model.initial_position, chains, INITIAL_RADIUS
     )
     evaluations = 0
+    run = None
     if settings.initial_exchange_scans:
-        starts, evaluations = _exchange_starts(
-            exchange_key, tempered_potential_fn, starts, settings, progress_bar
+        reference_key, *exchange_keys = jax.random.split(exchange_key, 4)
+        run = nuts_draws(
+            reference_key,
+            tempered_potential_fn,
+            starts,
+            num_warmup=REFERENCE_STEPS,
+            num_samples=REFERENCE_STEPS,
+            progress_bar=False,
         )
-    draws_per_chain = math.ceil(num_models * settings.initial_size / chains)
-    first_rung = nuts_draws(
-        run_key,
-        tempered_potential_fn,
-        starts,
-        num_warmup=settings.initial_warmup,
-        num_samples=draws_per_chain,
-        progress_bar=progress_bar,
-        description="first rung's NUTS chains",
-    )
-    draws = first_rung.draws
-    evaluations += first_rung.gradient_evaluations
+        evaluations = run.gradient_evaluations
+        if run.max_depth_share <= MAX_DEPTH_SHARE:
+            starts, exchange_evaluations = _exchange_starts(
+                exchange_keys, tempered_potential_fn, run.draws, starts, settings, progress_bar
+            )
+            evaluations += exchange_evaluations
+            run = None
+    if run is None:
+        run = nuts_draws(
+            run_key,
+            tempered_potential_fn,
+            starts,
+            num_warmup=settings.initial_warmup,
+            num_samples=math.ceil(num_models * settings.initial_size / chains),
+            progress_bar=progress_bar,
+            description="first rung's NUTS chains",
+        )
+        evaluations += run.gradient_evaluations
+    draws = run.draws
     keys = jax.random.split(pick_key, num_models)
     per_model = []
     for model in range(num_models):
-        own = draws[model::num_models] if chains >= num_models else draws
-        own = own.reshape(-1, dimension)
+        own = draws[model::num_models] if draws.shape[0] >= num_models else draws
+        own = own.reshape(-1, flat_model.dimension)
         per_model.append(_take_rows(keys[model], jnp.asarray(own), settings.initial_size))
-    return jnp.stack(per_model), evaluations
+    return jnp.stack(per_model), evaluations, _deep_tree_problems(run, settings)
 
 
 class _Machinery(NamedTuple):
@@ -928,10 +938,12 @@ def fit_vae_proposal(
     sites = site_shapes(flat_model)
     round_start = time.perf_counter()
     if initial_data is None:
-        data, evaluations = initial_draws(data_key, flat_model, settings, num_models, progress_bar)
+        data, evaluations, problems = initial_draws(
+            data_key, flat_model, settings, num_models, progress_bar
+        )
     else:
-        data, evaluations = _checked_data(initial_data, num_models, dimension), 0
-    problems = _first_rung_problems(log_density_fn, data, settings)
+        data, evaluations, problems = _checked_data(initial_data, num_models, dimension), 0, []
+    problems = problems or _first_rung_problems(log_density_fn, data, settings)
     # Each check chain evaluates its start and one proposal per step.
     evaluations_per_search = num_models * settings.num_check_chains * (settings.num_check_steps + 1)
     data = data.astype(flat_model.initial_position.dtype)
@@ -1248,16 +1260,41 @@ def _first_rung_problems(log_density_fn, data, settings):
     )
     if score <= FIRST_RUNG_SCORE_LIMIT:
         return []
-    problem = (
-        f"the first rung's draws are not draws of the tempered target p~^beta_0 "
+    return _untempered_start_problem(
+        stacklevel=4,
+        evidence=f"the first rung's draws are not draws of the tempered target p~^beta_0 "
         f"(beta_0 = {beta_0}): the mean gradient of its log density over them is {score:.0f} "
-        f"standard errors from 0 in coordinate {coordinate} (0 for draws from it). Tempering "
-        "moved the target's mass where NUTS cannot follow it (a hierarchical model's mass "
-        "moves to huge scales), and no annealing from these draws reaches the posterior, so "
-        "none was run: the proposal is trained on these draws only, and the sampler's draws "
-        "and its log Z will be wrong. Use nx.ReplicaExchange or NUTS for this model"
+        f"standard errors from 0 in coordinate {coordinate} (0 for draws from it)",
     )
-    warnings.warn(problem[0].upper() + problem[1:] + ".", stacklevel=3)
+
+
+def _deep_tree_problems(run, settings):
+    """Warn, and return the problem to record, when more than ``MAX_DEPTH_SHARE`` of the
+    transitions of the NUTS ``run`` (:class:`~numpyro_extras.pilot.PilotDraws`) at ``beta_0``
+    reached NUTS's maximum tree depth: its draws are not draws of ``p~^beta_0``, so no annealing
+    is run from them."""
+    if run.max_depth_share <= MAX_DEPTH_SHARE:
+        return []
+    return _untempered_start_problem(
+        stacklevel=5,
+        evidence=f"NUTS cannot sample the tempered target p~^beta_0 (beta_0 = {settings.beta_0}): "
+        f"{run.max_depth_share:.0%} of its transitions reached the maximum tree depth, so its "
+        "step size is too small for the scales of the target's mass",
+    )
+
+
+def _untempered_start_problem(evidence, stacklevel):
+    """Warn (``stacklevel`` frames up: the caller of :func:`fit_vae_proposal`) that the
+    annealing cannot start at ``beta_0``, for the reason ``evidence`` gives, and return the
+    problem to record."""
+    problem = (
+        f"{evidence}. Tempering moved the target's mass where NUTS cannot follow it (a "
+        "hierarchical model's mass moves to huge scales), and no annealing from these draws "
+        "reaches the posterior, so none was run: the proposal is trained on these draws only, "
+        "and the sampler's draws and its log Z will be wrong. Use nx.ReplicaExchange or NUTS "
+        "for this model"
+    )
+    warnings.warn(problem[0].upper() + problem[1:] + ".", stacklevel=stacklevel)
     return [problem]
 
 

@@ -232,7 +232,10 @@ def test_the_first_rung_starts_its_chains_in_every_mode(exchange_scans, exchange
     ).checked(1, flat_model.dimension)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*round trips")  # the exchange made them
-        draws, evaluations = initial_draws(jax.random.PRNGKey(1), flat_model, settings, 1, False)
+        draws, evaluations, problems = initial_draws(
+            jax.random.PRNGKey(1), flat_model, settings, 1, False
+        )
+    assert problems == []
     far_share = float(np.mean(np.mean(draws[0], -1) > 2.0))
     assert draws.shape == (1, 3200, 10) and evaluations > 0
     if exchange_scans:
@@ -253,15 +256,17 @@ def test_a_mode_the_exchange_visits_briefly_still_gets_a_chain(monkeypatch):
         draws[:, 5:20] += 10.0
         return draws, 0, 10
 
-    def fake_nuts(rng_key, potential_fn, starts, **kwargs):
-        return PilotDraws(rng.normal(0.0, 1.0, (len(starts), 50, dimension)), 0, 0)
-
     monkeypatch.setattr(annealing, "_exchange_draws", fake_exchange)
-    monkeypatch.setattr(annealing, "nuts_draws", fake_nuts)
     settings = nx.AnnealingSettings(initial_exchange_scans=scans).checked(1, dimension)
     starts = jnp.zeros((32, dimension))
+    reference_draws = rng.normal(0.0, 1.0, (len(starts), 50, dimension))
     spread, _ = annealing._exchange_starts(
-        jax.random.PRNGKey(0), lambda x: 0.0, starts, settings, False
+        jax.random.split(jax.random.PRNGKey(0), 3),
+        lambda x: 0.0,
+        reference_draws,
+        starts,
+        settings,
+        False,
     )
     assert spread.shape == (32, dimension)
     assert np.sum(np.mean(np.asarray(spread), -1) > 5.0) >= 1
@@ -414,6 +419,34 @@ def test_the_mean_score_tells_target_draws_from_draws_stuck_elsewhere():
     stuck = exact.at[:, 1].add(6.0)
     score, coordinate = annealing._largest_mean_score(log_density, stuck)
     assert coordinate == 1 and score > annealing.MEAN_SCORE_LIMIT * 10
+
+
+def test_nuts_trees_at_the_maximum_depth_stop_the_first_rung_before_its_exchange(monkeypatch):
+    """When most of the reference run's NUTS trees reach the maximum depth (as on a tempered
+    funnel), its draws are not the tempered target's: the fit says so, runs neither the
+    exchange nor the first rung's chains nor any annealing, and trains on those draws."""
+    runs = []
+
+    def deep_nuts(rng_key, potential_fn, starts, **kwargs):
+        runs.append(kwargs)
+        draws = beta_0_draws(rng_key, len(starts) * 200).reshape(len(starts), 200, 2)
+        return PilotDraws(np.asarray(draws), 1234, 0, max_depth_share=0.8)
+
+    def no_exchange(*args, **kwargs):
+        raise AssertionError("the exchange ran after the reference run failed")
+
+    monkeypatch.setattr(annealing, "nuts_draws", deep_nuts)
+    monkeypatch.setattr(annealing, "_exchange_draws", no_exchange)
+    with pytest.warns(UserWarning, match="80% of its transitions reached the maximum tree"):
+        proposal = nx.fit_vae_proposal(
+            jax.random.PRNGKey(0), mixture_model, progress_bar=False, **TINY
+        )
+    history = proposal.history
+    assert len(runs) == 1 and runs[0]["num_warmup"] == annealing.REFERENCE_STEPS
+    assert [rung.beta for rung in history.rungs] == [0.1]
+    assert len(history.problems) == 1 and "maximum tree depth" in history.problems[0]
+    assert history.density_evaluations >= 1234
+    assert np.isfinite(history.final_accept_rates[0])
 
 
 def test_first_rung_draws_away_from_the_tempered_mass_stop_the_annealing_at_once():
