@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["check_devices", "leading_axis_sharding", "constrain_leading_axis"]
+__all__ = [
+    "check_devices",
+    "leading_axis_sharding",
+    "constrain_leading_axis",
+    "readable_on_every_process",
+    "gathered",
+]
 
 
 def check_devices(devices, num_items: int | None = None, what: str = "particles") -> tuple | None:
@@ -107,3 +114,62 @@ def constrain_leading_axis(tree, sharding: NamedSharding | None):
             "lanes split over the devices) or 'sequential', or leave devices unset."
         )
     return jax.tree.map(lambda leaf: jax.lax.with_sharding_constraint(leaf, sharding), tree)
+
+
+def readable_on_every_process(tree, sharding: NamedSharding | None):
+    """Inside a traced function: when ``sharding`` spans the devices of several processes
+    (``jax.distributed``), every leaf of ``tree`` replicated on all of them, so that each
+    process can read the run's state and what NumPyro's ``MCMC`` collects from it; otherwise
+    ``tree`` as it is (one process reads every device).
+
+    :param tree: a pytree of arrays.
+    :param sharding: from :func:`leading_axis_sharding`, or ``None``.
+    :return: the pytree.
+
+    **Example:**
+
+    .. code-block:: python
+
+        state = readable_on_every_process(complete(state, moved), lane_sharding)
+    """
+    if sharding is None or sharding.is_fully_addressable:
+        return tree
+    replicated = NamedSharding(sharding.mesh, PartitionSpec())
+    return jax.tree.map(lambda leaf: jax.lax.with_sharding_constraint(leaf, replicated), tree)
+
+
+def gathered(tree):
+    """``tree`` with every leaf that lives partly on other processes' devices (a run split over
+    the devices of several ``jax.distributed`` processes) gathered whole onto this process as a
+    NumPy array, so that it can be read here; other leaves are returned as they are. The
+    leaves are gathered by one program: every new program of several processes costs a
+    compilation and a rendezvous.
+
+    :param tree: a pytree of arrays.
+    :return: the pytree.
+
+    **Example:**
+
+    .. code-block:: python
+
+        log_weights = gathered(result.log_weights)  # every particle's, on every process
+    """
+    leaves, treedef = jax.tree.flatten(tree)
+    split = [
+        index
+        for index, leaf in enumerate(leaves)
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable
+    ]
+    if not split:
+        return tree
+    meshes = {getattr(leaves[index].sharding, "mesh", None) for index in split}
+    if len(meshes) != 1 or None in meshes:
+        copies = [multihost_utils.process_allgather(leaves[index], tiled=True) for index in split]
+    else:
+        replicated = NamedSharding(meshes.pop(), PartitionSpec())
+        copies = jax.jit(lambda *parts: parts, out_shardings=replicated)(
+            *(leaves[index] for index in split)
+        )
+    for index, copy in zip(split, copies, strict=True):
+        leaves[index] = np.asarray(copy)
+    return jax.tree.unflatten(treedef, leaves)

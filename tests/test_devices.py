@@ -84,3 +84,18 @@ def test_every_kernel_runs_its_chains_on_four_devices():
             assert warmed.shape == vectorized.shape and np.all(np.isfinite(warmed)), name
             # Four separate chains after warm-up, not one chain copied to every device.
             assert len({chain.tobytes() for chain in warmed}) == 4, name
+
+
+def test_arrays_of_one_process_are_read_as_they_are():
+    """Gathering and replicating for several ``jax.distributed`` processes leave the runs of one
+    process untouched (examples/distributed.py runs two processes)."""
+    import jax
+    import jax.numpy as jnp
+
+    from numpyro_extras.devices import gathered, leading_axis_sharding, readable_on_every_process
+
+    tree = {"weights": jnp.arange(4.0), "rest": (np.ones(2), None)}
+    assert gathered(tree) is tree
+    sharding = leading_axis_sharding(jax.devices()[:2], "lanes")
+    assert readable_on_every_process(tree, sharding) is tree
+    assert readable_on_every_process(tree, None) is tree

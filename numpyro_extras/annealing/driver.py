@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from numpyro_extras.compilation import quick_jit, split_key
-from numpyro_extras.devices import check_devices, leading_axis_sharding
+from numpyro_extras.devices import check_devices, gathered, leading_axis_sharding
 from numpyro_extras.progress import run_chunks
 from numpyro_extras.validation import check_count
 
@@ -350,10 +350,14 @@ def anneal(
         progress_bar=progress_bar,
     )
     acceptances, traces = zip(*outputs, strict=True)
-    positions, log_weights, kernel_state = carry.positions, carry.log_weights, carry.kernel_state
     acceptance = jnp.concatenate(acceptances)[:num_steps]
     log_weight_trace = jnp.concatenate(traces)[:num_steps] if keep_trace else None
-    return AnnealingResult(log_weights, positions, kernel_state, acceptance, log_weight_trace)
+    # Gathered whole on every process when the particles were split over several processes.
+    return AnnealingResult(
+        *gathered(
+            (carry.log_weights, carry.positions, carry.kernel_state, acceptance, log_weight_trace)
+        )
+    )
 
 
 @lru_cache(maxsize=32)

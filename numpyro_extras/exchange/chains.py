@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from numpyro.infer.hmc import HMCState, hmc
 
 from numpyro_extras.compiled_chain import BuildTag
-from numpyro_extras.devices import constrain_leading_axis
+from numpyro_extras.devices import constrain_leading_axis, readable_on_every_process
 from numpyro_extras.exchange.core import (
     ExchangeStatistics,
     LadderState,
@@ -485,7 +485,8 @@ def scan_step(parts: ScanParts, lane_sharding=None):
 
     def step(state):
         lanes, carry = parts.lanes(state)
-        return parts.complete(state, _explored_lanes(parts.explore, lanes, lane_sharding), carry)
+        moved = _explored_lanes(parts.explore, lanes, lane_sharding)
+        return readable_on_every_process(parts.complete(state, moved, carry), lane_sharding)
 
     return step
 
@@ -510,7 +511,8 @@ def batched_scan_step(parts: ScanParts, lane_sharding=None):
         flat = jax.tree.map(lambda leaf: leaf.reshape((-1,) + leaf.shape[2:]), lanes)
         moved = _explored_lanes(parts.explore, flat, lane_sharding)
         moved = jax.tree.map(lambda leaf: leaf.reshape(batch_shape + leaf.shape[1:]), moved)
-        return jax.vmap(parts.complete)(states, moved, carry)
+        states = jax.vmap(parts.complete)(states, moved, carry)
+        return readable_on_every_process(states, lane_sharding)
 
     return step
 

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from numpyro_extras.devices import gathered
 from numpyro_extras.evidence import Evidence
 from numpyro_extras.exchange.evidence import (
     SteppingStone,
@@ -185,7 +186,8 @@ def exchange_diagnostics(mcmc) -> ExchangeDiagnostics:
         diagnostics.barrier, diagnostics.round_trips, diagnostics.problems
     """
     kernel = exchange_kernel(mcmc)
-    state = mcmc.last_state
+    # Read on every process, where the run's replicas were split over several processes.
+    state = gathered(mcmc.last_state)
     betas = _per_chain(mcmc, state.betas, 1).astype(np.float64)
     log_likelihood = _chain_fields(mcmc, "log_likelihood")
     swap_rates = _chain_fields(mcmc, "swap_accept_prob").mean(axis=1)
