@@ -158,7 +158,10 @@ def gathered(tree):
     split = [
         index
         for index, leaf in enumerate(leaves)
-        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable
+        # A traced run (inside jit or vmap) has nothing to read yet.
+        if isinstance(leaf, jax.Array)
+        and not isinstance(leaf, jax.core.Tracer)
+        and not leaf.is_fully_addressable
     ]
     if not split:
         return tree
