@@ -15,6 +15,8 @@ from scipy.stats import norm
 
 import numpyro_extras as nx
 
+pytestmark = pytest.mark.slow
+
 NUM_SEEDS = 20
 
 

@@ -7,6 +7,7 @@ differently, and a warm-up's step-size and mass adaptation carries those last-bi
 differences into every later step (replica exchange's chains then part for good)."""
 
 import numpy as np
+import pytest
 from four_devices import run_records
 
 SCRIPT = """
@@ -68,6 +69,7 @@ print(json.dumps(records))
 """
 
 
+@pytest.mark.slow
 def test_every_kernel_runs_its_chains_on_four_devices():
     records = run_records(SCRIPT)
     assert len(records) == 8

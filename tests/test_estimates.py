@@ -47,6 +47,7 @@ def test_inference_data_of_a_discrete_kernel(kernel_class):
         nx.log_marginal_likelihood(mcmc)
 
 
+@pytest.mark.slow
 def test_inference_data_of_nuts_and_of_the_ai_sampler_support_loo():
     y = jnp.array([0.3, -0.5, 1.2, 0.8])
     for kernel in (NUTS(_regression), nx.AiSampler(_regression)):

@@ -120,6 +120,7 @@ MOST_MODEL_RUNS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_the_model_runs_while_a_kernel_reads_it_and_never_in_its_programs(name, counted_model):
     """The model's Python runs while the kernel reads the model (sites, NumPyro's initial

@@ -6,7 +6,10 @@ rounds its arithmetic in its own way); the particles live on the devices asked f
 that cannot be made is refused with the reason."""
 
 import numpy as np
+import pytest
 from four_devices import run_records
+
+pytestmark = pytest.mark.slow
 
 SCRIPT = """
 from numpyro_extras.annealing.driver import anneal

@@ -269,6 +269,7 @@ def paper_errors(key, machines, side="auto"):
     return np.asarray(ais - exact), np.asarray(mais - exact), np.asarray(exact)
 
 
+@pytest.mark.slow
 def test_fig4_mais_has_the_lower_mean_error_at_every_temperature():
     # Claim 9: |V| = 10, |H| = 20, K = 10, N = 1000, 50 RBMs; mean APE of mAIS below AIS
     # (calib mean APE % 0.052 / 0.010, 0.111 / 0.038, 0.293 / 0.127, 0.518 / 0.176).
@@ -280,6 +281,7 @@ def test_fig4_mais_has_the_lower_mean_error_at_every_temperature():
         assert difference > 3 * stderr, inverse_temperature
 
 
+@pytest.mark.slow
 def test_alpha_trend_and_side_rule():
     # Claim 10: the relative gain ln r = ln(|err AIS| / |err mAIS|) grows with alpha = |H| / |V|
     # (calib medians 1.14 at alpha = 0.25, 1.97 at alpha = 4; 1/T = 0.5, K = 10; 100 RBMs here);

@@ -235,6 +235,7 @@ def observed_sites(model, args):
     ]
 
 
+@pytest.mark.slow
 class ConformanceTests:
     """The checks of every pair, on its one shared run. Subclasses set ``PAIRS``."""
 

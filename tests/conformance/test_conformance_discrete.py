@@ -43,6 +43,7 @@ def test_post_warmup_state_continues_the_chain():
     check_continuation("DMALA", "ising_chain")
 
 
+@pytest.mark.slow
 def test_float32():
     check_float32([("DMALA", "ising_chain")])
 

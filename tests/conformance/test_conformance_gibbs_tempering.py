@@ -4,6 +4,7 @@ chains, the same key, ``init_params``, ``jit_model_args``, ``post_warmup_state``
 cheapest pair, the conjugate regression."""
 
 import jax.numpy as jnp
+import pytest
 from conformance_runs import (
     ConformanceTests,
     check_chain_method,
@@ -26,6 +27,7 @@ class TestGibbsContinuousTempering(ConformanceTests):
     PAIRS = tuple((KERNEL, name) for name in MODELS)
 
 
+@pytest.mark.slow
 def test_parallel_chains():
     check_chain_method(KERNEL, "regression", "parallel")
 
@@ -38,6 +40,7 @@ def test_init_params():
     check_init_params(KERNEL, "regression", {"w": jnp.array([3.0, -3.0])})
 
 
+@pytest.mark.slow
 def test_jit_model_args_on_two_data_sets():
     check_jit_model_args(KERNEL, "regression")
 

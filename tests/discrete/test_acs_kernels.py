@@ -52,6 +52,7 @@ def _enumerate_binary(num_units):
     return np.array(list(itertools.product([0.0, 1.0], repeat=num_units)))
 
 
+@pytest.mark.slow
 def test_rbm_marginals_and_tuner_claims():
     """Joint RBM (8 visible + 4 hidden Bernoulli sites in plates) against exact enumeration of
     its 4096 states; the tuner's acceptance at both ends of the cycle near its target."""
@@ -241,6 +242,7 @@ def test_mixed_discrete_and_continuous_against_exact_posterior():
     assert np.all(np.abs(estimate - exact) < 4 * stderr), (estimate, exact, stderr)
 
 
+@pytest.mark.slow
 def test_inner_kernel_tunes_where_the_continuous_site_is():
     """The discrete conditional of this model is near-deterministic for most prior draws of
     ``mu`` (a field ``4 mu`` on every site) but not at its posterior (``mu`` about 0.3): tuned
@@ -322,6 +324,7 @@ def _tiny_model():
     numpyro.factor("f", 0.8 * jnp.sum(x[:-1] * x[1:]) - 0.3 * jnp.sum(x))
 
 
+@pytest.mark.slow
 def test_chain_methods_agree_and_dmala_is_acs_at_half():
     """sequential, parallel and vectorized chains, tuner included, give the same draws from the
     same key; DMALA equals ACS with a constant schedule at beta = 0.5 bit for bit."""

@@ -22,6 +22,8 @@ from numpyro_extras.exchange.ladder import (
 )
 from numpyro_extras.exchange.pilot import potential_flops
 
+pytestmark = pytest.mark.slow
+
 # HMC with a few leapfrog steps compiles faster than NUTS; the rule does not depend on the move.
 # One ladder from the prior: the pilot of each leg of a stabilised run is the same measurement.
 MOVES = dict(inner_kernel=HMC, num_steps=5, reference="prior")

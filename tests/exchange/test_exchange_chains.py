@@ -202,6 +202,7 @@ def test_legged_moves_evaluate_each_leg_as_its_own_path():
             np.testing.assert_allclose(gradient, expected[1], rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_a_batch_of_chains_moves_as_flat_lanes_exactly_as_chain_by_chain():
     """One scan of a batch of stabilised chains with every rung of every chain in one vmap
     gives the same states as each chain's own scan."""

@@ -6,7 +6,10 @@ that turns a Metropolis decision parts the chains); a split that cannot be made 
 the reason."""
 
 import numpy as np
+import pytest
 from four_devices import run_records
+
+pytestmark = pytest.mark.slow
 
 SCRIPT = """
 from numpyro.diagnostics import effective_sample_size

@@ -247,6 +247,7 @@ def test_diagnostics_and_plot_of_a_discrete_run(ising_run):
     assert len(figure.axes[2].lines) == 4
 
 
+@pytest.mark.slow
 def test_chain_methods_give_the_same_draws():
     draws = {}
     for method in ("sequential", "vectorized", "parallel"):

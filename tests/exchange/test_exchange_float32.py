@@ -6,7 +6,10 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from scipy.stats import norm
+
+pytestmark = pytest.mark.slow
 
 SCRIPT = """
 import json, jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist

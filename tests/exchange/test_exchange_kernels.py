@@ -105,6 +105,7 @@ def test_too_few_replicas_warn_with_the_reason():
         nx.log_marginal_likelihood(mcmc)
 
 
+@pytest.mark.slow
 def test_chain_methods_give_the_same_draws():
     # Fixed-length HMC moves: how chains are batched does not depend on the inner kernel, and
     # they compile faster than NUTS.

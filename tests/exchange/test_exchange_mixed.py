@@ -16,6 +16,8 @@ from numpyro.infer import HMC, NUTS
 import numpyro_extras as nx
 from numpyro_extras.exchange.discrete_moves import MixedRungState
 
+pytestmark = pytest.mark.slow
+
 # Six spins on a ring, coupled at 1.0 (two mirror modes, every spin up or every spin down) with a
 # small field that makes the up mode heavier, observed through y ~ N(m M, noise), M the mean spin.
 # Flipping every spin needs m to change sign at the same time: a Gibbs sweep (spins given m, then

@@ -22,6 +22,8 @@ from numpyro_extras.exchange.evidence import SteppingStone, joined_legs_evidence
 from numpyro_extras.exchange.ladder import MIN_AUTO_LEG_REPLICAS
 from numpyro_extras.exchange.stabilized import junction_parity
 
+pytestmark = pytest.mark.slow
+
 # A single Gaussian fitted by variational inference sits on one mode of the bimodal target.
 ONE_MODE_FIT = {"method": "gaussian", "progress_bar": False}
 

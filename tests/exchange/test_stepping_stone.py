@@ -1,6 +1,7 @@
 """Stepping stone on exact draws, against the closed form."""
 
 import numpy as np
+import pytest
 
 from numpyro_extras.exchange.evidence import stepping_stone
 
@@ -100,6 +101,7 @@ def _scatter_over_error(log_likelihoods, betas):
     return np.std(errors) / np.sqrt(np.mean([e.stderr**2 for e in estimates]))
 
 
+@pytest.mark.slow
 def test_the_error_of_four_agreeing_chains_is_not_widened_by_their_noisy_spread():
     """Four chains of exact draws: the spread between them estimates the error no better than
     their own errors do, so the larger of the two would overstate it."""
@@ -111,6 +113,7 @@ def test_the_error_of_four_agreeing_chains_is_not_widened_by_their_noisy_spread(
     assert 0.92 < ratio < 1.12, ratio
 
 
+@pytest.mark.slow
 def test_chains_that_each_miss_part_of_the_posterior_get_their_spread_as_the_error():
     """Each chain's draws carry an offset of their own (a mode it stays in), which no
     within-chain error can see: the spread between chains covers it."""

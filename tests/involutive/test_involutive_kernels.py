@@ -102,6 +102,7 @@ def _two_block_model(y):
     numpyro.factor("coupling", COUPLING * a * b)
 
 
+@pytest.mark.slow
 def test_block_of_numpyro_gibbs_is_exact():
     """The involution is trained on the first conditional of ``a`` and stays exact on every
     other one as NUTS moves ``b``. The chains start near the posterior: Gibbs would otherwise

@@ -37,6 +37,8 @@ from numpyro_extras.involutive.training import (
     seed_mixture,
 )
 
+pytestmark = pytest.mark.slow
+
 MEANS = jnp.array([[5.0, 0.0], [-5.0, 0.0]])
 VARIANCE = 0.5  # the reference code's mog2
 

@@ -28,6 +28,8 @@ from numpyro_extras.slmc.vae import (
     sample_extended,
 )
 
+pytestmark = pytest.mark.slow
+
 
 def beta_0_draws(key, count, left_only=False):
     """Exact draws of the mixture tempered to beta = 0.1 (each mode's sd grows by sqrt(10));

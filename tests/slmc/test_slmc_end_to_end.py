@@ -12,6 +12,8 @@ from slmc_targets import TINY, WEIGHT, mixture_model
 
 import numpyro_extras as nx
 
+pytestmark = pytest.mark.slow
+
 matplotlib.use("Agg")
 
 LOG_Z = 1.5

@@ -322,6 +322,7 @@ print(base.loc.shape[-1], np.isfinite(float(base.log_zeta)) and np.all(np.isfini
 """
 
 
+@pytest.mark.slow
 def test_the_fits_polish_on_radon_finishes():
     """The polishing of 32 fits of the radon model (92 coordinates) as one vmapped program left
     its result waiting forever in XLA's CPU runtime, every worker idle; polished one fit after

@@ -5,6 +5,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 SCRIPT = """
 import json, jax, numpy as np
 from numpyro.infer import MCMC

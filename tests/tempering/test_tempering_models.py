@@ -47,6 +47,7 @@ def beta_bernoulli(data):
         numpyro.sample("obs", dist.Bernoulli(p).to_event(1), obs=data)
 
 
+@pytest.mark.slow
 def test_beta_bernoulli_with_plates():
     data = jnp.asarray(np.random.default_rng(0).binomial(1, [0.3, 0.7], size=(60, 2)))
     mcmc = _run(nx.JointContinuousTempering(beta_bernoulli, fit_base_kwargs=SMALL_FIT), data)
@@ -110,6 +111,7 @@ def dependent_support(y):
 
 
 # The model plumbing and the base fit are shared by both kernels: one exercises them.
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel_class", [nx.GibbsContinuousTempering])
 def test_support_that_depends_on_another_latent(kernel_class):
     """loc ~ Uniform(0, upper): the base is fitted on the model's own unconstrained potential,

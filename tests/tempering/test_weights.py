@@ -104,6 +104,7 @@ def test_extended_density_x_marginal_matches_closed_form():
         assert abs(numeric / closed - 1) < 1e-6
 
 
+@pytest.mark.slow
 def test_beta_marginal_matches_bridge_normalisers():
     """T1: p(beta) = z(beta) / (C zeta^beta), with z(beta) the bridge's normaliser (eq. 19)."""
     target_potential, base, _ = _one_dimensional_setup()
