@@ -69,6 +69,7 @@ SECTIONS = {
     "coverage": coverage_section,
     "scaling": lambda: _scaling_section("particles"),
     "scaling_replicas": lambda: _scaling_section("replicas"),
+    "scaling_datasets": lambda: _scaling_section("datasets"),
 }
 
 

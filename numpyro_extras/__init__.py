@@ -6,6 +6,7 @@ thin :class:`~numpyro.infer.mcmc.MCMCKernel`).
 """
 
 from numpyro_extras import targets as targets  # nx.targets: the built-in test models
+from numpyro_extras.annealing.batched import batched_ais
 from numpyro_extras.annealing.boltzmann import (
     BipartiteBoltzmann,
     checkerboard_sites,
@@ -107,6 +108,7 @@ __all__ = [
     "OneHotCategorical",
     "TuningSettings",
     "ais",
+    "batched_ais",
     "BipartiteBoltzmann",
     "BoltzmannComparison",
     "ais_boltzmann",

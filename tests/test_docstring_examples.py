@@ -93,6 +93,7 @@ SLOW = {
     "load_proposal": _TRAINED,
     "isometry_factors": _TRAINED,
     "ais": _ANNEALS,
+    "batched_ais": _ANNEALS,
     "ais_boltzmann": _ANNEALS,
     "marginalized_ais_boltzmann": _ANNEALS,
     "mais_vs_ais": _ANNEALS,

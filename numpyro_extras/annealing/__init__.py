@@ -1,5 +1,6 @@
 """Annealed importance sampling: the shared driver, AIS for NumPyro models, marginalized AIS."""
 
+from numpyro_extras.annealing.batched import batched_ais
 from numpyro_extras.annealing.boltzmann import (
     BipartiteBoltzmann,
     checkerboard_sites,
@@ -24,6 +25,7 @@ from numpyro_extras.evidence import evidence_from_log_weights
 
 __all__ = [
     "ais",
+    "batched_ais",
     "BipartiteBoltzmann",
     "BoltzmannComparison",
     "ais_boltzmann",

@@ -417,9 +417,35 @@ def compiled_annealing_chunk(
 MIN_ESS_FRACTION = 0.05
 
 
+def small_ess_problem(evidence, num_particles, bias, advice) -> str | None:
+    """What is wrong with an annealed importance sampling estimate that rests on too few
+    effective particles, or ``None`` when its final ESS is at least ``MIN_ESS_FRACTION`` of them.
+
+    :param Evidence evidence: the estimate, with its final ``ess``.
+    :param int num_particles: the particles it used.
+    :param str bias: which way such weights push the estimate.
+    :param str advice: what to change.
+    :return: the problem, one sentence, or ``None``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        problem = small_ess_problem(evidence, 500, "biased low", "use more temperatures")
+    """
+    if evidence.ess >= MIN_ESS_FRACTION * num_particles:
+        return None
+    return (
+        f"final ESS {evidence.ess:.1f} of {num_particles} particles "
+        f"({100 * evidence.ess / num_particles:.1f}%, below {100 * MIN_ESS_FRACTION:.0f}%): a "
+        f"few particles carry almost all the weight, so the log Z estimate ({evidence.log_z:.3f}) "
+        f"and its stderr ({evidence.stderr:.3f}) are unreliable ({bias}); {advice}"
+    )
+
+
 def warn_on_small_ess(estimator, evidence, num_particles, bias, advice, stacklevel=3):
-    """Warn when an annealed importance sampling estimate rests on too few effective particles,
-    and record the problem in the estimate.
+    """Warn when an annealed importance sampling estimate rests on too few effective particles
+    (:func:`small_ess_problem`), and record the problem in the estimate.
 
     :param str estimator: how the message starts, naming the estimator (e.g. ``"AIS"``).
     :param Evidence evidence: the estimate, with its final ``ess``.
@@ -436,13 +462,8 @@ def warn_on_small_ess(estimator, evidence, num_particles, bias, advice, stacklev
 
         evidence = warn_on_small_ess("AIS", evidence, 500, "biased low", "use more temperatures")
     """
-    if evidence.ess >= MIN_ESS_FRACTION * num_particles:
+    problem = small_ess_problem(evidence, num_particles, bias, advice)
+    if problem is None:
         return evidence
-    problem = (
-        f"final ESS {evidence.ess:.1f} of {num_particles} particles "
-        f"({100 * evidence.ess / num_particles:.1f}%, below {100 * MIN_ESS_FRACTION:.0f}%): a "
-        f"few particles carry almost all the weight, so the log Z estimate ({evidence.log_z:.3f}) "
-        f"and its stderr ({evidence.stderr:.3f}) are unreliable ({bias}); {advice}"
-    )
     warnings.warn(f"{estimator} {problem}.", UserWarning, stacklevel=stacklevel + 1)
     return evidence._replace(problems=(*evidence.problems, problem))

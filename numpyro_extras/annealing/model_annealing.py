@@ -73,10 +73,16 @@ from numpyro_extras.validation import (
 __all__ = [
     "BaseParameters",
     "HMCAdaptation",
+    "MISSED_MASS_CAUSE",
     "ais",
+    "anneal_split",
+    "check_ais_settings",
+    "check_has_latent_sites",
+    "gaussian_base_parameters",
     "annealing_path",
     "base_parameters",
     "base_parameters_potential",
+    "cached",
     "gibbs_sweep",
 ]
 
@@ -189,6 +195,31 @@ def base_parameters(base: GaussianBase | MixtureBase) -> BaseParameters:
         jnp.asarray(precisions, dtype),
         jnp.asarray(log_normalizers, dtype),
     )
+
+
+def gaussian_base_parameters(loc, scale_tril) -> BaseParameters:
+    """One full-rank Gaussian ``N(loc, L L^T)`` as :class:`BaseParameters`, in JAX: the
+    traceable form of :func:`base_parameters`, for a base fitted inside a compiled program
+    (one per data set of :func:`~numpyro_extras.batched_ais`).
+
+    :param loc: the mean, shape ``(D,)``.
+    :param scale_tril: the lower Cholesky factor ``L``, shape ``(D, D)``.
+    :return: :class:`BaseParameters` with one component.
+
+    **Example:**
+
+    .. code-block:: python
+
+        parameters = gaussian_base_parameters(jnp.zeros(2), jnp.eye(2))
+    """
+    dimension = jnp.shape(loc)[-1]
+    inverse = jax.scipy.linalg.solve_triangular(
+        scale_tril, jnp.eye(dimension, dtype=scale_tril.dtype), lower=True
+    )
+    log_normalizer = jnp.sum(jnp.log(jnp.diagonal(scale_tril))) + 0.5 * dimension * math.log(
+        2 * math.pi
+    )
+    return BaseParameters(loc[None], (inverse.T @ inverse)[None], log_normalizer[None])
 
 
 def base_parameters_potential(parameters: BaseParameters, x):
@@ -595,10 +626,21 @@ def _built(request: _Build):
     return request.build()
 
 
-def _cached(key, build):
+def cached(key, build):
     """``build()``, kept per hashable ``key`` among the latest ``CACHE_SIZE`` (least recently
     used first out); ``key=None`` (an argument that is a tracer) builds every time. An exception
-    in ``build`` is raised and nothing is kept."""
+    in ``build`` is raised and nothing is kept.
+
+    :param key: a hashable key, or ``None``.
+    :param build: ``() -> value``.
+    :return: the value.
+
+    **Example:**
+
+    .. code-block:: python
+
+        split = cached(("split", model, fingerprint), lambda: split_model(key, model, args))
+    """
     return build() if key is None else _built(_Build(key, build))
 
 
@@ -609,7 +651,7 @@ def _model_split(model, model_args, model_kwargs, marginalize):
     """
     arguments = arguments_fingerprint(model_args, model_kwargs)
     model_key = None if arguments is None else (model, arguments, marginalize)
-    split = _cached(
+    split = cached(
         None if model_key is None else ("split", model_key),
         # The structure key only picks the values of the one trace that reads the model's sites.
         lambda: split_model(
@@ -641,7 +683,7 @@ def _annealing_functions(split, model_key, kind, transition, settings):
     cache_key = None
     if model_key is not None:
         cache_key = ("functions", model_key, kind, transition, tuple(sorted(settings.items())))
-    return _cached(cache_key, build)
+    return cached(cache_key, build)
 
 
 def _flat_marginal_model(split):
@@ -719,7 +761,7 @@ def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, pro
             base = None
         return base, base_warnings
 
-    base, base_warnings = _cached(
+    base, base_warnings = cached(
         None if model_key is None else ("base", model_key, key_bytes), build
     )
     # Issued at every call, the repeat of a cached fit included: the same call, the same
@@ -729,16 +771,12 @@ def _fitted_base(fit_key, model, model_args, model_kwargs, split, model_key, pro
     return base
 
 
-def _check_settings(
+def check_ais_settings(
     *,
     num_particles,
     num_temperatures,
     schedule,
     base,
-    marginalize,
-    reverse,
-    init_samples,
-    transition,
     step_size,
     num_leapfrog_steps,
     num_mcmc_steps,
@@ -747,12 +785,30 @@ def _check_settings(
     adapt_mass,
     num_pilot_steps,
     progress_bar,
-    devices,
+    marginalize=(),
+    reverse=False,
+    init_samples=None,
+    transition=None,
+    devices=None,
 ):
     """Check every setting of :func:`ais` before any work or cache lookup; return them clean.
 
     A value that is only coerced later (``int(50.5)``) would silently run another setting, and
-    could even return the cached run of that other setting.
+    could even return the cached run of that other setting. The settings are :func:`ais`'s, by
+    name; those a forward run from the base may leave out have its defaults.
+
+    :return: dict of the checked settings, with the schedule as ``betas``.
+    :raises TypeError: for a setting of the wrong type, naming it.
+    :raises ValueError: for a setting out of range.
+
+    **Example:**
+
+    .. code-block:: python
+
+        checked = check_ais_settings(num_particles=100, num_temperatures=50, schedule="sigmoid",
+                                     base="prior", step_size=None, num_leapfrog_steps=5,
+                                     num_mcmc_steps=1, target_accept=0.75, adaptation_rate=1.0,
+                                     adapt_mass=True, num_pilot_steps=10, progress_bar=False)
     """
     checked = dict(
         num_particles=check_count("num_particles", num_particles),
@@ -858,11 +914,22 @@ def _warn_on_small_ess(evidence, num_particles, path_base, reverse):
 PRIOR_DRAWS_PER_PARTICLE = 10
 
 
+# What a gap between the annealing from a fitted base and importance sampling from the prior
+# means, and what to do about it.
+MISSED_MASS_CAUSE = (
+    "the path from the fitted base misses posterior mass that the prior reaches (a mode the "
+    "base does not cover, or a region where the posterior's scale shrinks, as in the neck of a "
+    "centred hierarchical model's funnel, where its HMC moves cannot carry the particles), so "
+    "the estimate is low; use base='prior', a base that covers that mass (nx.fit_base with more "
+    "num_starts), or reparameterise a funnel (non-centred)"
+)
+
+
 def _check_against_prior(rng_key, split, model_key, evidence, num_draws):
     """:func:`~numpyro_extras.prior_check.check_against_prior` of a run from a fitted base, with
     the prior's likelihood compiled once per model and arguments (cached); a problem found is
     warned of."""
-    log_likelihoods_fn = _cached(
+    log_likelihoods_fn = cached(
         None if model_key is None else ("prior log likelihoods", model_key),
         lambda: prior_log_likelihoods_fn(split),
     )
@@ -870,14 +937,7 @@ def _check_against_prior(rng_key, split, model_key, evidence, num_draws):
         evidence,
         log_likelihoods_fn(rng_key, num_draws),
         estimate_name="the annealing's",
-        cause=(
-            "the path from the fitted base misses posterior mass that the prior reaches (a "
-            "mode the base does not cover, or a region where the posterior's scale shrinks, as "
-            "in the neck of a centred hierarchical model's funnel, where its HMC moves cannot "
-            "carry the particles), so the estimate is low; use base='prior', a base that covers "
-            "that mass (nx.fit_base with more num_starts), or reparameterise a funnel "
-            "(non-centred)"
-        ),
+        cause=MISSED_MASS_CAUSE,
     )
     if problem is not None:
         warnings.warn(f"AIS {problem}.", UserWarning, stacklevel=4)
@@ -1024,7 +1084,7 @@ def ais(
     """
     check_rng_key(rng_key)
     check_model(model)
-    checked = _check_settings(
+    checked = check_ais_settings(
         num_particles=num_particles,
         num_temperatures=num_temperatures,
         schedule=schedule,
@@ -1047,17 +1107,19 @@ def ais(
     check_proper_prior(model, model_args, model_kwargs, "nx.ais")
     fit_key, init_key, anneal_key = np.asarray(split_key(rng_key, 3))
     split, model_key = _model_split(model, model_args, model_kwargs, checked["marginalize"])
-    _check_has_latent_sites(split)
+    check_has_latent_sites(split)
     path_base = _resolve_base(
         base, fit_key, model, model_args, model_kwargs, split, model_key, checked["progress_bar"]
     )
-    result = _annealed(
-        anneal_key, init_key, split, model_key, path_base, transition, init_samples, checked
+    positions = _initial_positions(
+        init_key, split, path_base, checked["num_particles"], checked["reverse"], init_samples
     )
+    parameters = None if path_base is None else base_parameters(path_base)
+    result = anneal_split(anneal_key, split, model_key, parameters, positions, transition, checked)
     return _checked_evidence(result.log_weights, rng_key, split, model_key, path_base, checked)
 
 
-def _check_has_latent_sites(split):
+def check_has_latent_sites(split):
     """Refuse a model whose every site is observed: its log Z is its log density at the data.
 
     :param SplitModel split: the model's view, from :func:`_model_split`.
@@ -1071,10 +1133,11 @@ def _check_has_latent_sites(split):
         )
 
 
-def _annealed(anneal_key, init_key, split, model_key, path_base, transition, init_samples, checked):
-    """The annealing of :func:`ais`: the particles start from exact draws of the base (of the
-    posterior, ``init_samples``, for a reverse run, which follows the schedule backwards) and
-    move through the tempered densities with ``transition`` or HMC and Gibbs.
+def anneal_split(anneal_key, split, model_key, parameters, positions, transition, checked):
+    """The annealing of :func:`ais` for a model's view: the particles start at ``positions``,
+    exact draws of the base (of the posterior for a reverse run, which follows the schedule
+    backwards), and move through the tempered densities with ``transition`` or HMC and Gibbs.
+    Pure JAX after the functions are built, so it runs under ``jax.vmap`` over data sets too.
 
     HMC is BlackJAX's kernel, or for a continuous model without summed-out sites the same
     kernel keeping each particle's path terms, so that a temperature costs
@@ -1083,13 +1146,22 @@ def _annealed(anneal_key, init_key, split, model_key, path_base, transition, ini
     the first temperature (the moved particles are still exact draws there).
 
     :param anneal_key: the annealing's key.
-    :param init_key: the initial draws' key.
-    :param SplitModel split: the model's view, with ``model_key``, its cache key.
-    :param path_base: the base, or ``None`` for the prior.
+    :param SplitModel split: the model's view, with ``model_key``, its cache key (``None``:
+        build the functions without caching them).
+    :param parameters: the Gaussian or mixture base as :class:`BaseParameters` for the
+        geometric path, or ``None`` for the path from the prior.
+    :param positions: the particles' starting points, as :func:`_initial_positions` gives them:
+        flat points from a base, ``(x, discrete)`` from the prior or the posterior.
     :param transition: the user's per-particle transition, or ``None``.
-    :param dict init_samples: the posterior draws of a reverse run.
-    :param dict checked: the settings, from :func:`_check_settings`.
+    :param dict checked: the settings, from :func:`check_ais_settings`.
     :return: the result of :func:`~numpyro_extras.annealing.driver.anneal`.
+
+    **Example:**
+
+    .. code-block:: python
+
+        positions = split.sample_prior_fn(init_key, checked["num_particles"])
+        result = anneal_split(key, split, None, None, positions, None, checked)
     """
     step_size = checked["step_size"]
     num_particles = checked["num_particles"]
@@ -1104,14 +1176,13 @@ def _annealed(anneal_key, init_key, split, model_key, path_base, transition, ini
         num_leapfrog_steps=checked["num_leapfrog_steps"],
         num_mcmc_steps=checked["num_mcmc_steps"],
     )
-    kind = "prior" if path_base is None else "gaussian"
-    parameters = () if path_base is None else base_parameters(path_base)
+    kind = "prior" if parameters is None else "gaussian"
+    parameters = () if parameters is None else parameters
     log_density_fn, increment_fn, transition_fn, initialize_fn = _annealing_functions(
         split, model_key, kind, transition, settings
     )
     if reverse:
         betas = betas[::-1]
-    positions = _initial_positions(init_key, split, path_base, num_particles, reverse, init_samples)
     if initialize_fn is not None:
         positions = initialize_fn(positions, parameters)
 
@@ -1148,7 +1219,7 @@ def _checked_evidence(log_weights, rng_key, split, model_key, path_base, checked
     :param rng_key: the key of :func:`ais`; the prior's draws use a key folded from it.
     :param SplitModel split: the model's view, with ``model_key``, its cache key.
     :param path_base: the base, or ``None`` for the prior.
-    :param dict checked: the settings, from :func:`_check_settings`.
+    :param dict checked: the settings, from :func:`check_ais_settings`.
     :return: :class:`~numpyro_extras.Evidence`.
     """
     reverse = checked["reverse"]
