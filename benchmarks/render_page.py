@@ -70,6 +70,7 @@ SECTIONS = {
     "scaling": lambda: _scaling_section("particles"),
     "scaling_replicas": lambda: _scaling_section("replicas"),
     "scaling_datasets": lambda: _scaling_section("datasets"),
+    "scaling_chains": lambda: _scaling_section("chains"),
 }
 
 

@@ -1,5 +1,6 @@
 """How the cost of ``nx.ais`` grows with its particles, that of ``nx.ReplicaExchange`` with its
-replicas, and that of ``nx.batched_ais`` with its data sets, on one and on several devices.
+replicas, that of ``nx.batched_ais`` with its data sets, and that of a kernel's chains, on one and
+on several devices.
 
 Each point is one fresh Python process with ``numpyro.set_host_device_count(D)`` (the device
 count is fixed before JAX starts) that runs the workload twice with its lanes split over ``D``
@@ -19,6 +20,10 @@ The model is a logistic regression (6 features and an intercept, 200 synthetic l
   200 particles and 100 temperatures. On one device the point also times ``nx.ais`` with the
   same settings on three of the data sets after a first call (its compilation and base fit
   cached), the loop a user would otherwise write, for the speed-up column.
+- ``chains``: ``MCMC(nx.JointContinuousTempering(model), num_warmup=500, num_samples=1000,
+  num_chains=C)``, its defaults, with ``chain_method="vectorized"`` on one device and
+  ``"parallel"`` (a chain per device, NumPyro's ``pmap``) on several; a point with more chains
+  than devices is left out, as NumPyro would draw its chains one after the other.
 
 On CPU, ``D`` host devices share the machine's cores: the speed-up of ``D`` devices is bounded
 by the cores, and the same script on a machine with ``D`` GPUs (``--devices`` counting
@@ -29,12 +34,13 @@ Usage::
     python benchmarks/scaling_benchmark.py                     # particles, every default point
     python benchmarks/scaling_benchmark.py --workload replicas  # replicas 8, 16, 32
     python benchmarks/scaling_benchmark.py --workload datasets  # data sets 100, 300, 1000
+    python benchmarks/scaling_benchmark.py --workload chains    # chains 2, 4, 16
     python benchmarks/scaling_benchmark.py --sizes 4000 16000 --devices 1 2
     python benchmarks/render_page.py                           # the tables into docs/benchmarks.md
 
 Results go to ``benchmarks/results/scaling.json`` (particles),
-``benchmarks/results/scaling_replicas.json`` and ``benchmarks/results/scaling_datasets.json``
-with the run's environment.
+``benchmarks/results/scaling_replicas.json``, ``benchmarks/results/scaling_datasets.json`` and
+``benchmarks/results/scaling_chains.json`` with the run's environment.
 """
 
 from __future__ import annotations
@@ -52,11 +58,13 @@ RESULTS = {
     "particles": HERE / "results" / "scaling.json",
     "replicas": HERE / "results" / "scaling_replicas.json",
     "datasets": HERE / "results" / "scaling_datasets.json",
+    "chains": HERE / "results" / "scaling_chains.json",
 }
 DEFAULT_SIZES = {
     "particles": [2000, 8000, 32000],
     "replicas": [8, 16, 32],
     "datasets": [100, 300, 1000],
+    "chains": [2, 4, 16],
 }
 TEMPERATURES = 200
 
@@ -131,6 +139,17 @@ if num_devices == 1:
         nx.ais(jax.random.PRNGKey(0), line, (xs[index], ys[index]), **settings)
     extra["loop_seconds_per_data_set"] = (time.perf_counter() - start) / 3
 """,
+    "chains": """
+chain_method = "vectorized" if num_devices == 1 else "parallel"
+mcmc = MCMC(nx.JointContinuousTempering(model), num_warmup=500, num_samples=1000,
+            num_chains=size, chain_method=chain_method, progress_bar=False)
+for seed in (0, 1):
+    start = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(seed), features, labels)
+    seconds.append(time.perf_counter() - start)
+evidence = nx.log_marginal_likelihood(mcmc)
+extra["chain_method"] = chain_method
+""",
 }
 
 REPORT = """
@@ -166,11 +185,12 @@ def scaling_table(records, workload="particles"):
     loop of ``nx.ais`` and the data sets flagged."""
     from common import markdown_table
 
-    unit = {"particles": 1000, "replicas": 1, "datasets": 1}[workload]
+    unit = {"particles": 1000, "replicas": 1, "datasets": 1, "chains": 1}[workload]
     unit_name = {
         "particles": "1000 particles",
         "replicas": "replica",
         "datasets": "data set",
+        "chains": "chain",
     }[workload]
     baseline = {record["size"]: record["second"] for record in records if record["devices"] == 1}
     loop = {
@@ -182,7 +202,9 @@ def scaling_table(records, workload="particles"):
     for record in sorted(records, key=lambda r: (r["size"], r["devices"])):
         row = [
             str(record["size"]),
-            str(record["devices"]),
+            f"{record['devices']} ({record['chain_method']})"
+            if "chain_method" in record
+            else str(record["devices"]),
             f"{record['first']:.1f}",
             f"{record['second']:.2f}",
             f"{unit * record['second'] / record['size']:.3f}",
@@ -231,6 +253,8 @@ def main(argv=None):
     records = []
     for size in arguments.sizes or DEFAULT_SIZES[workload]:
         for num_devices in arguments.devices:
+            if workload == "chains" and 1 < num_devices < size:
+                continue  # NumPyro draws more chains than devices one after the other
             log(f"{size} {workload} on {num_devices} device(s)")
             records.append(run_point(workload, num_devices, size, arguments.gpu))
             log(f"  {records[-1]}")

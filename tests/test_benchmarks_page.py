@@ -12,7 +12,10 @@ def test_generated_tables_match_the_stored_results():
         [sys.executable, str(RENDER), "--check"], capture_output=True, text=True, timeout=300
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "['latency', 'coverage', 'scaling', 'scaling_replicas']" in completed.stdout
+    assert (
+        "['latency', 'coverage', 'scaling', 'scaling_replicas', 'scaling_datasets', "
+        "'scaling_chains']" in completed.stdout
+    )
 
 
 def test_a_stale_table_is_caught(tmp_path):
