@@ -353,39 +353,26 @@ def batched_ais(
         )
     use_gaussian = base == "auto" and split.dimension > 0
 
-    devices = check_devices(devices)
-    num_devices = 1 if devices is None else len(devices)
-    block_size = num_devices * check_count("batch_size", batch_size)
-    sharding = None if devices is None else leading_axis_sharding(devices, "data sets")
-
     batched_leaves = [leaf for leaf, is_batched in zip(leaves, batched, strict=True) if is_batched]
     shared_leaves = [
         leaf for leaf, is_batched in zip(leaves, batched, strict=True) if not is_batched
     ]
+    devices = check_devices(devices)
     run_block = _compiled_block(
         model, model_kwargs, treedef, batched, shared_leaves, use_gaussian, checked, devices
     )
-    keys = jax.vmap(jax.random.fold_in, (None, 0))(rng_key, jnp.arange(num_data_sets))
-
-    def block_inputs(start):
-        # The last block is filled up with the last data set; its copies are dropped.
-        indices = np.minimum(np.arange(start, start + block_size), num_data_sets - 1)
-        inputs = ([leaf[indices] for leaf in batched_leaves], keys[indices])
-        return inputs if sharding is None else jax.device_put(inputs, sharding)
-
-    starts = range(0, num_data_sets, block_size)
-    _, outputs = run_chunks(
-        lambda _, start: (None, gathered(run_block(*block_inputs(start)))),
-        None,
-        [(start, min(block_size, num_data_sets - start)) for start in starts],
-        total=num_data_sets,
-        description=f"batched_ais: {num_data_sets} data sets",
-        progress_bar=checked["progress_bar"],
+    outputs = _run_blocks(
+        run_block,
+        batched_leaves,
+        jax.vmap(jax.random.fold_in, (None, 0))(rng_key, jnp.arange(num_data_sets)),
+        check_count("batch_size", batch_size),
+        devices,
+        checked["progress_bar"],
     )
     log_weights, prior_log_likelihoods, fit_failed = (
         None if parts[0] is None else np.concatenate([np.asarray(part) for part in parts])
         for parts in zip(*outputs, strict=True)
-    )
+    )  # the rows past num_data_sets are the last block's copies, never read
     evidences = [
         _evidence(
             log_weights[index],
@@ -398,6 +385,41 @@ def batched_ais(
     ]
     _warn_of_problems(evidences)
     return evidences
+
+
+def _run_blocks(run_block, batched_leaves, keys, batch_size, devices, progress_bar):
+    """Every data set's outputs of ``run_block``, block after block under a progress bar.
+
+    :param run_block: from :func:`_compiled_block`.
+    :param list batched_leaves: the batched arguments' leaves, data sets first.
+    :param keys: one key per data set.
+    :param int batch_size: data sets per device and block.
+    :param devices: the checked devices, or ``None``.
+    :param bool progress_bar: show the bar.
+    :return: the blocks' outputs, a list of tuples, the last block's filling included.
+    """
+    num_data_sets = len(keys)
+    block_size = (1 if devices is None else len(devices)) * batch_size
+    sharding = None if devices is None else leading_axis_sharding(devices, "data sets")
+
+    def run(_, start):
+        # The last block is filled up with the last data set; its copies are dropped later.
+        indices = np.minimum(np.arange(start, start + block_size), num_data_sets - 1)
+        inputs = ([leaf[indices] for leaf in batched_leaves], keys[indices])
+        if sharding is not None:
+            inputs = jax.device_put(inputs, sharding)
+        return None, gathered(run_block(*inputs))
+
+    starts = range(0, num_data_sets, block_size)
+    _, outputs = run_chunks(
+        run,
+        None,
+        [(start, min(block_size, num_data_sets - start)) for start in starts],
+        total=num_data_sets,
+        description=f"batched_ais: {num_data_sets} data sets",
+        progress_bar=progress_bar,
+    )
+    return outputs
 
 
 def _warn_of_problems(evidences):
