@@ -243,7 +243,8 @@ def batched_ais(
     """Estimate ``log Z`` of one NumPyro model on each of many data sets, in one run.
 
     The data sets are stacked along an axis of the model's positional arguments (``in_axes``,
-    as in ``jax.vmap``). Each data set gets the annealing of :func:`~numpyro_extras.ais`
+    as in ``jax.vmap``); data sets of different sizes are padded to one and masked
+    (``numpyro.handlers.mask`` with the mask an argument). Each data set gets the annealing of :func:`~numpyro_extras.ais`
     (Neal 2001; mAIS paper eq. 5 and 10-16) with its own Gaussian base: with ``base="auto"`` a
     full-rank Gaussian VI fit to that data set's posterior (the first fit of
     :func:`~numpyro_extras.fit_base`, one start at the median of prior draws, no mixture

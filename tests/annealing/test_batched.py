@@ -190,3 +190,32 @@ def test_bad_input_is_refused_with_the_reason(data_sets):
 
     with pytest.raises(ValueError, match="discrete latent sites \\['component'\\].*nx.ais"):
         nx.batched_ais(key, mixture, (y[:, 0],), **settings)
+
+
+def test_ragged_data_sets_padded_and_masked(data_sets):
+    x, y, _ = data_sets
+    # Data sets of 4 to 10 points, padded to 10 and masked: each estimate is that of its own
+    # points alone.
+    lengths = np.array([4, 7, 10, 5])
+    mask = np.arange(NUM_POINTS) < lengths[:, None]
+
+    def masked_regression(x, y, mask):
+        coefficients = numpyro.sample(
+            "coefficients", dist.Normal(0.0, PRIOR_SCALE).expand([2]).to_event(1)
+        )
+        with numpyro.plate("data", x.shape[-1]), numpyro.handlers.mask(mask=mask):
+            mean = coefficients[0] + coefficients[1] * x
+            numpyro.sample("y", dist.Normal(mean, NOISE_SCALE), obs=y)
+
+    evidences = nx.batched_ais(
+        jax.random.PRNGKey(6),
+        masked_regression,
+        (x[:4], y[:4], mask),
+        num_particles=100,
+        num_temperatures=30,
+        progress_bar=False,
+    )
+    for index, (evidence, length) in enumerate(zip(evidences, lengths, strict=True)):
+        log_z = exact_log_z(x[index, :length], y[index, :length])
+        assert 0 < evidence.stderr < 0.02
+        assert abs(evidence.log_z - log_z) < 4 * evidence.stderr
