@@ -483,7 +483,7 @@ print(json.dumps(results))
 
 
 def check_float32(pairs):
-    """The pairs in NumPyro's default single precision (this session runs in float64, which
+    """The pairs in NumPyro's default single precision (the suite runs in float64, which
     JAX fixes at start-up, so they run in a fresh interpreter): float32 draws, and the posterior
     checks as in float64."""
     import json

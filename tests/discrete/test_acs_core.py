@@ -76,7 +76,7 @@ def _ordinal_target():
 
 
 def _kinked_ordinal_target():
-    """Spec E1's unsmoothed form: the distance's gradient is NaN at each mode's centre."""
+    """The multimodal target's unsmoothed distance: its gradient is NaN at each mode's centre."""
     modes = jnp.array([[1.0, 1.0], [4.0, 4.0]])
 
     def log_density(values):
@@ -142,7 +142,8 @@ def _enumerated(target):
 
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_fixed_step_kernel_is_reversible_and_invariant(target):
-    """Spec C1: pi P = pi and detailed balance to 1e-10 at every (alpha, beta); Q sums to 1."""
+    """The ACS kernel (eq. 5-6) leaves pi invariant: pi P = pi and detailed balance to 1e-10
+    at every (alpha, beta); Q sums to 1."""
     variables, _, states, pi = _enumerated(target)
     assert pi.size <= 256
     for alpha, beta in STEP_SETTINGS:
@@ -158,7 +159,7 @@ def test_fixed_step_kernel_is_reversible_and_invariant(target):
 
 @pytest.mark.parametrize("target", ["rbm", "categorical_exact", "ordinal"])
 def test_cycle_product_and_mixture_preserve_target(target):
-    """Spec C2: the product over a cycle of s = 5 kernels and their mixture preserve pi."""
+    """The product over a cycle of s = 5 kernels and their mixture preserve pi."""
     variables, _, states, pi = _enumerated(target)
     alpha_max = 1575.0 if target == "ordinal" else 5.0
     alphas = np.asarray(cyclical_step_sizes(alpha_max, 0.05, 5))
@@ -210,7 +211,8 @@ def test_step_draws_follow_the_transition_matrix():
 
 
 def test_binary_flip_probability_formula():
-    """Spec C3: p_flip,i = sigmoid(beta (1 - 2 x_i) dU/dx_i - 1 / (2 alpha))."""
+    """The flip probability of eq. 5 for binary sites:
+    p_flip,i = sigmoid(beta (1 - 2 x_i) dU/dx_i - 1 / (2 alpha))."""
     variables, log_density = _rbm_target()
     evaluate = local_differences_fn(log_density, variables)
     x = jnp.array([1, 0, 0, 1, 1, 0, 1, 0], jnp.int32)
@@ -224,7 +226,7 @@ def test_binary_flip_probability_formula():
 
 
 def test_categorical_logits_match_equation_5():
-    """Spec C3, eq. 5 with the Hamming distance (P11), for one-hot gradients and exact
+    """Eq. 5 with the Hamming distance, for one-hot gradients and exact
     differences of integer classes."""
     current = jnp.array([2, 0, 3], jnp.int32)
     alpha, beta = 0.8, 0.7
@@ -270,7 +272,7 @@ def _flip_acceptance(alpha, beta, x, i):
 
 
 def test_linear_target_identities():
-    """Spec C4: one flip of U = b.x has ratio e^d (1 + e^(c - beta d)) / (1 + e^(c + beta d)),
+    """One flip of U = b.x has ratio e^d (1 + e^(c - beta d)) / (1 + e^(c + beta d)),
     which is 1 at (beta=1, alpha=inf) (then Q = pi) and tends to 1 at (beta=.5, alpha->0)."""
     x = jnp.array([0, 1, 1, 0, 0, 1, 0, 1, 1, 0], jnp.int32)
     bias, _, _ = _linear_target()
@@ -306,8 +308,9 @@ def test_linear_target_identities():
 
 
 def test_step_size_schedule_properties():
-    """Spec C5: alpha_0 = alpha_max, non-increasing, >= alpha_min, period s (corrected eq. 7);
-    the naive balancing schedule starts at beta_max, decreases, stays in [0.5, beta_max]."""
+    """The cyclical step size schedule: alpha_0 = alpha_max, non-increasing, >= alpha_min,
+    period s (corrected eq. 7); the naive balancing schedule starts at beta_max, decreases,
+    stays in [0.5, beta_max]."""
     s = 20
     alphas = np.asarray(cyclical_step_sizes(3.0, 0.2, s))
     assert alphas.shape == (s,)
