@@ -244,9 +244,9 @@ def batched_ais(
 
     The data sets are stacked along an axis of the model's positional arguments (``in_axes``,
     as in ``jax.vmap``); data sets of different sizes are padded to one and masked
-    (``numpyro.handlers.mask`` with the mask an argument). Each data set gets the annealing of :func:`~numpyro_extras.ais`
-    (Neal 2001; mAIS paper eq. 5 and 10-16) with its own Gaussian base: with ``base="auto"`` a
-    full-rank Gaussian VI fit to that data set's posterior (the first fit of
+    (``numpyro.handlers.mask`` with the mask an argument). Each data set gets the annealing
+    of :func:`~numpyro_extras.ais` (Neal 2001; mAIS paper eq. 5 and 10-16) with its own base:
+    with ``base="auto"`` a full-rank Gaussian VI fit to that data set's posterior (the first fit of
     :func:`~numpyro_extras.fit_base`, one start at the median of prior draws, no mixture
     search), then the geometric path from it, and the check of the estimate against importance
     sampling from the prior that :func:`~numpyro_extras.ais` makes; with ``base="prior"``, the
@@ -256,9 +256,9 @@ def batched_ais(
     filled up with copies of the last data set). Every data set has its own key
     (``jax.random.fold_in(rng_key, index)``) and each device runs the same program on its
     ``batch_size`` data sets, so a data set's estimate does not depend on the other data sets
-    of the run, nor on the split over ``devices`` beyond the last bits of rounding (XLA's CPU
-    runtime may divide a program's arithmetic among its threads differently when it serves
-    several devices).
+    of the run, nor on the split over ``devices``: every split over two or more devices gives
+    the same numbers, and one device the same to the last bits of rounding (XLA compiles a
+    program for several devices in its own way).
 
     **Problems per data set.** Each :class:`~numpyro_extras.Evidence` lists in ``problems``
     what its checks found (a final ESS below 5% of the particles, importance sampling from the
