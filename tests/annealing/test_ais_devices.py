@@ -56,7 +56,7 @@ def test_every_split_of_the_particles_gives_the_one_device_estimate():
             assert abs(split_log_z - log_z) < 4 * np.hypot(stderr, split_stderr) / np.sqrt(2)
             assert 0.8 < split_stderr / stderr < 1.25
         # Two devices, whichever two: the same program, the same numbers.
-        assert records[f"{base} 2"] == records[f"{base} devices 1-2"] == records[f"{base} 4"]
+        assert records[f"{base} 2"] == records[f"{base} devices 1-2"]
     # From the fitted base every particle moves little: the splits agree to rounding.
     for label in ("2", "4", "devices 1-2"):
         np.testing.assert_allclose(records[f"auto {label}"], records["auto None"], rtol=1e-8)
