@@ -1,8 +1,9 @@
 """What numpyro_extras reads from NumPyro beyond its public API, in one place.
 
-NumPyro has no public accessor for the settings an ``HMC``/``NUTS`` instance was built with, and
-its ``MCMC`` does not pass ``progress_bar`` to a kernel's ``init``. The functions here bridge
-those two gaps and nothing else in the package reaches past NumPyro's public names;
+NumPyro has no public accessor for the settings an ``HMC``/``NUTS`` instance was built with, its
+``MCMC`` does not pass ``progress_bar`` to a kernel's ``init``, and the substitution of
+unconstrained values that its ``potential_energy`` makes is not public on its own. The functions
+here bridge those three gaps and nothing else in the package reaches past NumPyro's public names;
 ``tests/test_numpyro_adapter.py`` checks each against the installed NumPyro, so a release that
 renames what they read fails there, by name, rather than somewhere inside a kernel.
 """
@@ -13,9 +14,15 @@ import inspect
 from typing import Any
 
 from numpyro.infer import HMC
+from numpyro.infer import util as infer_util
 from numpyro.infer.mcmc import MCMC
 
-__all__ = ["HMC_DEFAULTS", "calling_mcmc_progress_bar", "hmc_instance_settings"]
+__all__ = [
+    "HMC_DEFAULTS",
+    "calling_mcmc_progress_bar",
+    "hmc_instance_settings",
+    "substitute_unconstrained",
+]
 
 # The keyword arguments of the initialisation of NumPyro's functional HMC/NUTS
 # (``numpyro.infer.hmc.hmc``'s ``init_kernel``) that configure the move, with NumPyro's
@@ -82,3 +89,25 @@ def calling_mcmc_progress_bar(default=True):
     finally:
         del frame
     return default
+
+
+def substitute_unconstrained(model, params):
+    """``model`` with its latent sites set from unconstrained values, as NumPyro's
+    :func:`~numpyro.infer.util.potential_energy` sets them: each site's value is its support's
+    bijection of ``params[name]``, and the log Jacobian determinant of that bijection enters the
+    trace as a factor site named ``_{name}_log_det``.
+
+    :param model: a NumPyro model.
+    :param dict params: unconstrained values of (some of) its latent sites.
+    :return: the substituted model; its log density (e.g. by
+        :func:`~numpyro.infer.util.compute_log_probs`) is ``-potential_energy`` split per site.
+
+    **Example:**
+
+    .. code-block:: python
+
+        substituted = substitute_unconstrained(model, {"scale": 0.3})
+        log_probs, _ = compute_log_probs(substituted, (), {}, {})
+        # {"_scale_log_det": 0.3, "scale": log HalfNormal(exp(0.3))}
+    """
+    return infer_util._unconstrain_params(model, params)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -20,9 +21,11 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.extend.core import jaxpr_as_fun
 from jax.flatten_util import ravel_pytree
+from numpyro.distributions.transforms import biject_to
 from numpyro.handlers import condition, infer_config, seed, substitute, trace
 from numpyro.infer.gibbs import prototype_trace
 from numpyro.infer.util import (
+    compute_log_probs,
     init_to_uniform,
     initialize_model,
     potential_energy,
@@ -31,6 +34,7 @@ from numpyro.infer.util import (
 from numpyro.primitives import Messenger
 
 from numpyro_extras.compilation import quick_jit
+from numpyro_extras.numpyro_adapter import substitute_unconstrained
 from numpyro_extras.validation import check_model, check_model_arguments, check_rng_key
 
 __all__ = [
@@ -68,6 +72,10 @@ class FlatModel(NamedTuple):
         (identity without a model).
     :param initial_position: a flat point where the potential is finite.
     :param latent_sites: names of the latent sites, in the order they appear in ``x``.
+    :param sample_prior_fn: ``(rng_key, num_samples) -> x``, exact prior draws on the flat
+        space, one key per draw (``None`` without a model).
+    :param model_trace: NumPyro's trace of the model from its initialisation, so that other views
+        of the model read its sites without running it again (``None`` without a model).
 
     **Example:**
 
@@ -88,6 +96,8 @@ class FlatModel(NamedTuple):
     ravel_fn: Callable[[Any], jax.Array]
     initial_position: jax.Array
     latent_sites: tuple[str, ...]
+    sample_prior_fn: Callable[[jax.Array, int], jax.Array] | None = None
+    model_trace: Any = None
 
     @property
     def dimension(self) -> int:
@@ -368,7 +378,87 @@ def flatten_model(
     check_rng_key(rng_key)
     check_model(model)
     model_args, model_kwargs = check_model_arguments(model_args, model_kwargs)
-    site_kinds = _names_from_trace(_latent_site_enumerability, model, model_args, model_kwargs)
+    site_check = functools.partial(
+        _check_latent_sites,
+        kernel_name=kernel_name,
+        discrete_advice=discrete_advice,
+        sum_out_discrete=sum_out_discrete,
+    )
+    try:
+        # NumPyro's warnings are held until the sites are checked: a model this kernel refuses
+        # gets its error alone.
+        with warnings.catch_warnings(record=True) as held_warnings:
+            warnings.simplefilter("always")
+            # A batch of one key: NumPyro then finds the initial point in one compiled loop,
+            # where for a single key it runs the model and its gradient op by op, compiling each
+            # operation.
+            model_info = initialize_model(
+                jnp.asarray(rng_key)[None],
+                model,
+                model_args=model_args,
+                model_kwargs=model_kwargs,
+                init_strategy=init_strategy,
+                dynamic_args=False,
+            )
+    except Exception as error:
+        # NumPyro refuses some models the checks here name better (a discrete site it cannot
+        # enumerate, enumeration without funsor); and when it finds no initial point,
+        # non-finite data is the commonest cause, the one its message does not name.
+        site_check(_names_from_trace(_latent_site_enumerability, model, model_args, model_kwargs))
+        if isinstance(error, RuntimeError):
+            check_observed_data(
+                trace(seed(model, 0)).get_trace(*model_args, **model_kwargs), kernel_name
+            )
+        raise
+    site_kinds = _latent_site_enumerability(model_info.model_trace)
+    site_check(site_kinds)
+    for held in held_warnings:
+        warnings.warn_explicit(held.message, held.category, held.filename, held.lineno)
+    # In the model's order (the batched result's dict is sorted by name), for latent_sites.
+    batched_values = model_info.param_info.z
+    names = [name for name, *_ in site_kinds if name in batched_values]
+    names += [name for name in batched_values if name not in names]
+    initial_values = {name: batched_values[name][0] for name in names}
+    if not initial_values:
+        raise ValueError(f"{kernel_name} needs a model with at least one latent sample site.")
+    initial_position, unravel_fn = ravel_pytree(initial_values)
+    dict_potential = model_info.potential_fn
+
+    def model_potential_fn(position):
+        return dict_potential(unravel_fn(position))
+
+    potential_fn = trace_once(model_potential_fn, initial_position)
+
+    def ravel_fn(constrained_values):
+        latent = {name: constrained_values[name] for name in initial_values}
+        # Seeded: a discrete site summed out of the potential is drawn in this plain trace,
+        # though only the continuous sites' values are read from it.
+        unconstrained = unconstrain_fn(seed(model, 0), model_args, model_kwargs, latent)
+        return ravel_pytree(unconstrained)[0]
+
+    draw_prior = _prior_sampler(model, model_args, model_kwargs, tuple(initial_values), ())
+
+    def sample_prior_fn(rng_key, num_samples):
+        return draw_prior(rng_key, num_samples)[0]
+
+    return FlatModel(
+        potential_fn=potential_fn,
+        unravel_fn=unravel_fn,
+        constrain_fn=model_info.postprocess_fn,
+        ravel_fn=ravel_fn,
+        initial_position=initial_position,
+        latent_sites=tuple(initial_values),
+        sample_prior_fn=sample_prior_fn,
+        model_trace=model_info.model_trace,
+    )
+
+
+def _check_latent_sites(site_kinds, *, kernel_name, discrete_advice, sum_out_discrete):
+    """Raise a clear error for latent sites a kernel on continuous values cannot take.
+
+    :param site_kinds: ``(name, is_discrete, can_enumerate)`` of every latent site.
+    :raises ValueError: for discrete sites that are not summed out, or only discrete sites.
+    """
     discrete = [
         name
         for name, is_discrete, can_enumerate in site_kinds
@@ -399,54 +489,6 @@ def flatten_model(
             f"{kernel_name} needs continuous latent sites, but every latent site of the model "
             f"({all_discrete}) is discrete. {discrete_advice or ''}".rstrip()
         )
-    # A batch of one key: NumPyro then finds the initial point in one compiled loop, where for
-    # a single key it runs the model and its gradient op by op, compiling each operation.
-    try:
-        model_info = initialize_model(
-            jnp.asarray(rng_key)[None],
-            model,
-            model_args=model_args,
-            model_kwargs=model_kwargs,
-            init_strategy=init_strategy,
-            dynamic_args=False,
-        )
-    except RuntimeError:
-        # NumPyro finds no initial point; non-finite data is the commonest cause, and the one
-        # its message does not name.
-        check_observed_data(
-            trace(seed(model, 0)).get_trace(*model_args, **model_kwargs), kernel_name
-        )
-        raise
-    # In the model's order (the batched result's dict is sorted by name), for latent_sites.
-    batched_values = model_info.param_info.z
-    names = [name for name, *_ in site_kinds if name in batched_values]
-    names += [name for name in batched_values if name not in names]
-    initial_values = {name: batched_values[name][0] for name in names}
-    if not initial_values:
-        raise ValueError(f"{kernel_name} needs a model with at least one latent sample site.")
-    initial_position, unravel_fn = ravel_pytree(initial_values)
-    dict_potential = model_info.potential_fn
-
-    def model_potential_fn(position):
-        return dict_potential(unravel_fn(position))
-
-    potential_fn = trace_once(model_potential_fn, initial_position)
-
-    def ravel_fn(constrained_values):
-        latent = {name: constrained_values[name] for name in initial_values}
-        # Seeded: a discrete site summed out of the potential is drawn in this plain trace,
-        # though only the continuous sites' values are read from it.
-        unconstrained = unconstrain_fn(seed(model, 0), model_args, model_kwargs, latent)
-        return ravel_pytree(unconstrained)[0]
-
-    return FlatModel(
-        potential_fn=potential_fn,
-        unravel_fn=unravel_fn,
-        constrain_fn=model_info.postprocess_fn,
-        ravel_fn=ravel_fn,
-        initial_position=initial_position,
-        latent_sites=tuple(initial_values),
-    )
 
 
 def flat_potential_for(model, unravel_fn):
@@ -691,18 +733,6 @@ class _ScaleSites(Messenger):
             msg["scale"] = self.scale if msg.get("scale") is None else self.scale * msg["scale"]
 
 
-class _DropSites(Messenger):
-    """Give the sample sites ``select(name)`` picks zero log density (a mask, so ``-inf`` too)."""
-
-    def __init__(self, fn=None, *, select):
-        self.select = select
-        super().__init__(fn)
-
-    def process_message(self, msg):
-        if msg["type"] == "sample" and self.select(msg["name"]):
-            msg["fn"] = msg["fn"].mask(False)
-
-
 def enumerated_support(site) -> jax.Array:
     """The values a discrete sample site can take, as a flat array (e.g. ``[0, 1]``).
 
@@ -800,29 +830,38 @@ def _check_marginalizable(model_trace, marginalize):
         enumerated_support(site)
 
 
-def _prior_sampler(model, model_args, model_kwargs, latent, discrete_sites, unconstrain):
-    """``(rng_key, num_samples) -> (x, discrete)``: exact prior draws of a split model, from one
-    recorded draw per key (:func:`trace_once`).
+def _unconstrained_values(model_trace, names):
+    """The values of the trace's sites ``names`` on the unconstrained space, as NumPyro's
+    :func:`~numpyro.infer.util.unconstrain_fn` maps them, read from the trace instead of running
+    the model again (each site's support is its distribution's in this trace)."""
+    return {
+        name: biject_to(model_trace[name]["fn"].support).inv(model_trace[name]["value"])
+        for name in names
+    }
+
+
+def _prior_sampler(model, model_args, model_kwargs, continuous_sites, discrete_sites):
+    """``(rng_key, num_samples) -> (x, discrete)``: exact prior draws, ``x`` the flat unconstrained
+    values of ``continuous_sites``, from one draw per key recorded (:func:`trace_once`) at the
+    first call.
 
     :param model: the NumPyro model.
     :param tuple model_args: its positional arguments.
     :param dict model_kwargs: its keyword arguments.
-    :param dict latent: name -> trace site of its latent sample sites.
-    :param tuple discrete_sites: the discrete sites kept in the state (not summed out).
-    :param unconstrain: ``(continuous values, discrete values) -> unconstrained values``.
+    :param tuple continuous_sites: the continuous latent sites, the flat vector's.
+    :param tuple discrete_sites: the discrete sites whose values are returned.
     :return: the sampling function of :class:`SplitModel`.
     """
-    discrete_names = tuple(n for n, site in latent.items() if site["fn"].support.is_discrete)
-    continuous_sites = tuple(n for n in latent if n not in discrete_names)
 
     def one_prior_draw(key):
         draw = trace(seed(model, key)).get_trace(*model_args, **model_kwargs)
-        values = {name: draw[name]["value"] for name in latent}
-        continuous = {name: values[name] for name in continuous_sites}
-        flat = ravel_pytree(unconstrain(continuous, {n: values[n] for n in discrete_names}))[0]
-        return flat, {name: values[name] for name in discrete_sites}
+        flat = ravel_pytree(_unconstrained_values(draw, continuous_sites))[0]
+        return flat, {name: draw[name]["value"] for name in discrete_sites}
 
-    recorded_prior_draw = trace_once(one_prior_draw, jax.random.PRNGKey(0))
+    @functools.cache
+    def recorded_prior_draw():
+        # Recorded when first needed: most kernels never draw from the prior.
+        return trace_once(one_prior_draw, jax.random.PRNGKey(0))
 
     def sample_prior_fn(key, num_samples):
         # One key per draw, as NumPyro's Predictive splits them; a sequential map over them:
@@ -831,7 +870,7 @@ def _prior_sampler(model, model_args, model_kwargs, latent, discrete_sites, unco
         if jax.dtypes.issubdtype(jnp.result_type(key), jax.dtypes.prng_key):
             key = jax.random.key_data(key)
         keys = jax.random.split(key, num_samples) if num_samples > 1 else key[None]
-        return jax.lax.map(recorded_prior_draw, keys)
+        return jax.lax.map(recorded_prior_draw(), keys)
 
     return sample_prior_fn
 
@@ -839,8 +878,8 @@ def _prior_sampler(model, model_args, model_kwargs, latent, discrete_sites, unco
 def _split_densities(
     model, model_args, model_kwargs, model_trace, marginalize, likelihood_sites, unravel_fn, example
 ):
-    """A split model's prior, likelihood and scaled log densities, each recorded once
-    (:func:`trace_once`) on the example state.
+    """A split model's prior, likelihood and scaled log densities: without summed-out sites, all
+    three from one recorded program (:func:`trace_once`) of the prior and likelihood terms.
 
     :param model: the NumPyro model.
     :param tuple model_args: its positional arguments.
@@ -854,29 +893,63 @@ def _split_densities(
         :class:`SplitModel` (the first two ``None`` when sites are summed out).
     """
     is_likelihood = frozenset(likelihood_sites).__contains__
+    if marginalize:
+        # Summed-out sites tie prior and likelihood together: there is no split.
+        scaled_log_density_fn = _marginal_scaled_log_density(
+            model, model_args, model_kwargs, model_trace, marginalize, is_likelihood, unravel_fn
+        )
+        example_scale = jnp.ones((), example[0].dtype)
+        return None, None, trace_once(scaled_log_density_fn, *example, example_scale, example_scale)
+
+    def model_log_density_terms(x, discrete):
+        # The sites of -potential_energy, the Jacobian factors among the prior's, summed per
+        # part in the model's order.
+        conditioned = substitute(model, data=discrete)
+        log_probs, _ = compute_log_probs(
+            substitute_unconstrained(conditioned, unravel_fn(x)), model_args, model_kwargs, {}
+        )
+        prior = sum((value for name, value in log_probs.items() if not is_likelihood(name)), 0.0)
+        likelihood = sum((value for name, value in log_probs.items() if is_likelihood(name)), 0.0)
+        return prior, likelihood
+
+    log_density_terms = trace_once(model_log_density_terms, *example)
+
+    def log_prior_fn(x, discrete):
+        return log_density_terms(x, discrete)[0]
+
+    def log_likelihood_fn(x, discrete):
+        return log_density_terms(x, discrete)[1]
+
+    def scaled_log_density_fn(x, discrete, prior_scale, likelihood_scale):
+        prior, likelihood = log_density_terms(x, discrete)
+        return prior_scale * prior + likelihood_scale * likelihood
+
+    return log_prior_fn, log_likelihood_fn, scaled_log_density_fn
+
+
+def _marginal_scaled_log_density(
+    model, model_args, model_kwargs, model_trace, marginalize, is_likelihood, unravel_fn
+):
+    """``(x, discrete, prior_scale, likelihood_scale) -> log sum_h p(latent)^prior_scale
+    p(h | ...) p(obs | ...)^likelihood_scale``, the sum over the summed-out sites ``h`` by
+    NumPyro's enumeration."""
+    try:
+        from numpyro.contrib.funsor import enum as enum_handler
+    except ImportError as error:
+        raise ImportError(
+            "Summing sites out (marginalize=) needs funsor, NumPyro's enumeration engine: "
+            "pip install 'numpyro-extras[enum]' (or pip install funsor)."
+        ) from error
     summed = frozenset(marginalize)
+    max_plate_nesting = _max_plate_nesting(model_trace)
 
     def is_prior(name):
         return name not in summed and not is_likelihood(name)
 
-    def log_density_of(wrapped_model, x, enum=False):
-        return -potential_energy(wrapped_model, model_args, model_kwargs, unravel_fn(x), enum=enum)
+    def mark_enumerated(site):
+        return {"enumerate": "parallel"} if site["name"] in summed else {}
 
-    if marginalize:
-        try:
-            from numpyro.contrib.funsor import enum as enum_handler
-        except ImportError as error:
-            raise ImportError(
-                "Summing sites out (marginalize=) needs funsor, NumPyro's enumeration engine: "
-                "pip install 'numpyro-extras[enum]' (or pip install funsor)."
-            ) from error
-
-        max_plate_nesting = _max_plate_nesting(model_trace)
-
-        def mark_enumerated(site):
-            return {"enumerate": "parallel"} if site["name"] in summed else {}
-
-    def model_scaled_log_density_fn(x, discrete, prior_scale, likelihood_scale):
+    def scaled_log_density_fn(x, discrete, prior_scale, likelihood_scale):
         scaled = _ScaleSites(
             _ScaleSites(
                 substitute(model, data=discrete), scale=likelihood_scale, select=is_likelihood
@@ -884,41 +957,25 @@ def _split_densities(
             scale=prior_scale,
             select=is_prior,
         )
-        if not marginalize:
-            return log_density_of(scaled, x)
         # funsor multiplies each site's log density by its scale before the logsumexp over the
         # enumerated values, so the likelihood is tempered inside the sum (mAIS eq. 19).
         enumerated = enum_handler(
             infer_config(scaled, config_fn=mark_enumerated), -max_plate_nesting - 1
         )
-        return log_density_of(enumerated, x, enum=True)
+        return -potential_energy(enumerated, model_args, model_kwargs, unravel_fn(x), enum=True)
 
-    example_scale = jnp.ones((), example[0].dtype)
-    if marginalize:
-        # Summed-out sites tie prior and likelihood together: there is no split.
-        log_prior_fn = log_likelihood_fn = None
-    else:
-
-        def model_log_prior_fn(x, discrete):
-            dropped = _DropSites(substitute(model, data=discrete), select=is_likelihood)
-            return log_density_of(dropped, x)
-
-        def model_log_likelihood_fn(x, discrete):
-            dropped = _DropSites(
-                substitute(model, data=discrete), select=lambda name: not is_likelihood(name)
-            )
-            return log_density_of(dropped, x)
-
-        log_prior_fn = trace_once(model_log_prior_fn, *example)
-        log_likelihood_fn = trace_once(model_log_likelihood_fn, *example)
-    scaled_log_density_fn = trace_once(
-        model_scaled_log_density_fn, *example, example_scale, example_scale
-    )
-    return log_prior_fn, log_likelihood_fn, scaled_log_density_fn
+    return scaled_log_density_fn
 
 
 def split_model(
-    rng_key, model, model_args=(), model_kwargs=None, *, marginalize=(), model_trace=None
+    rng_key,
+    model,
+    model_args=(),
+    model_kwargs=None,
+    *,
+    marginalize=(),
+    model_trace=None,
+    flat_model=None,
 ) -> SplitModel:
     """Split a NumPyro model's log density into prior and likelihood, with discrete sites.
 
@@ -938,6 +995,9 @@ def split_model(
     :param marginalize: names of discrete latent sites to sum out exactly.
     :param model_trace: a trace of the model with these arguments to read its structure from
         (e.g. NumPyro's ``prototype_trace``), when the caller has one; ``None`` traces it here.
+    :param flat_model: the model's :class:`FlatModel` for these arguments, when the caller has
+        one: the split then reads the sites from its trace and, without discrete sites, draws
+        from the prior with its sampler, running the model no more to build them.
     :return: a :class:`SplitModel`.
     :raises ValueError: for a site in ``marginalize`` that is unknown, observed, continuous or
         not enumerable, or a discrete latent site whose support cannot be enumerated.
@@ -952,6 +1012,8 @@ def split_model(
     """
     model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
     marginalize = tuple(marginalize)
+    if model_trace is None and flat_model is not None:
+        model_trace = flat_model.model_trace
     if model_trace is None:
         model_trace = trace(seed(model, rng_key)).get_trace(*model_args, **model_kwargs)
     _check_marginalizable(model_trace, marginalize)
@@ -981,8 +1043,7 @@ def split_model(
         conditioned = condition(model, data=discrete_values)
         return unconstrain_fn(conditioned, model_args, model_kwargs, continuous_values)
 
-    first_continuous = {name: latent[name]["value"] for name in continuous_sites}
-    first_position, unravel_fn = ravel_pytree(unconstrain(first_continuous, all_discrete))
+    first_position, unravel_fn = ravel_pytree(_unconstrained_values(model_trace, continuous_sites))
 
     def ravel_fn(values):
         missing = [name for name in continuous_sites + discrete_sites if name not in values]
@@ -1005,9 +1066,15 @@ def split_model(
         unravel_fn,
         (first_position, example_discrete),
     )
-    sample_prior_fn = _prior_sampler(
-        model, model_args, model_kwargs, latent, discrete_sites, unconstrain
-    )
+    if flat_model is not None and flat_model.sample_prior_fn is not None and not all_discrete:
+
+        def sample_prior_fn(rng_key, num_samples):
+            return flat_model.sample_prior_fn(rng_key, num_samples), {}
+
+    else:
+        sample_prior_fn = _prior_sampler(
+            model, model_args, model_kwargs, continuous_sites, discrete_sites
+        )
 
     return SplitModel(
         log_prior_fn=log_prior_fn,

@@ -64,3 +64,20 @@ def test_a_kernels_init_sees_the_progress_bar_of_the_mcmc_running_it():
         mcmc.progress_bar = progress_bar
         mcmc.run(jax.random.PRNGKey(0))
     assert RecordingNUTS.seen == [False, True]
+
+
+def test_the_unconstrained_substitution_is_potential_energys_split_per_site():
+    from numpyro.infer.util import compute_log_probs, potential_energy
+
+    from numpyro_extras.numpyro_adapter import substitute_unconstrained
+
+    def positive_model():
+        scale = numpyro.sample("scale", dist.HalfNormal(2.0))
+        numpyro.sample("y", dist.Normal(0.0, scale), obs=1.5)
+
+    params = {"scale": jax.numpy.asarray(0.3)}
+    log_probs, _ = compute_log_probs(substitute_unconstrained(positive_model, params), (), {}, {})
+    assert list(log_probs) == ["_scale_log_det", "scale", "y"]
+    assert float(log_probs["_scale_log_det"]) == 0.3  # log |d exp(u) / du| at u = 0.3
+    energy = potential_energy(positive_model, (), {}, params)
+    assert float(-sum(log_probs.values(), 0.0)) == float(energy)

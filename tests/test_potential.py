@@ -190,3 +190,39 @@ def test_trace_once_records_a_program_per_kind_of_argument():
     assert calls["fn"] == 2
     replay(jnp.zeros(3), {"k": jnp.ones(3)})
     assert calls["fn"] == 2
+
+
+def test_split_views_share_the_flat_models_reading_and_match_numpyro(counted_model):
+    """With the flat model handed over, the split records one program for its prior and
+    likelihood terms and draws from the prior with the flat model's recorded draw; the terms
+    add up to NumPyro's potential, and the draws are Predictive's for the same key."""
+    from numpyro_extras.potential import split_model
+
+    model, calls = counted_model
+    y = jnp.array([0.3, -1.2, 2.0, 0.7])
+    flat = nx.flatten_model(jax.random.PRNGKey(0), model, (y,))
+    built = calls["model"]
+    split = split_model(jax.random.PRNGKey(0), model, (y,), flat_model=flat)
+    assert calls["model"] == built + 1
+    positions = flat.initial_position + jnp.linspace(-1.0, 1.0, 6)[:, None]
+    prior = jax.vmap(lambda x: split.log_prior_fn(x, {}))(positions)
+    likelihood = jax.jit(jax.vmap(lambda x: split.log_likelihood_fn(x, {})))(positions)
+    scaled = jax.vmap(lambda x: split.scaled_log_density_fn(x, {}, 0.5, 0.25))(positions)
+    draws, discrete = split.sample_prior_fn(jax.random.PRNGKey(3), 5)
+    assert discrete == {}
+    np.testing.assert_array_equal(draws, flat.sample_prior_fn(jax.random.PRNGKey(3), 5))
+    assert calls["model"] == built + 2
+
+    def numpyro_energy(position):
+        return numpyro.infer.util.potential_energy(model, (y,), {}, flat.unravel_fn(position))
+
+    def numpyro_likelihood(position):
+        values = flat.constrain_fn(flat.unravel_fn(position))
+        return numpyro.infer.util.log_likelihood(model, values, y, batch_ndims=0)["y"].sum()
+
+    np.testing.assert_allclose(prior + likelihood, -jax.vmap(numpyro_energy)(positions), rtol=1e-12)
+    np.testing.assert_allclose(likelihood, jax.vmap(numpyro_likelihood)(positions), rtol=1e-12)
+    np.testing.assert_allclose(scaled, 0.5 * prior + 0.25 * likelihood, rtol=1e-12)
+    predictive = numpyro.infer.Predictive(model, num_samples=5, parallel=False)
+    expected = jax.vmap(flat.ravel_fn)(predictive(jax.random.PRNGKey(3), y))
+    np.testing.assert_allclose(draws, expected, rtol=1e-12)

@@ -468,7 +468,7 @@ def model_exchange_target(
     dimension = flat_model.dimension
     asked = reference
     reference, split, prior = prior_for_reference(
-        key, model, model_args, model_kwargs, reference, dimension
+        key, model, model_args, model_kwargs, reference, dimension, flat_model
     )
     fitted, fit_problems = None, ()
     if reference in ("fit", "stabilized"):
@@ -512,7 +512,9 @@ def model_exchange_target(
     return target._replace(path=path, prior_leg_path=prior if stabilized else None)
 
 
-def prior_for_reference(key, model, model_args, model_kwargs, reference, dimension):
+def prior_for_reference(
+    key, model, model_args, model_kwargs, reference, dimension, flat_model=None
+):
     """The model's prior path where ``reference`` needs it (``"prior"``, ``"stabilized"`` and
     ``"auto"``), with ``"auto"`` resolved: ``"stabilized"``, or ``"fit"`` where the prior is
     improper.
@@ -523,6 +525,7 @@ def prior_for_reference(key, model, model_args, model_kwargs, reference, dimensi
     :param dict model_kwargs: its keyword arguments.
     :param reference: the kernel's reference setting.
     :param int dimension: the model's unconstrained dimensions.
+    :param flat_model: the model's flat view, whose trace and prior draws the split shares.
     :return: ``(reference, split, path)``; ``split`` and ``path`` are ``None`` where the
         reference has no prior leg.
     :raises ValueError: where ``"prior"`` or ``"stabilized"`` cannot have the prior.
@@ -537,7 +540,10 @@ def prior_for_reference(key, model, model_args, model_kwargs, reference, dimensi
     )
     try:
         split, path = checked_prior_path(
-            key, lambda: split_model(key, model, model_args, model_kwargs), asked, dimension
+            key,
+            lambda: split_model(key, model, model_args, model_kwargs, flat_model=flat_model),
+            asked,
+            dimension,
         )
     except ValueError:
         if reference != "auto":

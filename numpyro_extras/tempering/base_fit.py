@@ -23,7 +23,7 @@ import optax
 import scipy.linalg
 from blackjax.smc.ess import ess as effective_sample_size
 from jax.scipy.stats import norm
-from numpyro.infer import HMC, Predictive
+from numpyro.infer import HMC
 from scipy.special import logsumexp
 
 from numpyro_extras import arviz_adapter
@@ -629,21 +629,15 @@ def _cholesky(covariance):
     return np.linalg.cholesky(covariance + jitter * np.eye(len(covariance)))
 
 
-def _prior_positions(rng_key, model, model_args, model_kwargs, flat_model, num_draws, stacklevel=3):
+def _prior_positions(rng_key, flat_model, num_draws, stacklevel=3):
     """Prior draws on the flat unconstrained space, rows with a non-finite entry dropped; none
-    for a model whose prior cannot be sampled (an improper prior; any other failure warns, with
-    ``stacklevel`` counted from this function)."""
-
-    def prior_positions(key):
-        # A sequential map over the draws' keys: XLA compiles a batch of per-key random draws
-        # (a vmap) several times more slowly on CPU than the loop, and the loop's run is short.
-        draws = Predictive(model, num_samples=num_draws, parallel=False)(
-            key, *model_args, **model_kwargs
-        )
-        return jax.vmap(flat_model.ravel_fn)(draws)
-
+    for a potential without a model or a model whose prior cannot be sampled (an improper prior;
+    any other failure warns, with ``stacklevel`` counted from this function)."""
+    if flat_model.sample_prior_fn is None:
+        return np.zeros((0, flat_model.dimension))
     try:
-        positions = np.asarray(quick_jit(prior_positions)(rng_key), dtype=np.float64)
+        positions = quick_jit(flat_model.sample_prior_fn, static_argnums=1)(rng_key, num_draws)
+        positions = np.asarray(positions, dtype=np.float64)
     except NotImplementedError:
         # An improper prior (ImproperUniform) has no sampler: the fits start from uniform draws.
         return np.zeros((0, flat_model.dimension))
@@ -895,9 +889,7 @@ def posterior_modes(
         modes.positions  # (num_modes, D), the highest density first
     """
     prior_key, starts_key = np.asarray(jax.random.split(rng_key))
-    prior_positions = _prior_positions(
-        prior_key, model, model_args, model_kwargs or {}, flat_model, num_draws=num_starts
-    )
+    prior_positions = _prior_positions(prior_key, flat_model, num_draws=num_starts)
     starts = _dispersed_starts(
         numpy_rng(starts_key), num_starts, flat_model.dimension, 2.0, prior_positions
     )
@@ -1274,9 +1266,7 @@ def _first_fits(
     num_fits = GAUSSIAN_STARTS if method == "gaussian" else num_starts
     starts_key, prior_key, fits_key = np.asarray(jax.random.split(fits_key, 3))
     prior_positions = (
-        _prior_positions(
-            prior_key, model, model_args, model_kwargs, flat_model, num_draws=1000, stacklevel=4
-        )
+        _prior_positions(prior_key, flat_model, num_draws=1000, stacklevel=4)
         if method == "mixture"
         else np.zeros((0, flat_model.dimension))
     )
@@ -1634,9 +1624,7 @@ def _prior_moment_base(
     :func:`_prior_positions`.
     """
     prior_key, draw_key = jax.random.split(rng_key)
-    positions = _prior_positions(
-        prior_key, model, model_args, model_kwargs, flat_model, num_draws, stacklevel
-    )
+    positions = _prior_positions(prior_key, flat_model, num_draws, stacklevel)
     if positions.shape[0] < 2 * flat_model.dimension + 2:
         raise FitsDivergedError(
             "Every variational fit of the base diverged and too few prior draws map to finite "
