@@ -263,7 +263,7 @@ def cost_rows(batch_sizes):
     chains, compile excluded, best of 5 repetitions of 200 calls."""
     from numpyro_extras.involutive.chains import build_kernel, init
     from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal
-    from numpyro_extras.potential import flatten_model
+    from numpyro_extras.model.potential import flatten_model
 
     features, labels = load_logistic_regression_data("german")
     flat = flatten_model(jax.random.PRNGKey(0), logistic_regression_model, (features, labels))

@@ -24,7 +24,7 @@ import numpy as np
 import numpyro
 
 import numpyro_extras as nx
-from numpyro_extras.potential import flatten_model
+from numpyro_extras.model.potential import flatten_model
 
 _STARTED = time.perf_counter()
 

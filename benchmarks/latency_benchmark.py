@@ -259,7 +259,7 @@ def _accuracy(model_name, samples, reference):
 
 
 def _min_ess(samples):
-    from numpyro_extras.arviz_adapter import ess
+    from numpyro_extras.results.arviz_adapter import ess
 
     draws = _flat_draws(samples)
     varying = np.std(draws, axis=(0, 1)) > 0

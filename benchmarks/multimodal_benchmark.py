@@ -79,7 +79,8 @@ from smc_anchor import TemperedSMC  # noqa: E402
 import numpyro_extras as nx  # noqa: E402
 import numpyro_extras.exchange.kernels as exchange_kernels_module  # noqa: E402
 import numpyro_extras.tempering.kernels as kernels_module  # noqa: E402
-from numpyro_extras.potential import arguments_fingerprint, split_model  # noqa: E402
+from numpyro_extras.model.potential import split_model  # noqa: E402
+from numpyro_extras.shell.kernel import arguments_fingerprint  # noqa: E402
 from numpyro_extras.targets import (  # noqa: E402
     boltzmann_target,
     gaussian_mixture_target,

@@ -104,7 +104,7 @@ from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
 import numpyro_extras.slmc.kernels as slmc_kernels_module  # noqa: E402
-from numpyro_extras.potential import flatten_model  # noqa: E402
+from numpyro_extras.model.potential import flatten_model  # noqa: E402
 from numpyro_extras.slmc.annealing import initial_draws  # noqa: E402
 from numpyro_extras.slmc.vae import (  # noqa: E402
     VAEConfig,

@@ -34,7 +34,6 @@ from numpyro_extras.discrete import (
     TuningSettings,
 )
 from numpyro_extras.estimates import log_marginal_likelihood, to_inference_data
-from numpyro_extras.evidence import Evidence
 from numpyro_extras.exchange import ReplicaExchange, plot_exchange
 from numpyro_extras.exchange.diagnostics import ExchangeDiagnostics, exchange_diagnostics
 from numpyro_extras.involutive import (
@@ -49,7 +48,8 @@ from numpyro_extras.involutive import (
     save_involution,
     train_ai_sampler,
 )
-from numpyro_extras.potential import FlatModel, flatten_model
+from numpyro_extras.model.potential import FlatModel, flatten_model
+from numpyro_extras.results.evidence import Evidence
 from numpyro_extras.slmc import (
     VAESLMC,
     AnnealingHistory,

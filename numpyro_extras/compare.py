@@ -18,9 +18,9 @@ from scipy.special import logsumexp, softmax
 
 from numpyro_extras.bridge import bridge_sampling
 from numpyro_extras.estimates import has_own_log_z, log_marginal_likelihood
-from numpyro_extras.evidence import Evidence
-from numpyro_extras.plotting import pyplot
-from numpyro_extras.validation import check_count, check_real
+from numpyro_extras.results.evidence import Evidence
+from numpyro_extras.shell.plotting import pyplot
+from numpyro_extras.shell.validation import check_count, check_real
 
 __all__ = ["compare", "plot_compare"]
 

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from numpyro.infer import MCMC, NUTS
 
-from numpyro_extras.plotting import agg_figure, require_matplotlib
+from numpyro_extras.shell.plotting import agg_figure, require_matplotlib
 from numpyro_extras.targets import (
     BIMODAL_LOCS,
     BIMODAL_SCALES,

@@ -8,20 +8,20 @@ kernel that gives no ``log Z`` (NUTS, ACS, the Ai-sampler, ...) still has its In
 
 from __future__ import annotations
 
-from numpyro_extras.evidence import Evidence
 from numpyro_extras.exchange.diagnostics import (
     exchange_inference_data,
     exchange_log_marginal_likelihood,
 )
 from numpyro_extras.exchange.kernels import ReplicaExchange
-from numpyro_extras.potential import check_proper_prior
-from numpyro_extras.runs import inference_data
+from numpyro_extras.model.potential import check_proper_prior
+from numpyro_extras.results.evidence import Evidence
+from numpyro_extras.results.runs import inference_data
+from numpyro_extras.shell.validation import check_mcmc
 from numpyro_extras.slmc.evidence import slmc_inference_data, slmc_log_marginal_likelihood
 from numpyro_extras.slmc.kernels import VAESLMC
 from numpyro_extras.tempering import diagnostics as tempering_diagnostics
 from numpyro_extras.tempering import posterior as tempering_posterior
 from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
-from numpyro_extras.validation import check_mcmc
 
 __all__ = ["log_marginal_likelihood", "to_inference_data", "has_own_log_z"]
 

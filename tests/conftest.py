@@ -46,10 +46,10 @@ if os.environ.get("NUMPYRO_EXTRAS_TEST_JAX_CACHE", "1") != "0":
 # long files share the two workers, and the run ends on short files instead of one worker
 # finishing a long file while the other waits.
 LONG_FILES = (
-    "test_devices.py",
+    "shell/test_devices.py",
     "involutive/test_involutive_training.py",
     "exchange/test_exchange_kernels.py",
-    "test_kernel.py",
+    "shell/test_kernel.py",
     "exchange/test_exchange_stabilized.py",
     "conformance/test_conformance_ai_sampler.py",
     "bridge/test_bridge_runs.py",

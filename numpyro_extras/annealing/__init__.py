@@ -21,7 +21,7 @@ from numpyro_extras.annealing.mais import (
     marginalized_ais_boltzmann,
 )
 from numpyro_extras.annealing.model_annealing import ais
-from numpyro_extras.evidence import evidence_from_log_weights
+from numpyro_extras.results.evidence import evidence_from_log_weights
 
 __all__ = [
     "ais",

@@ -25,19 +25,20 @@ from numpyro_extras.annealing.model_annealing import (
     check_has_latent_sites,
     gaussian_base_parameters,
 )
-from numpyro_extras.bases import GaussianBase
-from numpyro_extras.devices import check_devices, gathered, leading_axis_sharding
-from numpyro_extras.evidence import Evidence, evidence_from_log_weights
-from numpyro_extras.potential import arguments_fingerprint, check_proper_prior, split_model
-from numpyro_extras.prior_check import check_against_prior, prior_log_likelihoods_fn
-from numpyro_extras.progress import run_chunks
-from numpyro_extras.tempering.base_fit import fit_gaussian
-from numpyro_extras.validation import (
+from numpyro_extras.model.bases import GaussianBase
+from numpyro_extras.model.potential import check_proper_prior, split_model
+from numpyro_extras.results.evidence import Evidence, evidence_from_log_weights
+from numpyro_extras.results.prior_check import check_against_prior, prior_log_likelihoods_fn
+from numpyro_extras.shell.devices import check_devices, gathered, leading_axis_sharding
+from numpyro_extras.shell.kernel import arguments_fingerprint
+from numpyro_extras.shell.progress import run_chunks
+from numpyro_extras.shell.validation import (
     check_count,
     check_model,
     check_model_arguments,
     check_rng_key,
 )
+from numpyro_extras.tempering.base_fit import fit_gaussian
 
 __all__ = ["batched_ais"]
 

@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from numpyro_extras.compilation import quick_jit
-from numpyro_extras.validation import check_count, check_rng_key
+from numpyro_extras.shell.compilation import quick_jit
+from numpyro_extras.shell.validation import check_count, check_rng_key
 
 __all__ = [
     "BipartiteBoltzmann",

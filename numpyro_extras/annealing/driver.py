@@ -26,10 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_extras.compilation import quick_jit, split_key
-from numpyro_extras.devices import check_devices, gathered, leading_axis_sharding
-from numpyro_extras.progress import run_chunks
-from numpyro_extras.validation import check_count
+from numpyro_extras.shell.compilation import quick_jit, split_key
+from numpyro_extras.shell.devices import check_devices, gathered, leading_axis_sharding
+from numpyro_extras.shell.progress import run_chunks
+from numpyro_extras.shell.validation import check_count
 
 __all__ = [
     "MIN_ESS_FRACTION",
@@ -277,7 +277,7 @@ def anneal(
         base density of the path). It enters the compiled scan as data, so runs whose paths
         differ only in these values share one compilation.
     :param devices: split the particles over these devices
-        (:func:`~numpyro_extras.devices.check_devices`: a number or a sequence of
+        (:func:`~numpyro_extras.shell.devices.check_devices`: a number or a sequence of
         ``jax.Device``): the positions and the kernel state are placed along their particle
         axis, and the compiled scan runs each device's share there, a transition's sums over
         particles as collectives. ``None``: JAX's default device.

@@ -22,8 +22,8 @@ from numpyro_extras.annealing.driver import (
     inverse_temperature_schedule,
     warn_on_small_ess,
 )
-from numpyro_extras.evidence import Evidence, evidence_from_log_weights
-from numpyro_extras.validation import check_rng_key
+from numpyro_extras.results.evidence import Evidence, evidence_from_log_weights
+from numpyro_extras.shell.validation import check_rng_key
 
 __all__ = [
     "AIS_KERNELS",

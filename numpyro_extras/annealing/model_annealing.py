@@ -1,7 +1,7 @@
 """Annealed importance sampling for any NumPyro model, marginalized AIS and reverse (BDMC) runs.
 
 :func:`ais` turns a model into an annealing path with the shared model plumbing
-(:func:`numpyro_extras.potential.split_model`) and runs it with the shared driver
+(:func:`numpyro_extras.model.potential.split_model`) and runs it with the shared driver
 (:func:`numpyro_extras.annealing.driver.anneal`):
 
 - a :class:`~numpyro_extras.GaussianBase`: the geometric path
@@ -41,27 +41,26 @@ from numpyro_extras.annealing.driver import (
     inverse_temperature_schedule,
     warn_on_small_ess,
 )
-from numpyro_extras.bases import (
+from numpyro_extras.model.bases import (
     BaseCoverageWarning,
     GaussianBase,
     MixtureBase,
     gaussian_log_normalizers,
     validate_base,
 )
-from numpyro_extras.compilation import fold_in_key, quick_jit, split_key
-from numpyro_extras.devices import check_devices
-from numpyro_extras.evidence import Evidence, evidence_from_log_weights
-from numpyro_extras.metropolis import metropolis_accept, select
-from numpyro_extras.potential import (
+from numpyro_extras.model.potential import (
     SplitModel,
-    arguments_fingerprint,
     check_proper_prior,
     flatten_model,
     split_model,
 )
-from numpyro_extras.prior_check import check_against_prior, prior_log_likelihoods_fn
-from numpyro_extras.tempering.base_fit import FitsDivergedError, fit_base_with_warnings
-from numpyro_extras.validation import (
+from numpyro_extras.results.evidence import Evidence, evidence_from_log_weights
+from numpyro_extras.results.prior_check import check_against_prior, prior_log_likelihoods_fn
+from numpyro_extras.shell.compilation import fold_in_key, quick_jit, split_key
+from numpyro_extras.shell.devices import check_devices
+from numpyro_extras.shell.kernel import arguments_fingerprint
+from numpyro_extras.shell.metropolis import metropolis_accept, select
+from numpyro_extras.shell.validation import (
     check_count,
     check_model,
     check_model_arguments,
@@ -69,6 +68,7 @@ from numpyro_extras.validation import (
     check_rng_key,
     is_flag,
 )
+from numpyro_extras.tempering.base_fit import FitsDivergedError, fit_base_with_warnings
 
 __all__ = [
     "BaseParameters",
@@ -101,7 +101,7 @@ class HMCAdaptation(NamedTuple):
 def annealing_path(split: SplitModel, base="prior"):
     """The tempered log density ``log f(position, beta)`` of :func:`ais` and its increment.
 
-    :param SplitModel split: the model, from :func:`~numpyro_extras.potential.split_model`.
+    :param SplitModel split: the model, from :func:`~numpyro_extras.model.potential.split_model`.
     :param base: ``"prior"`` (``log p(x) + beta log p(y | x)``) or a
         :class:`~numpyro_extras.GaussianBase` or :class:`~numpyro_extras.MixtureBase`
         (``-(1 - beta) psi(x) + beta log p(x, y)``). With
@@ -926,9 +926,9 @@ MISSED_MASS_CAUSE = (
 
 
 def _check_against_prior(rng_key, split, model_key, evidence, num_draws):
-    """:func:`~numpyro_extras.prior_check.check_against_prior` of a run from a fitted base, with
-    the prior's likelihood compiled once per model and arguments (cached); a problem found is
-    warned of."""
+    """:func:`~numpyro_extras.results.prior_check.check_against_prior` of a run from a fitted
+    base, with the prior's likelihood compiled once per model and arguments (cached); a problem
+    found is warned of."""
     log_likelihoods_fn = cached(
         None if model_key is None else ("prior log likelihoods", model_key),
         lambda: prior_log_likelihoods_fn(split),

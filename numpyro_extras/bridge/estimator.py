@@ -15,9 +15,9 @@ import numpy as np
 import scipy.stats
 from scipy.special import logsumexp
 
-from numpyro_extras import arviz_adapter
 from numpyro_extras.bridge.proposals import component_log_densities, fit_gaussian, fit_mixture
-from numpyro_extras.evidence import (
+from numpyro_extras.results import arviz_adapter
+from numpyro_extras.results.evidence import (
     Evidence,
     agreement_of,
     chains_disagree,

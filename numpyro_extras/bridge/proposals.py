@@ -12,9 +12,9 @@ import jax
 import numpy as np
 from scipy.special import logsumexp
 
-from numpyro_extras.bases import MixtureBase
-from numpyro_extras.clustering import kmeans_plus_plus
-from numpyro_extras.compilation import quick_jit
+from numpyro_extras.model.bases import MixtureBase
+from numpyro_extras.shell.clustering import kmeans_plus_plus
+from numpyro_extras.shell.compilation import quick_jit
 
 __all__ = ["fit_gaussian", "fit_mixture", "component_log_densities", "MAX_COMPONENTS"]
 

@@ -17,13 +17,13 @@ from scipy.special import logsumexp
 
 from numpyro_extras.bridge.estimator import bridge_estimate
 from numpyro_extras.bridge.proposals import component_log_densities
-from numpyro_extras.compilation import fold_in_key, quick_jit
-from numpyro_extras.evidence import Evidence
-from numpyro_extras.potential import check_proper_prior, flatten_model, split_model
-from numpyro_extras.prior_check import check_against_prior, prior_log_likelihoods_fn
-from numpyro_extras.runs import MAX_DIVERGENT_FRACTION, divergence_problem
+from numpyro_extras.model.potential import check_proper_prior, flatten_model, split_model
+from numpyro_extras.results.evidence import Evidence
+from numpyro_extras.results.prior_check import check_against_prior, prior_log_likelihoods_fn
+from numpyro_extras.results.runs import MAX_DIVERGENT_FRACTION, divergence_problem
+from numpyro_extras.shell.compilation import fold_in_key, quick_jit
+from numpyro_extras.shell.validation import check_mcmc
 from numpyro_extras.tempering.base_fit import posterior_modes, same_basin, vectorized_potential
-from numpyro_extras.validation import check_mcmc
 
 __all__ = ["bridge_sampling", "missed_modes", "MISSED_MASS"]
 
@@ -153,9 +153,10 @@ def bridge_sampling(
     modes the draws never visited: 64 minimisations of the potential from dispersed starts, the
     mass of each uncovered mode from Laplace's approximation, so that chains stuck together in
     one mode give a warning, not a confident number. Last, the estimate is compared with
-    importance sampling from the prior (:func:`~numpyro_extras.prior_check.check_against_prior`,
-    ``PRIOR_CHECK_DRAWS`` draws): where the prior's estimate lies above it beyond their errors,
-    the stderr is raised to the gap (and a large gap is a problem).
+    importance sampling from the prior
+    (:func:`~numpyro_extras.results.prior_check.check_against_prior`, ``PRIOR_CHECK_DRAWS``
+    draws): where the prior's estimate lies above it beyond their errors, the stderr is raised
+    to the gap (and a large gap is a problem).
 
     A second call on the same finished run with the same arguments and settings (as
     :func:`~numpyro_extras.compare` makes after a user's call) returns the estimate of the

@@ -18,7 +18,6 @@ import jax.numpy as jnp
 from numpyro.infer.gibbs import with_conditioning
 from numpyro.infer.hmc import hmc
 
-from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.discrete.proposal import (
     ChainState,
     init,
@@ -33,7 +32,8 @@ from numpyro_extras.discrete.tuning import (
     tune_schedule,
     untuned_schedule,
 )
-from numpyro_extras.metropolis import running_accept_mean
+from numpyro_extras.shell.compiled_chain import BuildTag
+from numpyro_extras.shell.metropolis import running_accept_mean
 
 __all__ = ["ACSState", "acs_chain", "as_site_dict"]
 
@@ -55,7 +55,7 @@ class ACSState(NamedTuple):
     :param mean_accept_prob: running mean of ``accept_prob``, restarted when warm-up ends.
     :param inner_state: the inner kernel's HMC state on the flat continuous sites (``None``
         without an inner kernel).
-    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param build: the :class:`~numpyro_extras.shell.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
 
     **Example:**

@@ -29,12 +29,12 @@ from numpyro_extras.discrete.target import (
     potential_target,
 )
 from numpyro_extras.discrete.tuning import TuningSettings
-from numpyro_extras.kernel import (
+from numpyro_extras.shell.kernel import (
     ExtrasKernel,
     conditioning_values,
     hmc_settings,
 )
-from numpyro_extras.validation import check_count, check_real
+from numpyro_extras.shell.validation import check_count, check_real
 
 __all__ = ["ACS", "DMALA"]
 
@@ -360,7 +360,7 @@ class DMALA(ACS):
 
 def _inner_settings(inner_kernel, model, inner_kwargs: dict):
     """The settings of the inner HMC/NUTS move of the continuous sites
-    (:func:`~numpyro_extras.kernel.hmc_settings`).
+    (:func:`~numpyro_extras.shell.kernel.hmc_settings`).
 
     :param inner_kernel: ``NUTS`` or ``HMC`` (class or instance), or ``None``.
     :param model: the model the kernel is built on.

@@ -24,8 +24,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_extras.metropolis import acceptance_probability as metropolis_acceptance
-from numpyro_extras.metropolis import metropolis_accept, select
+from numpyro_extras.shell.metropolis import acceptance_probability as metropolis_acceptance
+from numpyro_extras.shell.metropolis import metropolis_accept, select
 
 __all__ = [
     "KINDS",
@@ -507,7 +507,7 @@ def log_acceptance_ratio(
     :param dict variables: name -> :class:`DiscreteVariable`.
     :param ChainState state: ``theta`` with its cached differences.
     :param ChainState proposed: ``theta'`` with its differences (for the reverse proposal).
-    :return: scalar; :func:`~numpyro_extras.metropolis.metropolis_accept` turns it into a
+    :return: scalar; :func:`~numpyro_extras.shell.metropolis.metropolis_accept` turns it into a
         decision (NaN is a rejection).
     """
     forward = proposal_logits(variables, state.indices, state.differences, alpha, beta)

@@ -18,10 +18,10 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.util import not_jax_tracer
 
-from numpyro_extras.compilation import quick_jit
 from numpyro_extras.discrete.proposal import KINDS, DiscreteVariable, decode, local_differences_fn
-from numpyro_extras.kernel import conditioning_values, without_conditioning
-from numpyro_extras.potential import discrete_latent_model
+from numpyro_extras.model.potential import discrete_latent_model
+from numpyro_extras.shell.compilation import quick_jit
+from numpyro_extras.shell.kernel import conditioning_values, without_conditioning
 
 __all__ = ["GRAD_MODES", "DiscreteTarget", "model_target", "potential_target"]
 

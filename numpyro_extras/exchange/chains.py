@@ -25,8 +25,6 @@ import jax
 import jax.numpy as jnp
 from numpyro.infer.hmc import HMCState, hmc
 
-from numpyro_extras.compiled_chain import BuildTag
-from numpyro_extras.devices import constrain_leading_axis, readable_on_every_process
 from numpyro_extras.exchange.core import (
     ExchangeStatistics,
     LadderState,
@@ -35,9 +33,11 @@ from numpyro_extras.exchange.core import (
     kernel_parts,
 )
 from numpyro_extras.exchange.path import MixedPosition, TemperedPath, value_and_gradient
-from numpyro_extras.kernel import field_lookup, rejected_move
-from numpyro_extras.metropolis import select
-from numpyro_extras.potential import SplitModel
+from numpyro_extras.model.potential import SplitModel
+from numpyro_extras.shell.compiled_chain import BuildTag
+from numpyro_extras.shell.devices import constrain_leading_axis, readable_on_every_process
+from numpyro_extras.shell.kernel import field_lookup, rejected_move
+from numpyro_extras.shell.metropolis import select
 
 __all__ = [
     "FIT_LEG",
@@ -118,7 +118,7 @@ class ExchangeState(NamedTuple):
         :class:`~numpyro_extras.exchange.discrete_moves.DiscreteRungState`.
     :param statistics: :class:`~numpyro_extras.exchange.core.ExchangeStatistics`.
     :param iteration: scans so far, warm-up included.
-    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param build: the :class:`~numpyro_extras.shell.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
     """
 
@@ -284,7 +284,7 @@ def legged_hmc_moves(split: SplitModel, base, algo="NUTS") -> RungMoves:
     scaled per leg (``split.scaled_log_density_fn``), and one of ``q``.
 
     :param SplitModel split: the model's prior/likelihood split
-        (:func:`~numpyro_extras.potential.split_model`), continuous sites only.
+        (:func:`~numpyro_extras.model.potential.split_model`), continuous sites only.
     :param base: the fitted leg's reference, a :class:`~numpyro_extras.GaussianBase` or
         :class:`~numpyro_extras.MixtureBase` on the same flat space.
     :param str algo: ``"NUTS"`` or ``"HMC"``.
@@ -481,7 +481,7 @@ def _explored_lanes(explore, lanes, lane_sharding):
 def scan_step(parts: ScanParts, lane_sharding=None):
     """``state -> state``: one scan of one chain from its :class:`ScanParts`; its rungs' moves
     split over devices by ``lane_sharding``
-    (:func:`~numpyro_extras.devices.leading_axis_sharding`, or ``None``)."""
+    (:func:`~numpyro_extras.shell.devices.leading_axis_sharding`, or ``None``)."""
 
     def step(state):
         lanes, carry = parts.lanes(state)
@@ -494,7 +494,7 @@ def scan_step(parts: ScanParts, lane_sharding=None):
 def batched_scan_step(parts: ScanParts, lane_sharding=None):
     """``states -> states``: one scan of a batch of chains (leading axis), the moves of all
     their rungs one vectorised call over ``chains x rungs`` lanes, split over devices by
-    ``lane_sharding`` (:func:`~numpyro_extras.devices.leading_axis_sharding`, or ``None``).
+    ``lane_sharding`` (:func:`~numpyro_extras.shell.devices.leading_axis_sharding`, or ``None``).
 
     **Example:**
 

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_extras.exchange.ladder import equalized_ladder, initial_ladder, tuning_rounds
-from numpyro_extras.metropolis import acceptance_probability, select
+from numpyro_extras.shell.metropolis import acceptance_probability, select
 
 __all__ = [
     "RungMoves",

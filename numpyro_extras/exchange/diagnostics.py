@@ -8,15 +8,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from numpyro_extras.devices import gathered
-from numpyro_extras.evidence import Evidence
 from numpyro_extras.exchange.evidence import (
     SteppingStone,
     joined_legs_evidence,
     stepping_stone,
 )
 from numpyro_extras.exchange.kernels import ReplicaExchange
-from numpyro_extras.runs import (
+from numpyro_extras.results.evidence import Evidence
+from numpyro_extras.results.runs import (
     MAX_RHAT,
     MIN_ROUND_TRIPS,
     divergence_problem,
@@ -25,6 +24,7 @@ from numpyro_extras.runs import (
     posterior_convergence,
     run_report,
 )
+from numpyro_extras.shell.devices import gathered
 
 __all__ = [
     "ExchangeDiagnostics",

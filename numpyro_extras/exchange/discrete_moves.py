@@ -56,7 +56,7 @@ from numpyro_extras.discrete.tuning import (
 from numpyro_extras.exchange.chains import ReplicaEvaluation, hmc_moves, synced_hmc_state
 from numpyro_extras.exchange.core import RungMoves
 from numpyro_extras.exchange.path import MixedPosition, TemperedPath
-from numpyro_extras.metropolis import running_accept_mean
+from numpyro_extras.shell.metropolis import running_accept_mean
 
 # The schedule changes smoothly with beta (larger steps on hotter rungs), so a few tuned rungs
 # interpolated in beta serve the whole ladder; tuning every rung costs more model evaluations

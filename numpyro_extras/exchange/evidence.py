@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from numpyro_extras import arviz_adapter
-from numpyro_extras.evidence import (
+from numpyro_extras.results import arviz_adapter
+from numpyro_extras.results.evidence import (
     Evidence,
     agreement_of,
     chains_disagree,

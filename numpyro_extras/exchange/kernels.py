@@ -1,6 +1,6 @@
 """Replica exchange (non-reversible parallel tempering) as a NumPyro kernel.
 
-A thin :class:`~numpyro_extras.kernel.ExtrasKernel` over the functional core of
+A thin :class:`~numpyro_extras.shell.kernel.ExtrasKernel` over the functional core of
 :mod:`numpyro_extras.exchange.core` and its shell in :mod:`numpyro_extras.exchange.chains`: it
 reads the model into a tempered path (:mod:`numpyro_extras.exchange.target`), chooses the rungs'
 move, plans the replicas and starts and runs them (:mod:`numpyro_extras.exchange.replicas`,
@@ -16,7 +16,6 @@ import numpy as np
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_extras.devices import check_devices, leading_axis_sharding
 from numpyro_extras.discrete.kernels import ACS
 from numpyro_extras.discrete.target import DiscreteTarget
 from numpyro_extras.exchange.chains import batched_scan_step, scan_step
@@ -45,8 +44,9 @@ from numpyro_extras.exchange.target import (
     read_exchange_target,
     target_settings,
 )
-from numpyro_extras.kernel import ExtrasKernel, fixed_target_functions, hmc_settings
-from numpyro_extras.potential import FlatModel
+from numpyro_extras.model.potential import FlatModel
+from numpyro_extras.shell.devices import check_devices, leading_axis_sharding
+from numpyro_extras.shell.kernel import ExtrasKernel, fixed_target_functions, hmc_settings
 
 __all__ = [
     "ReplicaExchange",

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_extras.potential import SplitModel
+from numpyro_extras.model.potential import SplitModel
 
 __all__ = ["MixedPosition", "TemperedPath", "prior_path", "reference_path"]
 
@@ -81,7 +81,7 @@ def prior_path(split: SplitModel) -> TemperedPath:
     be differentiated in them), or, for a model with both, a :class:`MixedPosition` of the two.
 
     :param SplitModel split: the model's prior/likelihood split
-        (:func:`~numpyro_extras.potential.split_model`).
+        (:func:`~numpyro_extras.model.potential.split_model`).
     :return: a :class:`TemperedPath` whose reference draws are exact prior draws (a seeded trace
         of the model, moved to the unconstrained space for continuous sites).
     :raises ValueError: for a model with both discrete and continuous latent sites.

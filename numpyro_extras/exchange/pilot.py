@@ -16,7 +16,6 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from numpyro_extras.compilation import quick_jit
 from numpyro_extras.exchange.chains import scan_step
 from numpyro_extras.exchange.core import swap_rates
 from numpyro_extras.exchange.ladder import (
@@ -28,10 +27,11 @@ from numpyro_extras.exchange.ladder import (
     equalized_ladder,
     replicas_for_barrier,
 )
-from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
-from numpyro_extras.potential import evaluation_flops
-from numpyro_extras.progress import run_chunks
-from numpyro_extras.validation import check_count
+from numpyro_extras.model.potential import evaluation_flops
+from numpyro_extras.shell.compilation import quick_jit
+from numpyro_extras.shell.numpyro_adapter import calling_mcmc_progress_bar
+from numpyro_extras.shell.progress import run_chunks
+from numpyro_extras.shell.validation import check_count
 
 __all__ = [
     "ReplicaPilot",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from numpyro_extras.exchange.diagnostics import exchange_diagnostics, exchange_kernel
-from numpyro_extras.plotting import pyplot
+from numpyro_extras.shell.plotting import pyplot
 
 __all__ = ["plot_exchange"]
 

@@ -23,7 +23,7 @@ from numpyro_extras.exchange.path import MixedPosition, TemperedPath
 from numpyro_extras.exchange.pilot import ReplicaPlan, floor_plan, requested_plan, run_pilot
 from numpyro_extras.exchange.stabilized import stabilized_exchange
 from numpyro_extras.exchange.target import ExchangeTarget
-from numpyro_extras.potential import check_finite_potential
+from numpyro_extras.model.potential import check_finite_potential
 
 __all__ = [
     "check_given_starts",
@@ -48,7 +48,7 @@ def replica_scan(target: ExchangeTarget, acs, algo, hmc_settings, plan: ReplicaP
     :param plan: the :class:`~numpyro_extras.exchange.pilot.ReplicaPlan`: rungs of the path
         (of the fitted leg) and of the prior leg of a stabilised reference, and their starting
         ladders (``None`` for the initial ladder).
-    :param tag: the build's :class:`~numpyro_extras.compiled_chain.BuildTag`.
+    :param tag: the build's :class:`~numpyro_extras.shell.compiled_chain.BuildTag`.
     :return: ``(scan, settings)``: the :class:`~numpyro_extras.exchange.chains.ExchangeScan`
         and the settings of its ``init``.
     """

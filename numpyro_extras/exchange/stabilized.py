@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.exchange.chains import (
     EXCHANGE_FIELDS,
     FIT_LEG,
@@ -41,8 +40,9 @@ from numpyro_extras.exchange.chains import (
     with_posterior_replica,
 )
 from numpyro_extras.exchange.core import lane_explore
-from numpyro_extras.kernel import field_lookup
-from numpyro_extras.metropolis import select
+from numpyro_extras.shell.compiled_chain import BuildTag
+from numpyro_extras.shell.kernel import field_lookup
+from numpyro_extras.shell.metropolis import select
 
 __all__ = [
     "StabilizedState",
@@ -71,7 +71,7 @@ class StabilizedState(NamedTuple):
     :param fit_leg: the :class:`~numpyro_extras.exchange.chains.ExchangeState` of the leg from
         the fitted reference.
     :param prior_leg: that of the leg from the prior.
-    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param build: the :class:`~numpyro_extras.shell.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
     """
 

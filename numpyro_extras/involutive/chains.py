@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_extras.involutive.networks import InvolutiveProposal, involution, swap_involution
-from numpyro_extras.metropolis import metropolis_accept, select
+from numpyro_extras.shell.metropolis import metropolis_accept, select
 
 __all__ = [
     "InvolutiveInfo",

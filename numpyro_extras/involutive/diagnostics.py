@@ -10,11 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_extras.compilation import quick_jit
 from numpyro_extras.involutive.chains import involutive_proposal
 from numpyro_extras.involutive.networks import InvolutiveProposal, involution
-from numpyro_extras.plotting import pyplot
-from numpyro_extras.validation import check_rng_key
+from numpyro_extras.shell.compilation import quick_jit
+from numpyro_extras.shell.plotting import pyplot
+from numpyro_extras.shell.validation import check_rng_key
 
 __all__ = ["InvolutionCheck", "involution_check", "mode_switch_rate", "plot_ai_sampler"]
 

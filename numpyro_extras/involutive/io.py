@@ -7,10 +7,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from numpyro_extras.bases import MixtureBase
 from numpyro_extras.involutive.networks import InvolutionConfig, InvolutiveProposal, init_proposal
 from numpyro_extras.involutive.training import TrainingHistory
-from numpyro_extras.serialization import (
+from numpyro_extras.model.bases import MixtureBase
+from numpyro_extras.shell.serialization import (
     header_field,
     read_header,
     restore_arrays,

@@ -1,6 +1,6 @@
 """The Ai-sampler as a NumPyro kernel: ``nx.AiSampler``.
 
-A thin :class:`~numpyro_extras.kernel.ExtrasKernel` over the functional core of
+A thin :class:`~numpyro_extras.shell.kernel.ExtrasKernel` over the functional core of
 :mod:`numpyro_extras.involutive.chains`: it reads the model, trains the involution once per set
 of model arguments (:func:`~numpyro_extras.involutive.training.train_ai_sampler`) or checks a
 given one, and steps with it frozen. The chain's NumPyro side (its key, the build tag, the site
@@ -20,23 +20,27 @@ from numpyro.infer.gibbs import with_conditioning
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
-from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.involutive.chains import InvolutiveState, build_kernel
 from numpyro_extras.involutive.chains import init as core_init
 from numpyro_extras.involutive.networks import InvolutiveProposal
 from numpyro_extras.involutive.training import check_train_kwargs, train_ai_sampler
-from numpyro_extras.kernel import ExtrasKernel, conditioning_values, field_lookup
-from numpyro_extras.metropolis import running_accept_mean
-from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
-from numpyro_extras.potential import (
+from numpyro_extras.model.potential import (
     FlatModel,
-    arguments_fingerprint,
     check_trained_for,
     flat_model_from_potential,
     flat_potential_for,
     flatten_model,
 )
-from numpyro_extras.validation import check_init_strategy
+from numpyro_extras.shell.compiled_chain import BuildTag
+from numpyro_extras.shell.kernel import (
+    ExtrasKernel,
+    arguments_fingerprint,
+    conditioning_values,
+    field_lookup,
+)
+from numpyro_extras.shell.metropolis import running_accept_mean
+from numpyro_extras.shell.numpyro_adapter import calling_mcmc_progress_bar
+from numpyro_extras.shell.validation import check_init_strategy
 
 __all__ = ["AiSampler", "AiState", "ai_init", "ai_step", "check_params_match"]
 
@@ -53,7 +57,7 @@ class AiState(NamedTuple):
     :param accept_prob: the last transition's acceptance probability.
     :param mean_accept_prob: the running mean of ``accept_prob`` (restarted after warm-up).
     :param i: transitions so far.
-    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param build: the :class:`~numpyro_extras.shell.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: the chain's key.
 
     **Example:**

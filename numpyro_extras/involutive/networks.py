@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from numpyro_extras.validation import check_count, check_real
+from numpyro_extras.shell.validation import check_count, check_real
 
 __all__ = [
     "InvolutionConfig",

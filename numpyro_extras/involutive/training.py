@@ -25,8 +25,6 @@ import numpy as np
 import optax
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
-from numpyro_extras.bases import MixtureBase
-from numpyro_extras.compilation import quick_jit
 from numpyro_extras.involutive.chains import build_kernel
 from numpyro_extras.involutive.chains import init as chain_init
 from numpyro_extras.involutive.networks import (
@@ -37,10 +35,12 @@ from numpyro_extras.involutive.networks import (
     init_proposal,
     standardized_involution,
 )
-from numpyro_extras.pilot import dispersed_nuts_draws
-from numpyro_extras.potential import flat_target, site_shapes
-from numpyro_extras.progress import run_chunks
-from numpyro_extras.validation import (
+from numpyro_extras.model.bases import MixtureBase
+from numpyro_extras.model.potential import flat_target, site_shapes
+from numpyro_extras.shell.compilation import quick_jit
+from numpyro_extras.shell.pilot import dispersed_nuts_draws
+from numpyro_extras.shell.progress import run_chunks
+from numpyro_extras.shell.validation import (
     check_count,
     check_model,
     check_real,
@@ -512,7 +512,7 @@ def _seed_draws(rng_key, flat_model, potential_fn, init_samples, settings, progr
     ``init_samples``.
 
     :param rng_key: the pilot run's key.
-    :param flat_model: the target, from :func:`~numpyro_extras.potential.flat_target`.
+    :param flat_model: the target, from :func:`~numpyro_extras.model.potential.flat_target`.
     :param potential_fn: its compiled potential.
     :param init_samples: the user's seed draws, or ``None`` for the pilot run.
     :param TrainingSettings settings: the pilot's settings (``seed_chains``, ...).

@@ -36,13 +36,20 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from numpyro_extras.bases import GaussianBase
-from numpyro_extras.clustering import spread_draws
-from numpyro_extras.compilation import quick_jit
 from numpyro_extras.exchange import ReplicaExchange
-from numpyro_extras.pilot import dispersed_starts, nuts_draws
-from numpyro_extras.potential import flat_target, site_shapes
-from numpyro_extras.progress import scan_in_chunks
+from numpyro_extras.model.bases import GaussianBase
+from numpyro_extras.model.potential import flat_target, site_shapes
+from numpyro_extras.shell.clustering import spread_draws
+from numpyro_extras.shell.compilation import quick_jit
+from numpyro_extras.shell.pilot import dispersed_starts, nuts_draws
+from numpyro_extras.shell.progress import scan_in_chunks
+from numpyro_extras.shell.validation import (
+    check_count,
+    check_model,
+    check_real,
+    check_rng_key,
+    check_setting_names,
+)
 from numpyro_extras.slmc.chains import (
     build_kernel,
     check_acceptance,
@@ -62,13 +69,6 @@ from numpyro_extras.slmc.vae import (
     train_vae,
 )
 from numpyro_extras.tempering.base_fit import numpy_rng
-from numpyro_extras.validation import (
-    check_count,
-    check_model,
-    check_real,
-    check_rng_key,
-    check_setting_names,
-)
 
 __all__ = [
     "AnnealingStalledWarning",
@@ -1270,7 +1270,7 @@ def _first_rung_problems(log_density_fn, data, settings):
 
 def _deep_tree_problems(run, settings):
     """Warn, and return the problem to record, when more than ``MAX_DEPTH_SHARE`` of the
-    transitions of the NUTS ``run`` (:class:`~numpyro_extras.pilot.PilotDraws`) at ``beta_0``
+    transitions of the NUTS ``run`` (:class:`~numpyro_extras.shell.pilot.PilotDraws`) at ``beta_0``
     reached NUTS's maximum tree depth: its draws are not draws of ``p~^beta_0``, so no annealing
     is run from them."""
     if run.max_depth_share <= MAX_DEPTH_SHARE:

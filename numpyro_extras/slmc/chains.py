@@ -41,11 +41,12 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_extras.exchange.core import swap_log_ratios
-from numpyro_extras.metropolis import (
+from numpyro_extras.shell.metropolis import (
     acceptance_probability,
     metropolis_accept,
     select,
 )
+from numpyro_extras.shell.validation import check_count
 from numpyro_extras.slmc.vae import (
     VAEConfig,
     VAEProposal,
@@ -56,7 +57,6 @@ from numpyro_extras.slmc.vae import (
     sample_extended,
     sample_isometric,
 )
-from numpyro_extras.validation import check_count
 
 __all__ = [
     "ACCEPTANCES",

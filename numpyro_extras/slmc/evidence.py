@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from numpyro_extras.evidence import (
+from numpyro_extras.results.evidence import (
     INFINITE_VARIANCE_PARETO_K,
     UNRELIABLE_PARETO_K,
     Evidence,
@@ -21,7 +21,7 @@ from numpyro_extras.evidence import (
     log_mean_exp,
     pareto_tail_index,
 )
-from numpyro_extras.runs import finished_kernel, inference_data
+from numpyro_extras.results.runs import finished_kernel, inference_data
 from numpyro_extras.slmc.kernels import VAESLMC
 
 __all__ = ["slmc_kernel", "slmc_log_marginal_likelihood", "slmc_inference_data", "MIN_WEIGHT_ESS"]

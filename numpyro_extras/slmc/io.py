@@ -12,7 +12,7 @@ import dataclasses
 
 import jax
 
-from numpyro_extras.serialization import (
+from numpyro_extras.shell.serialization import (
     header_field,
     read_header,
     restore_arrays,

@@ -1,6 +1,6 @@
 """VAE self-learning Monte Carlo as a NumPyro kernel: ``nx.VAESLMC``.
 
-A thin :class:`~numpyro_extras.kernel.ExtrasKernel` over the functional core of
+A thin :class:`~numpyro_extras.shell.kernel.ExtrasKernel` over the functional core of
 :mod:`numpyro_extras.slmc.chains`: it reads the model, trains the proposal once per set of model
 arguments (:func:`~numpyro_extras.slmc.annealing.fit_vae_proposal`) or checks a given one, and
 starts the chains at draws of the proposal.
@@ -19,22 +19,23 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
-from numpyro_extras.compilation import quick_jit
-from numpyro_extras.compiled_chain import BuildTag
-from numpyro_extras.kernel import (
-    ExtrasKernel,
-    field_lookup,
-    fixed_target_functions,
-)
-from numpyro_extras.metropolis import independence_acceptance_rate, running_accept_mean
-from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
-from numpyro_extras.potential import (
+from numpyro_extras.model.potential import (
     FlatModel,
     check_finite_potential,
     check_trained_for,
     flat_model_from_potential,
     flatten_model,
 )
+from numpyro_extras.shell.compilation import quick_jit
+from numpyro_extras.shell.compiled_chain import BuildTag
+from numpyro_extras.shell.kernel import (
+    ExtrasKernel,
+    field_lookup,
+    fixed_target_functions,
+)
+from numpyro_extras.shell.metropolis import independence_acceptance_rate, running_accept_mean
+from numpyro_extras.shell.numpyro_adapter import calling_mcmc_progress_bar
+from numpyro_extras.shell.validation import check_count, check_init_strategy
 from numpyro_extras.slmc.annealing import check_fit_kwargs, fit_vae_proposal
 from numpyro_extras.slmc.chains import (
     ChainPoint,
@@ -45,7 +46,6 @@ from numpyro_extras.slmc.chains import (
 )
 from numpyro_extras.slmc.chains import init as core_init
 from numpyro_extras.slmc.vae import VAEProposal, isometry_factors, sample_extended
-from numpyro_extras.validation import check_count, check_init_strategy
 
 __all__ = [
     "ISOMETRY_TOLERANCE",
@@ -83,7 +83,7 @@ class SLMCState(NamedTuple):
     :param accepted: whether the proposal was accepted.
     :param mean_accept_prob: running mean of ``accept_prob`` (restarted after warm-up).
     :param iteration: steps so far, warm-up included.
-    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param build: the :class:`~numpyro_extras.shell.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: random key.
 
     **Example:**
@@ -387,7 +387,7 @@ class VAESLMC(ExtrasKernel):
     def expected_accept_rate(self):
         """For a given ``proposal``, its acceptance rate on this target estimated at ``init``
         from its importance weights
-        (:func:`~numpyro_extras.metropolis.independence_acceptance_rate`); ``None`` for a
+        (:func:`~numpyro_extras.shell.metropolis.independence_acceptance_rate`); ``None`` for a
         proposal trained by the kernel (its ``proposal.history.final_accept_rates`` say the
         same)."""
         return self._expected_accept_rate

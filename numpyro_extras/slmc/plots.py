@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from numpyro_extras.plotting import pyplot
+from numpyro_extras.shell.plotting import pyplot
 from numpyro_extras.slmc.vae import VAEProposal
 
 __all__ = ["plot_annealing"]

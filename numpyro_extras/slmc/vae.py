@@ -32,7 +32,7 @@ import optax
 from flax import struct
 from jax.scipy.stats import norm
 
-from numpyro_extras.validation import check_count, check_real
+from numpyro_extras.shell.validation import check_count, check_real
 
 __all__ = [
     "VAEConfig",

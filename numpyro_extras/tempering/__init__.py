@@ -1,6 +1,11 @@
 """Continuous tempering (Graham & Storkey): joint and Gibbs kernels, base fit, log Z estimators."""
 
-from numpyro_extras.bases import BaseCoverageWarning, GaussianBase, MixtureBase, ModeSearchWarning
+from numpyro_extras.model.bases import (
+    BaseCoverageWarning,
+    GaussianBase,
+    MixtureBase,
+    ModeSearchWarning,
+)
 from numpyro_extras.tempering.base_check import BaseMomentCheck, base_moment_check, refit_base
 from numpyro_extras.tempering.base_fit import fit_base
 from numpyro_extras.tempering.chains import extended_potential, tempered_potential

@@ -11,7 +11,7 @@ import numpy as np
 from blackjax.smc.ess import ess as effective_sample_size
 from scipy.special import logsumexp
 
-from numpyro_extras.bases import GaussianBase, weighted_gaussian
+from numpyro_extras.model.bases import GaussianBase, weighted_gaussian
 from numpyro_extras.tempering.chains import unreached_ends
 from numpyro_extras.tempering.evidence import run_log_normalizer, target_log_weights
 from numpyro_extras.tempering.run import (

@@ -1,4 +1,5 @@
-"""The fit of a base density (:mod:`numpyro_extras.bases`) to a model by variational inference.
+"""The fit of a base density (:mod:`numpyro_extras.model.bases`) to a model by variational
+inference.
 
 Continuous tempering bridges a normalised base density ``exp(-psi)`` (inverse temperature 0) and
 the target (inverse temperature 1). The closer the base is to the target and ``log zeta`` to
@@ -26,8 +27,7 @@ from jax.scipy.stats import norm
 from numpyro.infer import HMC
 from scipy.special import logsumexp
 
-from numpyro_extras import arviz_adapter
-from numpyro_extras.bases import (
+from numpyro_extras.model.bases import (
     BaseCoverageWarning,
     GaussianBase,
     MixtureBase,
@@ -35,11 +35,20 @@ from numpyro_extras.bases import (
     gaussian_log_normalizers,
     weighted_gaussian,
 )
-from numpyro_extras.compilation import quick_jit, split_key
-from numpyro_extras.evidence import UNRELIABLE_PARETO_K
-from numpyro_extras.kernel import hmc_settings
-from numpyro_extras.potential import FlatModel, flatten_model
-from numpyro_extras.progress import run_chunks
+from numpyro_extras.model.potential import FlatModel, flatten_model
+from numpyro_extras.results import arviz_adapter
+from numpyro_extras.results.evidence import UNRELIABLE_PARETO_K
+from numpyro_extras.shell.compilation import quick_jit, split_key
+from numpyro_extras.shell.kernel import hmc_settings
+from numpyro_extras.shell.progress import run_chunks
+from numpyro_extras.shell.validation import (
+    check_count,
+    check_model,
+    check_model_arguments,
+    check_real,
+    check_rng_key,
+    is_flag,
+)
 from numpyro_extras.tempering.chains import (
     GIBBS_KEYS,
     INIT_KEYS,
@@ -48,14 +57,6 @@ from numpyro_extras.tempering.chains import (
     unreached_ends,
 )
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
-from numpyro_extras.validation import (
-    check_count,
-    check_model,
-    check_model_arguments,
-    check_real,
-    check_rng_key,
-    is_flag,
-)
 
 __all__ = [
     "MixtureEstimate",

@@ -30,9 +30,9 @@ import numpy as np
 from numpyro.infer.hmc import HMCState, hmc
 from numpyro.infer.util import ParamInfo
 
-from numpyro_extras.bases import GaussianBase
-from numpyro_extras.kernel import rejected_move
-from numpyro_extras.metropolis import metropolis_accept, select
+from numpyro_extras.model.bases import GaussianBase
+from numpyro_extras.shell.kernel import rejected_move
+from numpyro_extras.shell.metropolis import metropolis_accept, select
 from numpyro_extras.tempering.weights import sample_inverse_temperature
 
 __all__ = [

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from blackjax.smc.ess import ess as effective_sample_size
 
-from numpyro_extras.evidence import Evidence
-from numpyro_extras.runs import (
+from numpyro_extras.results.evidence import Evidence
+from numpyro_extras.results.runs import (
     MAX_RHAT,
     MIN_ROUND_TRIPS,
     divergence_problem,
@@ -44,7 +44,7 @@ from numpyro_extras.tempering.run import (
 __all__ = ["TemperingDiagnostics", "tempering_diagnostics", "log_marginal_likelihood"]
 
 # Threshold of the run check behind the warnings of log_marginal_likelihood (the others are
-# shared by every family, in numpyro_extras.runs).
+# shared by every family, in numpyro_extras.results.runs).
 MIN_TARGET_ESS = 100.0
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from numpyro_extras import arviz_adapter
-from numpyro_extras.evidence import (
+from numpyro_extras.results import arviz_adapter
+from numpyro_extras.results.evidence import (
     ChainAgreement,
     Evidence,
     agreement_of,
@@ -99,7 +99,7 @@ def tempering_log_normalizer(delta, log_zeta) -> Evidence:
     which accounts for autocorrelation and between-chain spread) of the mean of
     ``zeta_c w1 / mean(zeta w1) - w0 / mean(w0)``. Where the estimates of the chains' halves
     spread beyond their own errors, the standard error is widened to that spread
-    (:func:`~numpyro_extras.evidence.spread_floored_stderr`).
+    (:func:`~numpyro_extras.results.evidence.spread_floored_stderr`).
 
     :param delta: ``Delta`` of every draw, shape ``(num_chains, num_draws)`` or ``(num_draws,)``.
     :param log_zeta: ``log zeta``: a scalar, one value per chain (shape ``(num_chains,)``) or

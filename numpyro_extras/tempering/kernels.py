@@ -1,7 +1,7 @@
 """Joint and Gibbs continuous tempering as NumPyro kernels (Graham & Storkey, "Continuously
 tempered HMC").
 
-Thin :class:`~numpyro_extras.kernel.ExtrasKernel` classes over the functional core of
+Thin :class:`~numpyro_extras.shell.kernel.ExtrasKernel` classes over the functional core of
 :mod:`numpyro_extras.tempering.chains`: they read the model, fit the base
 (:func:`~numpyro_extras.fit_base`) and start the chains. ``mcmc.get_samples()`` are the target
 replica's exact posterior draws; the tempered chain is in the extra fields, from which
@@ -23,22 +23,23 @@ from numpyro.infer.hmc import HMCState
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
-from numpyro_extras.bases import GaussianBase, validate_base
-from numpyro_extras.compilation import split_each_key, split_key
-from numpyro_extras.compiled_chain import BuildTag
-from numpyro_extras.kernel import (
-    ExtrasKernel,
-    field_lookup,
-    fixed_target_functions,
-    hmc_settings,
-)
-from numpyro_extras.numpyro_adapter import calling_mcmc_progress_bar
-from numpyro_extras.potential import (
+from numpyro_extras.model.bases import GaussianBase, validate_base
+from numpyro_extras.model.potential import (
     FlatModel,
     check_finite_potential,
     flat_model_from_potential,
     flatten_model,
 )
+from numpyro_extras.shell.compilation import split_each_key, split_key
+from numpyro_extras.shell.compiled_chain import BuildTag
+from numpyro_extras.shell.kernel import (
+    ExtrasKernel,
+    field_lookup,
+    fixed_target_functions,
+    hmc_settings,
+)
+from numpyro_extras.shell.numpyro_adapter import calling_mcmc_progress_bar
+from numpyro_extras.shell.validation import check_count, check_flag, check_init_strategy, check_real
 from numpyro_extras.tempering.base_fit import (
     check_fit_base_settings,
     fit_base_for_kernel,
@@ -55,7 +56,6 @@ from numpyro_extras.tempering.chains import (
     gibbs_init,
     joint_init,
 )
-from numpyro_extras.validation import check_count, check_flag, check_init_strategy, check_real
 
 __all__ = [
     "AUTO_MOVES_PER_DRAW",
@@ -102,7 +102,7 @@ class TemperingState(NamedTuple):
     :param replica_inner_state: the NumPyro HMC/NUTS state of the replica's own move on the
         target (``None`` when the kernel makes none).
     :param mixing: :class:`~numpyro_extras.tempering.chains.TemperatureMixing` counts.
-    :param build: the :class:`~numpyro_extras.compiled_chain.BuildTag` of the kernel build.
+    :param build: the :class:`~numpyro_extras.shell.compiled_chain.BuildTag` of the kernel build.
     :param rng_key: the chain's key.
 
     **Example:**

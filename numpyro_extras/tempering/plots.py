@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from numpyro_extras.plotting import pyplot
+from numpyro_extras.shell.plotting import pyplot
 from numpyro_extras.tempering.evidence import target_log_weights
 from numpyro_extras.tempering.posterior import tempered_samples
 from numpyro_extras.tempering.run import chain_field, tempering_kernel

@@ -13,8 +13,9 @@ import numpy as np
 from blackjax.smc.resampling import systematic
 from scipy.special import logsumexp
 
-from numpyro_extras.arviz_adapter import add_sample_stats
-from numpyro_extras.runs import inference_data
+from numpyro_extras.results.arviz_adapter import add_sample_stats
+from numpyro_extras.results.runs import inference_data
+from numpyro_extras.shell.validation import check_count, check_rng_key
 from numpyro_extras.tempering.base_fit import numpy_rng
 from numpyro_extras.tempering.evidence import run_log_normalizer, target_log_weights
 from numpyro_extras.tempering.run import (
@@ -23,7 +24,6 @@ from numpyro_extras.tempering.run import (
     tempering_kernel,
     unnormalised_target_log_weights,
 )
-from numpyro_extras.validation import check_count, check_rng_key
 
 __all__ = ["tempered_samples", "posterior_samples", "to_inference_data"]
 

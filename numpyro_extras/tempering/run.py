@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from numpyro_extras.runs import finished_kernel
+from numpyro_extras.results.runs import finished_kernel
 from numpyro_extras.tempering.kernels import GibbsContinuousTempering, JointContinuousTempering
 from numpyro_extras.tempering.weights import log_base_weight, log_target_weight
 

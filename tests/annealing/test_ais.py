@@ -22,7 +22,7 @@ from numpyro_extras.annealing.boltzmann import ising_lattice
 from numpyro_extras.annealing.boltzmann_models import ising_model
 from numpyro_extras.annealing.driver import compiled_annealing_chunk
 from numpyro_extras.annealing.model_annealing import annealing_path
-from numpyro_extras.potential import split_model
+from numpyro_extras.model.potential import split_model
 from numpyro_extras.targets import (
     FUNNEL_DATA,
     bimodal_model,

@@ -13,7 +13,7 @@ import pytest
 import numpyro_extras as nx
 from numpyro_extras.annealing import ais
 from numpyro_extras.annealing.driver import inverse_temperature_schedule
-from numpyro_extras.evidence import evidence_from_log_weights
+from numpyro_extras.results.evidence import evidence_from_log_weights
 
 GOOD = dict(num_particles=20, num_temperatures=5, base="prior", progress_bar=False)
 

@@ -17,7 +17,7 @@ from numpyro_extras.annealing.driver import (
     init,
     inverse_temperature_schedule,
 )
-from numpyro_extras.evidence import evidence_from_log_weights
+from numpyro_extras.results.evidence import evidence_from_log_weights
 
 # f(x, beta) = N(x; 0, 1) exp(-beta PRECISION x^2 / 2): Z_0 = 1, Z_1 = (1 + PRECISION)^(-1/2).
 PRECISION = 8.0

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from numpyro_extras.evidence import MIN_ESS_FOR_STDERR, evidence_from_log_weights
+from numpyro_extras.results.evidence import MIN_ESS_FOR_STDERR, evidence_from_log_weights
 
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True)
 EPS = np.finfo(np.float64).eps

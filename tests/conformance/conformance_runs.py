@@ -27,7 +27,7 @@ from numpyro.infer.util import log_density, potential_energy, unconstrain_fn
 from zoo import DISCRETE, ZOO
 
 import numpyro_extras as nx
-from numpyro_extras.arviz_adapter import ess
+from numpyro_extras.results.arviz_adapter import ess
 
 KERNELS = {
     "JointContinuousTempering": nx.JointContinuousTempering,

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import numpyro_extras as nx
-from numpyro_extras.compiled_chain import BuildTag
 from numpyro_extras.discrete import DiscreteVariable, TuningSettings
 from numpyro_extras.discrete.chain import acs_chain
 from numpyro_extras.discrete.target import potential_target
+from numpyro_extras.shell.compiled_chain import BuildTag
 
 
 def test_a_chain_of_the_pure_functions_samples_the_exact_marginals():

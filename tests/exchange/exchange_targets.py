@@ -10,7 +10,7 @@ import numpyro.distributions as dist
 from numpyro.infer import MCMC
 
 from numpyro_extras.exchange.core import swap_log_ratios
-from numpyro_extras.metropolis import acceptance_probability
+from numpyro_extras.shell.metropolis import acceptance_probability
 
 CONJUGATE_DATA = jnp.array([1.0, -2.0, 0.5])
 CONJUGATE_NOISE = 0.5

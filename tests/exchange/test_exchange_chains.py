@@ -26,8 +26,8 @@ from numpyro_extras.exchange.core import ExchangeStatistics, swap_log_ratios, up
 from numpyro_extras.exchange.ladder import communication_barrier, tuning_rounds
 from numpyro_extras.exchange.path import prior_path, reference_path
 from numpyro_extras.exchange.stabilized import stabilized_exchange
-from numpyro_extras.metropolis import acceptance_probability
-from numpyro_extras.potential import split_model
+from numpyro_extras.model.potential import split_model
+from numpyro_extras.shell.metropolis import acceptance_probability
 
 # A three-point state space, a uniform reference and an l that makes the three tempered
 # targets pi_beta(x) ~ exp(beta l(x)) differ.

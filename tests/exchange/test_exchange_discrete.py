@@ -25,7 +25,7 @@ from numpyro_extras.exchange.discrete_moves import (
     tuned_rungs,
 )
 from numpyro_extras.exchange.path import prior_path
-from numpyro_extras.metropolis import acceptance_probability
+from numpyro_extras.shell.metropolis import acceptance_probability
 
 PROBS = np.array([0.3, 0.5, 0.8])
 STATES = np.array(list(itertools.product([0, 1], repeat=3)))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from numpyro_extras.exchange.core import even_odd_swap, swap_log_ratios
-from numpyro_extras.metropolis import acceptance_probability
+from numpyro_extras.shell.metropolis import acceptance_probability
 
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True)
 # One ladder size for every example, so that each function compiles once.

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from numpyro.diagnostics import effective_sample_size
 
-from numpyro_extras.bases import MixtureBase
 from numpyro_extras.involutive.chains import (
     InvolutiveInfo,
     InvolutiveState,
@@ -20,6 +19,7 @@ from numpyro_extras.involutive.chains import (
     involutive_proposal,
 )
 from numpyro_extras.involutive.networks import InvolutionConfig, init_proposal, involution
+from numpyro_extras.model.bases import MixtureBase
 
 VARIANCES = jnp.array([1.0, 4.0])
 

@@ -15,8 +15,8 @@ from numpyro.infer import MCMC
 from slmc_targets import TINY, WEIGHT, correlated_gaussian, mixture_model
 
 import numpyro_extras as nx
-from numpyro_extras.pilot import PilotDraws
-from numpyro_extras.potential import flatten_model
+from numpyro_extras.model.potential import flatten_model
+from numpyro_extras.shell.pilot import PilotDraws
 from numpyro_extras.slmc import annealing
 from numpyro_extras.slmc.annealing import initial_draws
 from numpyro_extras.slmc.vae import (

@@ -15,7 +15,7 @@ from scipy.stats import norm
 
 import numpyro_extras as nx
 from numpyro_extras import targets
-from numpyro_extras.potential import flat_model_from_potential
+from numpyro_extras.model.potential import flat_model_from_potential
 from numpyro_extras.targets import sign_product_target
 from numpyro_extras.tempering.base_fit import (
     fit_base_for_kernel,

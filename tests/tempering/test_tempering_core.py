@@ -11,7 +11,7 @@ from arviz import mcse
 from numpyro.infer import HMC, NUTS
 
 import numpyro_extras as nx
-from numpyro_extras.kernel import hmc_settings
+from numpyro_extras.shell.kernel import hmc_settings
 from numpyro_extras.tempering.chains import (
     GIBBS_KEYS,
     JOINT_KEYS,

@@ -4,7 +4,7 @@ NumPyro has no public accessor for the settings an ``HMC``/``NUTS`` instance was
 ``MCMC`` does not pass ``progress_bar`` to a kernel's ``init``, and the substitution of
 unconstrained values that its ``potential_energy`` makes is not public on its own. The functions
 here bridge those three gaps and nothing else in the package reaches past NumPyro's public names;
-``tests/test_numpyro_adapter.py`` checks each against the installed NumPyro, so a release that
+``tests/shell/test_numpyro_adapter.py`` checks each against the installed NumPyro, so a release that
 renames what they read fails there, by name, rather than somewhere inside a kernel.
 """
 

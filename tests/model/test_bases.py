@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import multivariate_normal
 
 import numpyro_extras as nx
-from numpyro_extras.bases import gaussian_log_density, gaussian_log_normalizers, validate_base
+from numpyro_extras.model.bases import gaussian_log_density, gaussian_log_normalizers, validate_base
 
 
 def test_the_one_gaussian_density_against_scipy():

@@ -14,7 +14,7 @@ from numpyro.infer.util import initialize_model
 from scipy import stats
 
 import numpyro_extras as nx
-from numpyro_extras.potential import (
+from numpyro_extras.model.potential import (
     continuous_latent_sites,
     discrete_latent_sites,
     evaluation_flops,
@@ -137,7 +137,7 @@ def test_discrete_sites_summed_out_or_refused_by_name():
 def test_check_finite_potential_names_the_chain_and_the_shape():
     """One compiled check for a batch of starts: the first failing chain is named; a
     potential that is not scalar is refused before anything is evaluated."""
-    from numpyro_extras.potential import check_finite_potential
+    from numpyro_extras.model.potential import check_finite_potential
 
     potential_fn = lambda x: jnp.sum(x**2) + jnp.log(x[0])  # noqa: E731
     starts = jnp.array([[1.0, 2.0], [1.0, 0.0], [-1.0, 0.0]])
@@ -196,7 +196,7 @@ def test_split_views_share_the_flat_models_reading_and_match_numpyro(counted_mod
     """With the flat model handed over, the split records one program for its prior and
     likelihood terms and draws from the prior with the flat model's recorded draw; the terms
     add up to NumPyro's potential, and the draws are Predictive's for the same key."""
-    from numpyro_extras.potential import split_model
+    from numpyro_extras.model.potential import split_model
 
     model, calls = counted_model
     y = jnp.array([0.3, -1.2, 2.0, 0.7])

@@ -19,7 +19,7 @@ import numpyro.distributions as dist
 import scipy.linalg
 from scipy.special import logsumexp
 
-from numpyro_extras.compilation import quick_jit
+from numpyro_extras.shell.compilation import quick_jit
 
 __all__ = [
     "BaseCoverageWarning",

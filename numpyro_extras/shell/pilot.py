@@ -16,9 +16,9 @@ import numpy as np
 from numpyro.infer import NUTS
 from numpyro.infer.hmc import hmc
 
-from numpyro_extras.compilation import quick_jit
-from numpyro_extras.kernel import hmc_settings
-from numpyro_extras.progress import scan_in_chunks
+from numpyro_extras.shell.compilation import quick_jit
+from numpyro_extras.shell.kernel import hmc_settings
+from numpyro_extras.shell.progress import scan_in_chunks
 
 __all__ = ["PilotDraws", "dispersed_starts", "dispersed_nuts_draws", "nuts_draws"]
 

@@ -6,7 +6,7 @@ import pytest
 
 import numpyro_extras as nx
 from numpyro_extras import cli, demo
-from numpyro_extras.plotting import agg_figure, pyplot, require_matplotlib
+from numpyro_extras.shell.plotting import agg_figure, pyplot, require_matplotlib
 
 PLOT_FUNCTIONS = (
     nx.plot_ai_sampler,

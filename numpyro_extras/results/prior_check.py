@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import jax
 
-from numpyro_extras.compilation import quick_jit
-from numpyro_extras.evidence import Evidence, evidence_from_log_weights
-from numpyro_extras.potential import SplitModel
+from numpyro_extras.model.potential import SplitModel
+from numpyro_extras.results.evidence import Evidence, evidence_from_log_weights
+from numpyro_extras.shell.compilation import quick_jit
 
 __all__ = [
     "MIN_PRIOR_ESS_FRACTION",
@@ -45,7 +45,7 @@ def prior_log_likelihoods_fn(split: SplitModel) -> Callable:
     """``fn(rng_key, num_draws)``: ``log p(y | x)`` at ``num_draws`` draws of the prior, compiled
     (``num_draws`` static).
 
-    :param split: the model's :class:`~numpyro_extras.potential.SplitModel`.
+    :param split: the model's :class:`~numpyro_extras.model.potential.SplitModel`.
     :return: the compiled function.
 
     **Example:**
@@ -86,8 +86,8 @@ def check_against_prior(
     .. doctest::
 
         >>> import numpy as np
-        >>> from numpyro_extras.evidence import Evidence
-        >>> from numpyro_extras.prior_check import check_against_prior
+        >>> from numpyro_extras.results.evidence import Evidence
+        >>> from numpyro_extras.results.prior_check import check_against_prior
         >>> low = Evidence(log_z=-2.0, stderr=0.01)
         >>> log_likelihoods = np.random.default_rng(0).normal(-1.0, 0.1, 10_000)
         >>> checked, problem = check_against_prior(

@@ -8,8 +8,8 @@ import warnings
 import jax
 import numpy as np
 
-from numpyro_extras import arviz_adapter
-from numpyro_extras.validation import check_mcmc
+from numpyro_extras.results import arviz_adapter
+from numpyro_extras.shell.validation import check_mcmc
 
 __all__ = [
     "finished_kernel",

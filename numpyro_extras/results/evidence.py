@@ -12,7 +12,7 @@ from blackjax.smc.ess import ess as effective_sample_size
 from scipy.special import logsumexp
 from scipy.stats import chi2
 
-from numpyro_extras import arviz_adapter
+from numpyro_extras.results import arviz_adapter
 
 __all__ = [
     "Evidence",

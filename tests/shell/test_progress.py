@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_extras.progress import scan_in_chunks
+from numpyro_extras.shell.progress import scan_in_chunks
 
 
 @pytest.mark.parametrize("length", [1, 7, 30, 657])

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_extras.pilot import dispersed_nuts_draws, dispersed_starts, nuts_draws
+from numpyro_extras.shell.pilot import dispersed_nuts_draws, dispersed_starts, nuts_draws
 
 
 def _gaussian_potential(x):

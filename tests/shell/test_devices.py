@@ -94,7 +94,11 @@ def test_arrays_of_one_process_are_read_as_they_are():
     import jax
     import jax.numpy as jnp
 
-    from numpyro_extras.devices import gathered, leading_axis_sharding, readable_on_every_process
+    from numpyro_extras.shell.devices import (
+        gathered,
+        leading_axis_sharding,
+        readable_on_every_process,
+    )
 
     tree = {"weights": jnp.arange(4.0), "rest": (np.ones(2), None)}
     assert gathered(tree) is tree

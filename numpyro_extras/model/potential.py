@@ -9,7 +9,6 @@ so no kernel carries its own copy of the plumbing.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import warnings
 from collections.abc import Callable
@@ -33,9 +32,9 @@ from numpyro.infer.util import (
 )
 from numpyro.primitives import Messenger
 
-from numpyro_extras.compilation import quick_jit
-from numpyro_extras.numpyro_adapter import substitute_unconstrained
-from numpyro_extras.validation import check_model, check_model_arguments, check_rng_key
+from numpyro_extras.shell.compilation import quick_jit
+from numpyro_extras.shell.numpyro_adapter import substitute_unconstrained
+from numpyro_extras.shell.validation import check_model, check_model_arguments, check_rng_key
 
 __all__ = [
     "check_observed_data",
@@ -51,7 +50,6 @@ __all__ = [
     "flat_model_from_potential",
     "check_finite_potential",
     "evaluation_flops",
-    "arguments_fingerprint",
     "site_shapes",
     "flat_potential_for",
     "flat_target",
@@ -580,34 +578,6 @@ def _describe_sites(sites):
     if not sites:
         return "no named sites (a potential_fn)"
     return ", ".join(f"{name} {tuple(shape)}" for name, shape in sites)
-
-
-def arguments_fingerprint(model_args, model_kwargs):
-    """A hash of a model's arguments, to reuse what was built for them only for the same data.
-
-    :param tuple model_args: positional arguments of the model.
-    :param dict model_kwargs: keyword arguments of the model.
-    :return: a hex digest of the arguments' structure and values, or ``None`` when any of them
-        is a tracer (nothing can be cached then).
-
-    **Example:**
-
-    .. code-block:: python
-
-        arguments_fingerprint((x, y), {}) == arguments_fingerprint((x.copy(), y), {})  # True
-    """
-    leaves, treedef = jax.tree.flatten((model_args, sorted((model_kwargs or {}).items())))
-    digest = hashlib.sha256(repr(treedef).encode())
-    for leaf in leaves:
-        if isinstance(leaf, jax.core.Tracer):
-            return None
-        if isinstance(leaf, (np.ndarray, jax.Array, np.generic, int, float, complex, bool)):
-            array = np.asarray(leaf)
-            digest.update(f"{array.shape}{array.dtype}".encode())
-            digest.update(np.ascontiguousarray(array).tobytes())
-        else:
-            digest.update(repr(leaf).encode())
-    return digest.hexdigest()
 
 
 def _identity(value):

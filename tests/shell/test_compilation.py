@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_extras import compilation
-from numpyro_extras.compilation import (
+from numpyro_extras.shell import compilation
+from numpyro_extras.shell.compilation import (
     fold_in_key,
     quick_compiler_options,
     quick_jit,

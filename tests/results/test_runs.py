@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from numpyro_extras.runs import posterior_convergence, run_report
+from numpyro_extras.results.runs import posterior_convergence, run_report
 
 
 def _finished_run(samples):

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import jax
 
-from numpyro_extras.compilation import quick_jit
+from numpyro_extras.shell.compilation import quick_jit
 
 __all__ = ["BuildTag", "CompiledChain", "compiled_chain", "evaluated_now"]
 

@@ -7,7 +7,7 @@ says how to read a model. The shell does the NumPyro side once for all of them:
 - a model xor a ``potential_fn``;
 - the model's plumbing prepared per set of model arguments, and rebuilt when they change (also
   under ``MCMC(..., jit_model_args=True)``, where the compiled loop is retraced because every
-  state carries its build's :class:`~numpyro_extras.compiled_chain.BuildTag`);
+  state carries its build's :class:`~numpyro_extras.shell.compiled_chain.BuildTag`);
 - every chain initialised in one compiled, vmapped call under ``chain_method="vectorized"``;
 - ``sample``, ``postprocess_fn``, and ``refresh`` / ``wrap_model``, so that a kernel whose target
   may change between steps is a block of NumPyro's :class:`~numpyro.infer.gibbs.Gibbs`;
@@ -15,9 +15,9 @@ says how to read a model. The shell does the NumPyro side once for all of them:
 
 **Caching policy.** What a kernel builds from a model (the flat potential, a fitted base, the
 compiled chain functions) is kept on the kernel object, keyed on a fingerprint of the model
-arguments (:func:`~numpyro_extras.potential.arguments_fingerprint`: their structure and values)
-and the warm-up length. It is reused only for the same key, dropped when the key changes, and
-never kept when the arguments cannot be fingerprinted (tracers). :meth:`ExtrasKernel.wrap_model`
+arguments (:func:`arguments_fingerprint`: their structure and values) and the warm-up length.
+It is reused only for the same key, dropped when the key changes, and never kept when the
+arguments cannot be fingerprinted (tracers). :meth:`ExtrasKernel.wrap_model`
 returns a copy that has nothing built.
 """
 
@@ -30,19 +30,20 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from numpyro.infer import HMC, NUTS
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from numpyro_extras.compilation import quick_jit
-from numpyro_extras.compiled_chain import compiled_chain, evaluated_now
-from numpyro_extras.numpyro_adapter import HMC_DEFAULTS, hmc_instance_settings
-from numpyro_extras.potential import arguments_fingerprint
-from numpyro_extras.validation import check_count, check_real
+from numpyro_extras.shell.compilation import quick_jit
+from numpyro_extras.shell.compiled_chain import compiled_chain, evaluated_now
+from numpyro_extras.shell.numpyro_adapter import HMC_DEFAULTS, hmc_instance_settings
+from numpyro_extras.shell.validation import check_count, check_real
 
 __all__ = [
     "ExtrasKernel",
+    "arguments_fingerprint",
     "build_fingerprint",
     "conditioning_values",
     "field_lookup",
@@ -55,6 +56,34 @@ __all__ = [
 
 # Build key of a kernel built from a potential function: it has no model arguments to change.
 POTENTIAL_BUILD = "potential_fn"
+
+
+def arguments_fingerprint(model_args, model_kwargs):
+    """A hash of a model's arguments, to reuse what was built for them only for the same data.
+
+    :param tuple model_args: positional arguments of the model.
+    :param dict model_kwargs: keyword arguments of the model.
+    :return: a hex digest of the arguments' structure and values, or ``None`` when any of them
+        is a tracer (nothing can be cached then).
+
+    **Example:**
+
+    .. code-block:: python
+
+        arguments_fingerprint((x, y), {}) == arguments_fingerprint((x.copy(), y), {})  # True
+    """
+    leaves, treedef = jax.tree.flatten((model_args, sorted((model_kwargs or {}).items())))
+    digest = hashlib.sha256(repr(treedef).encode())
+    for leaf in leaves:
+        if isinstance(leaf, jax.core.Tracer):
+            return None
+        if isinstance(leaf, (np.ndarray, jax.Array, np.generic, int, float, complex, bool)):
+            array = np.asarray(leaf)
+            digest.update(f"{array.shape}{array.dtype}".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+        else:
+            digest.update(repr(leaf).encode())
+    return digest.hexdigest()
 
 
 def _identity(values):

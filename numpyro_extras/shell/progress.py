@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from numpyro_extras.compilation import quick_jit
+from numpyro_extras.shell.compilation import quick_jit
 
 __all__ = ["run_chunks", "scan_in_chunks"]
 
@@ -78,7 +78,7 @@ def scan_in_chunks(
     :param int length: the number of steps.
     :param str description: the bar's label.
     :param bool progress_bar: show the bar.
-    :param optimize: the chunk's compilation (:func:`~numpyro_extras.compilation.quick_jit`).
+    :param optimize: the chunk's compilation (:func:`~numpyro_extras.shell.compilation.quick_jit`).
     :return: ``(carry, outputs)``, every step's outputs stacked on a leading axis (numpy).
 
     **Example:**

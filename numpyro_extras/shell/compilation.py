@@ -47,7 +47,7 @@ def quick_compiler_options(optimize: bool | int = False) -> dict:
 
     .. doctest::
 
-        >>> from numpyro_extras.compilation import quick_compiler_options
+        >>> from numpyro_extras.shell.compilation import quick_compiler_options
         >>> isinstance(quick_compiler_options(), dict)
         True
     """
@@ -116,7 +116,7 @@ def quick_jit(fun: Callable | None = None, *, optimize: bool | int = False, **ji
     .. doctest::
 
         >>> import jax.numpy as jnp
-        >>> from numpyro_extras.compilation import quick_jit
+        >>> from numpyro_extras.shell.compilation import quick_jit
         >>> @quick_jit
         ... def sum_of_squares(x):
         ...     return jnp.sum(x**2)
@@ -147,7 +147,7 @@ def split_key(rng_key, num: int = 2):
     .. doctest::
 
         >>> import jax
-        >>> from numpyro_extras.compilation import split_key
+        >>> from numpyro_extras.shell.compilation import split_key
         >>> split_key(jax.random.PRNGKey(0), 3).shape
         (3, 2)
     """
@@ -166,7 +166,7 @@ def split_each_key(rng_keys, num: int = 2):
     .. doctest::
 
         >>> import jax
-        >>> from numpyro_extras.compilation import split_each_key
+        >>> from numpyro_extras.shell.compilation import split_each_key
         >>> split_each_key(jax.random.split(jax.random.PRNGKey(0), 4)).shape
         (4, 2, 2)
     """
@@ -185,7 +185,7 @@ def fold_in_key(rng_key, data: int):
     .. doctest::
 
         >>> import jax
-        >>> from numpyro_extras.compilation import fold_in_key
+        >>> from numpyro_extras.shell.compilation import fold_in_key
         >>> fold_in_key(jax.random.PRNGKey(0), 1).shape
         (2,)
     """

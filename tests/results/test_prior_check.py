@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from numpyro_extras.evidence import Evidence
-from numpyro_extras.prior_check import (
+from numpyro_extras.results.evidence import Evidence
+from numpyro_extras.results.prior_check import (
     MISSED_MASS_Z,
     PRIOR_DISAGREEMENT_Z,
     check_against_prior,

@@ -14,7 +14,7 @@ import pytest
 from numpyro.infer import MCMC, NUTS
 from scipy.stats import genpareto
 
-from numpyro_extras import arviz_adapter
+from numpyro_extras.results import arviz_adapter
 
 
 def test_ess_mcse_rhat_of_independent_draws():
@@ -87,6 +87,7 @@ def test_from_numpyro_after_arviz_is_imported_first():
         from numpyro.infer import MCMC, NUTS
 
         lost = not hasattr(sys.modules["numpyro.infer"], "initialization")
+        import numpyro_extras.results.arviz_adapter
         import numpyro_extras as nx
         import numpyro.distributions as dist
         from numpyro import sample
@@ -97,7 +98,7 @@ def test_from_numpyro_after_arviz_is_imported_first():
         mcmc = MCMC(NUTS(model), num_warmup=20, num_samples=20, progress_bar=False)
         mcmc.run(jax.random.PRNGKey(0))
         assert az.from_numpyro(mcmc).posterior["x"].shape == (1, 20)
-        assert nx.arviz_adapter.from_numpyro(mcmc).posterior["x"].shape == (1, 20)
+        assert nx.results.arviz_adapter.from_numpyro(mcmc).posterior["x"].shape == (1, 20)
         print("lost" if lost else "kept", "exported")
         """
     )

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from numpyro_extras.evidence import log_mean_and_influence, log_mean_exp
+from numpyro_extras.results.evidence import log_mean_and_influence, log_mean_exp
 
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True)
 EPS = np.finfo(np.float64).eps

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from numpyro_extras.clustering import kmeans_plus_plus, spread_draws
+from numpyro_extras.shell.clustering import kmeans_plus_plus, spread_draws
 
 
 def three_clusters(rng, sizes=(2985, 1000, 15), dimension=20):

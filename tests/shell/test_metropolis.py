@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_extras.metropolis import (
+from numpyro_extras.shell.metropolis import (
     acceptance_probability,
     independence_acceptance_rate,
     metropolis_accept,

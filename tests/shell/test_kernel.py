@@ -12,8 +12,8 @@ from numpyro.infer import HMC, MCMC, NUTS
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG
 
 import numpyro_extras as nx
-from numpyro_extras.compiled_chain import evaluated_now
-from numpyro_extras.kernel import build_fingerprint, conditioning_values, hmc_settings
+from numpyro_extras.shell.compiled_chain import evaluated_now
+from numpyro_extras.shell.kernel import build_fingerprint, conditioning_values, hmc_settings
 
 
 def test_build_fingerprint_counts_gibbs_conditioning_values_by_shape_only():

@@ -9,7 +9,7 @@ import numpyro.distributions as dist
 from numpyro.infer import HMC, MCMC, NUTS
 from numpyro.infer.hmc import hmc
 
-from numpyro_extras.numpyro_adapter import (
+from numpyro_extras.shell.numpyro_adapter import (
     HMC_DEFAULTS,
     calling_mcmc_progress_bar,
     hmc_instance_settings,
@@ -69,7 +69,7 @@ def test_a_kernels_init_sees_the_progress_bar_of_the_mcmc_running_it():
 def test_the_unconstrained_substitution_is_potential_energys_split_per_site():
     from numpyro.infer.util import compute_log_probs, potential_energy
 
-    from numpyro_extras.numpyro_adapter import substitute_unconstrained
+    from numpyro_extras.shell.numpyro_adapter import substitute_unconstrained
 
     def positive_model():
         scale = numpyro.sample("scale", dist.HalfNormal(2.0))

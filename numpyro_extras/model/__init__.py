@@ -1,0 +1,2 @@
+"""A NumPyro model as the kernels see it: its flat unconstrained potential, its prior and
+likelihood split, its discrete sites, and the base densities that stand beside it."""
