@@ -460,6 +460,18 @@ def _standardized(proposal: VAEProposal, data):
     return proposal, standardize(proposal, data).astype(jnp.float32)
 
 
+def _calibrated_noise(params, config, points, rng_key, fixed_noise):
+    """``params`` with the learned decoder noise set to its maximum-likelihood value over
+    ``points`` (training and held-out rows alike), as after a fixed-noise training; unchanged
+    when ``fixed_noise`` (traced or not) is set."""
+    reconstruction, _, _ = _reconstruct(params, config, points, rng_key)
+    log_var = _mean_squared_error_log(points, reconstruction).astype(
+        params["decoder_log_var"].dtype
+    )
+    log_var = jnp.where(fixed_noise, params["decoder_log_var"], log_var)
+    return {**params, "decoder_log_var": log_var}
+
+
 def train_vae(
     rng_key,
     proposal: VAEProposal,
@@ -562,18 +574,6 @@ def train_vae(
 
     epoch_keys = jax.random.split(rng_key, max_epochs)
 
-    def calibrated(params):
-        """The parameters with the learned decoder noise set to its maximum-likelihood value
-        over all the data (training and held out); as they were after a fixed-noise training."""
-        if not learned_noise:
-            return params
-        reconstruction, _, _ = _reconstruct(params, proposal.config, points, noise_key)
-        log_var = _mean_squared_error_log(points, reconstruction).astype(
-            params["decoder_log_var"].dtype
-        )
-        log_var = jnp.where(fixed_noise, params["decoder_log_var"], log_var)
-        return {**params, "decoder_log_var": log_var}
-
     def keep_going(carry):
         index, wait = carry[0], carry[5]
         return (index < epochs) & ~(early_stopping & (wait >= patience))
@@ -616,7 +616,9 @@ def train_vae(
     kept = jax.tree.map(
         lambda best, last: jnp.where(early_stopping, best, last), carry[3], carry[1]
     )
-    return proposal.replace(params=calibrated(kept)), carry[7]
+    if learned_noise:
+        kept = _calibrated_noise(kept, proposal.config, points, noise_key, fixed_noise)
+    return proposal.replace(params=kept), carry[7]
 
 
 def isometry_factors(rng_key, proposal: VAEProposal, num_samples=10_000):
