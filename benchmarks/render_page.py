@@ -3,9 +3,12 @@
 A table that comes from stored results sits in the page between two markers,
 ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``; this script replaces what is
 between them with the table its script renders from ``benchmarks/results/`` and the run's
-environment stored beside it. The prose around the markers (how the run was made, its reading)
-is the page's own. ``--check`` changes nothing and exits with status 1 when a table on the page
-differs from its results (the test suite runs it, so the page cannot drift from them).
+environment stored beside it. A block named ``report/NAME`` holds the Markdown report a script
+wrote with ``--output benchmarks/results/NAME.md`` (its environment section included), its
+headings moved one level below the page heading the block sits under. The prose around the
+markers (how the run was made, its reading) is the page's own. ``--check`` changes nothing and
+exits with status 1 when a table on the page differs from its results (the test suite runs it,
+so the page cannot drift from them).
 
 Usage::
 
@@ -25,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 PAGE = HERE.parent / "docs" / "benchmarks.md"
 RESULTS = HERE / "results"
 BLOCK = re.compile(
-    r"(<!-- generated: (?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
+    r"(<!-- generated: (?P<name>[a-z_/]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
     re.DOTALL,
 )
 
@@ -74,6 +77,49 @@ SECTIONS = {
 }
 
 
+REPORT_PREFIX = "report/"
+HEADING = re.compile(r"^(#{1,6}) ")
+FENCE = "```"
+
+
+def _heading_levels(lines):
+    """The Markdown heading level of each line (0 for text and for lines in code fences)."""
+    levels, in_fence = [], False
+    for line in lines:
+        if line.startswith(FENCE):
+            in_fence = not in_fence
+        heading = None if in_fence else HEADING.match(line)
+        levels.append(len(heading[1]) if heading else 0)
+    return levels
+
+
+def enclosing_level(page_text: str, position: int) -> int:
+    """The level of the last heading of the page's own text before ``position`` (0 if none);
+    headings inside generated blocks do not count, so rendering twice changes nothing."""
+    own_text = BLOCK.sub("", page_text[:position])
+    levels = [level for level in _heading_levels(own_text.splitlines()) if level]
+    return levels[-1] if levels else 0
+
+
+def report_section(name: str, parent_level: int) -> str:
+    """The stored report ``results/NAME.md`` with its top headings one level below the page's.
+
+    A report's own title (a level-1 heading) is dropped: the page's heading names the section.
+    """
+    lines = (RESULTS / f"{name}.md").read_text().strip().splitlines()
+    levels = _heading_levels(lines)
+    if levels and levels[0] == 1:
+        lines, levels = lines[1:], levels[1:]
+        while lines and not lines[0].strip():
+            lines, levels = lines[1:], levels[1:]
+    present = [level for level in levels if level]
+    shift = parent_level + 1 - min(present) if present else 0
+    return "\n".join(
+        "#" * min(level + shift, 6) + line[level:] if level else line
+        for line, level in zip(lines, levels, strict=True)
+    )
+
+
 def render(page_text: str) -> str:
     """``page_text`` with every generated block rendered anew from the stored results.
 
@@ -81,7 +127,12 @@ def render(page_text: str) -> str:
     """
 
     def replace(match):
-        body = SECTIONS[match["name"]]()
+        name = match["name"]
+        if name.startswith(REPORT_PREFIX):
+            parent_level = enclosing_level(page_text, match.start())
+            body = report_section(name[len(REPORT_PREFIX) :], parent_level)
+        else:
+            body = SECTIONS[name]()
         return f"{match[1]}{body}\n{match[4]}"
 
     return BLOCK.sub(replace, page_text)

@@ -14,7 +14,8 @@ warned, and the wall time of a run (base fit and compilation included: the user'
 Usage::
 
     python benchmarks/tempering_defaults_benchmark.py --quick      # 2 seeds, small targets
-    python benchmarks/tempering_defaults_benchmark.py > defaults.log 2>&1
+    python benchmarks/tempering_defaults_benchmark.py --seeds 0 1 2 3 4 \
+        --output benchmarks/results/tempering_defaults.md
     python benchmarks/tempering_defaults_benchmark.py --targets radon --seeds 1 \
         --kernels "joint CT" --tempering-kwargs '{"moves_per_draw": 8}'
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 import warnings
 from typing import NamedTuple
@@ -35,7 +37,7 @@ numpyro.enable_x64()
 import arviz as az  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from common import RADON_LOG_Z  # noqa: E402
+from common import RADON_LOG_Z, environment_lines, publish_report  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 
 import numpyro_extras as nx  # noqa: E402
@@ -172,7 +174,10 @@ def main(argv=None):
         default="{}",
         help="JSON dict of kernel settings, e.g. '{\"moves_per_draw\": 8}' (not the defaults row)",
     )
+    parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
+    argv_used = sys.argv[1:] if argv is None else list(argv)
+    start = time.perf_counter()
     kernel_kwargs = json.loads(args.tempering_kwargs)
     seeds = args.seeds or (list(range(2)) if args.quick else list(range(10)))
     names = args.targets or (
@@ -204,15 +209,20 @@ def main(argv=None):
                 f"| {problem(name, 0).name} | NUTS (defaults) | {len(nuts)} | - | - | - | - | "
                 f"{error:.3f} (max R-hat {rhat:.2f}) | - | - | - |"
             )
-    print()
-    print(
+    header = (
         "| Target | Method | Seeds | log Z error: mean +- sd | RMSE | Mean stderr | "
         "abs(error) <= 2 / 3 stderr | Max mode-weight error: get_samples / weighted | "
-        "Median posterior ESS | Runs that warned | s / run (fit + compile + run) |"
+        "Median posterior ESS | Runs that warned | s / run (fit + compile + run) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        print(row)
+    environment = environment_lines(
+        "tempering_defaults_benchmark.py", argv_used, time.perf_counter() - start
+    )
+    report = "\n".join(
+        ["## Environment", "", *environment, "", "## Defaults rows", "", header, *rows, ""]
+    )
+    print()
+    publish_report(report, args.output)
 
 
 if __name__ == "__main__":
