@@ -25,6 +25,7 @@ from numpyro_extras.annealing.model_annealing import (
     check_has_latent_sites,
     gaussian_base_parameters,
 )
+from numpyro_extras.model.base_fit import fit_gaussian
 from numpyro_extras.model.bases import GaussianBase
 from numpyro_extras.model.potential import check_proper_prior, split_model
 from numpyro_extras.results.evidence import Evidence, evidence_from_log_weights
@@ -38,7 +39,6 @@ from numpyro_extras.shell.validation import (
     check_model_arguments,
     check_rng_key,
 )
-from numpyro_extras.tempering.base_fit import fit_gaussian
 
 __all__ = ["batched_ais"]
 

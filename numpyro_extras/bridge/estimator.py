@@ -16,6 +16,7 @@ import scipy.stats
 from scipy.special import logsumexp
 
 from numpyro_extras.bridge.proposals import component_log_densities, fit_gaussian, fit_mixture
+from numpyro_extras.model.base_fit import numpy_rng, vectorized_potential
 from numpyro_extras.results import arviz_adapter
 from numpyro_extras.results.evidence import (
     Evidence,
@@ -23,7 +24,6 @@ from numpyro_extras.results.evidence import (
     chains_disagree,
     pareto_tail_index,
 )
-from numpyro_extras.tempering.base_fit import numpy_rng, vectorized_potential
 
 __all__ = [
     "BridgeTerms",

@@ -17,13 +17,13 @@ from scipy.special import logsumexp
 
 from numpyro_extras.bridge.estimator import bridge_estimate
 from numpyro_extras.bridge.proposals import component_log_densities
+from numpyro_extras.model.base_fit import posterior_modes, same_basin, vectorized_potential
 from numpyro_extras.model.potential import check_proper_prior, flatten_model, split_model
 from numpyro_extras.results.evidence import Evidence
 from numpyro_extras.results.prior_check import check_against_prior, prior_log_likelihoods_fn
 from numpyro_extras.results.runs import MAX_DIVERGENT_FRACTION, divergence_problem
 from numpyro_extras.shell.compilation import fold_in_key, quick_jit
 from numpyro_extras.shell.validation import check_mcmc
-from numpyro_extras.tempering.base_fit import posterior_modes, same_basin, vectorized_potential
 
 __all__ = ["bridge_sampling", "missed_modes", "MISSED_MASS"]
 

@@ -22,6 +22,7 @@ from numpyro_extras.discrete.kernels import ACS
 from numpyro_extras.discrete.target import DiscreteTarget
 from numpyro_extras.exchange.path import TemperedPath, prior_path, reference_path
 from numpyro_extras.exchange.pilot import check_replica_memory
+from numpyro_extras.model.base_fit import check_fit_base_settings
 from numpyro_extras.model.bases import GaussianBase, MixtureBase, validate_base
 from numpyro_extras.model.potential import (
     FlatModel,
@@ -33,7 +34,7 @@ from numpyro_extras.model.potential import (
 from numpyro_extras.shell.compilation import quick_jit
 from numpyro_extras.shell.numpyro_adapter import calling_mcmc_progress_bar
 from numpyro_extras.shell.validation import check_init_strategy
-from numpyro_extras.tempering.base_fit import check_fit_base_settings, fit_base_for_kernel
+from numpyro_extras.tempering.base_fit import fit_base_for_kernel
 
 __all__ = [
     "EMPTY_TARGET",

@@ -37,6 +37,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from numpyro_extras.exchange import ReplicaExchange
+from numpyro_extras.model.base_fit import numpy_rng
 from numpyro_extras.model.bases import GaussianBase
 from numpyro_extras.model.potential import flat_target, site_shapes
 from numpyro_extras.shell.clustering import spread_draws
@@ -68,7 +69,6 @@ from numpyro_extras.slmc.vae import (
     latent_information,
     train_vae,
 )
-from numpyro_extras.tempering.base_fit import numpy_rng
 
 __all__ = [
     "AnnealingStalledWarning",

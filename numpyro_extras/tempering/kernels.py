@@ -23,6 +23,7 @@ from numpyro.infer.hmc import HMCState
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import not_jax_tracer
 
+from numpyro_extras.model.base_fit import check_fit_base_settings
 from numpyro_extras.model.bases import GaussianBase, validate_base
 from numpyro_extras.model.potential import (
     FlatModel,
@@ -40,10 +41,7 @@ from numpyro_extras.shell.kernel import (
 )
 from numpyro_extras.shell.numpyro_adapter import calling_mcmc_progress_bar
 from numpyro_extras.shell.validation import check_count, check_flag, check_init_strategy, check_real
-from numpyro_extras.tempering.base_fit import (
-    check_fit_base_settings,
-    fit_base_for_kernel,
-)
+from numpyro_extras.tempering.base_fit import fit_base_for_kernel
 from numpyro_extras.tempering.chains import (
     GIBBS_KEYS,
     INIT_KEYS,

@@ -13,10 +13,10 @@ import numpy as np
 from blackjax.smc.resampling import systematic
 from scipy.special import logsumexp
 
+from numpyro_extras.model.base_fit import numpy_rng
 from numpyro_extras.results.arviz_adapter import add_sample_stats
 from numpyro_extras.results.runs import inference_data
 from numpyro_extras.shell.validation import check_count, check_rng_key
-from numpyro_extras.tempering.base_fit import numpy_rng
 from numpyro_extras.tempering.evidence import run_log_normalizer, target_log_weights
 from numpyro_extras.tempering.run import (
     base_log_weights,

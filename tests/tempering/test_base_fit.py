@@ -15,14 +15,13 @@ from scipy.stats import norm
 
 import numpyro_extras as nx
 from numpyro_extras import targets
+from numpyro_extras.model.base_fit import vectorized_potential
 from numpyro_extras.model.potential import flat_model_from_potential
 from numpyro_extras.targets import sign_product_target
 from numpyro_extras.tempering.base_fit import (
     fit_base_for_kernel,
     fit_base_with_warnings,
     importance_masses,
-    polish_flagged,
-    vectorized_potential,
 )
 
 
@@ -265,27 +264,6 @@ def test_the_fit_resolves_a_posterior_far_narrower_than_its_steps():
     assert np.all(np.abs(np.asarray(base.component_locs)[:, 0] - 0.5) < 0.1 * posterior_sd)
     exact = norm(0.0, np.sqrt(1.0 + 1e-8)).logpdf(0.5)
     assert abs(float(base.log_zeta) - exact) < 0.01
-
-
-def test_only_the_flagged_fits_are_polished():
-    """Polishing costs a Hessian per draw and step: the unflagged fits are neither polished nor
-    changed, and each flagged one is polished once."""
-    params = (np.arange(8.0).reshape(4, 2), np.ones((4, 2)))
-    calls = []
-
-    def polish_one(fit_params):
-        calls.append(np.asarray(fit_params[0]).copy())
-        return (fit_params[0] + 10.0, fit_params[1] * 2.0), -1.5, True
-
-    flags = np.array([False, True, False, True])
-    polished, check_elbos, improved = polish_flagged(polish_one, params, flags)
-    np.testing.assert_array_equal(np.stack(calls), params[0][[1, 3]])
-    np.testing.assert_array_equal(polished[0][[0, 2]], params[0][[0, 2]])
-    np.testing.assert_array_equal(polished[0][[1, 3]], params[0][[1, 3]] + 10.0)
-    np.testing.assert_array_equal(polished[1][:, 0], [1.0, 2.0, 1.0, 2.0])
-    np.testing.assert_array_equal(check_elbos, [-np.inf, -1.5, -np.inf, -1.5])
-    np.testing.assert_array_equal(improved, flags)
-    assert polished[0] is not params[0]  # the caller's arrays are left as they were
 
 
 def test_a_prior_that_fails_to_sample_is_said_not_swallowed():
