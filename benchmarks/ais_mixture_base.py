@@ -38,7 +38,7 @@ def main(argv=None):
     parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
     argv_used = sys.argv[1:] if argv is None else list(argv)
-    start = time.perf_counter()
+    run_began = time.perf_counter()
     rows = [
         "| seed | base | log Z error | stderr | warned | s (fit + run) |",
         "|---|---|---|---|---|---|",
@@ -72,7 +72,9 @@ def main(argv=None):
                 f"| {evidence.stderr:.3f} | {'yes' if warned else 'no'} | {seconds:.0f} |"
             )
             print(rows[-1], flush=True)
-    environment = environment_lines("ais_mixture_base.py", argv_used, time.perf_counter() - start)
+    environment = environment_lines(
+        "ais_mixture_base.py", argv_used, time.perf_counter() - run_began
+    )
     heading = "## log Z error against exact enumeration"
     report = "\n".join(["## Environment", "", *environment, "", heading, "", *rows, ""])
     publish_report(report, args.output)
