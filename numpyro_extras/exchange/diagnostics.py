@@ -16,8 +16,8 @@ from numpyro_extras.exchange.evidence import (
 from numpyro_extras.exchange.kernels import ReplicaExchange
 from numpyro_extras.results.evidence import Evidence
 from numpyro_extras.results.runs import (
-    MAX_RHAT,
     MIN_ROUND_TRIPS,
+    convergence_problems,
     divergence_problem,
     finished_kernel,
     inference_data,
@@ -37,7 +37,6 @@ __all__ = [
 
 # A gap whose swaps are accepted less often than this hardly lets states through.
 MIN_SWAP_RATE = 0.05
-MIN_POSTERIOR_ESS = 100.0
 
 
 class PriorLegDiagnostics(NamedTuple):
@@ -242,12 +241,7 @@ def exchange_diagnostics(mcmc) -> ExchangeDiagnostics:
     divergences_problem = divergence_problem(diverging, "moves of the posterior replica")
     if divergences_problem:
         problems.append(divergences_problem)
-    if np.isfinite(posterior_ess) and posterior_ess < MIN_POSTERIOR_ESS:
-        problems.append(f"the posterior draws' effective sample size is only {posterior_ess:.0f}")
-    if np.isfinite(posterior_rhat) and posterior_rhat > MAX_RHAT:
-        problems.append(
-            f"the chains' posterior draws disagree (R-hat {posterior_rhat:.2f} > {MAX_RHAT})"
-        )
+    problems += convergence_problems(posterior_ess, posterior_rhat)
     if estimate.chains_disagree:
         problems.append(
             "the chains' own log Z estimates disagree beyond their errors ("

@@ -17,7 +17,9 @@ __all__ = [
     "inference_data",
     "run_report",
     "divergence_problem",
+    "convergence_problems",
     "MIN_ROUND_TRIPS",
+    "MIN_POSTERIOR_ESS",
     "MAX_DIVERGENT_FRACTION",
     "MAX_RHAT",
 ]
@@ -27,6 +29,9 @@ __all__ = [
 MIN_ROUND_TRIPS = 2
 MAX_DIVERGENT_FRACTION = 0.01
 MAX_RHAT = 1.05
+# Posterior draws with a smaller bulk ESS than this in some coordinate cannot carry that
+# coordinate's posterior mean to a tenth of a posterior standard deviation.
+MIN_POSTERIOR_ESS = 100.0
 # A printed report gives each chain its own column up to this many chains.
 MAX_CHAIN_COLUMNS = 8
 
@@ -103,6 +108,31 @@ def divergence_problem(diverging, moves="transitions", max_fraction=MAX_DIVERGEN
         f"{int(diverging.sum())} divergent {moves} ({fraction:.1%}): the sampler cannot follow "
         "the posterior's geometry (a funnel?); reparameterise"
     )
+
+
+def convergence_problems(posterior_ess, posterior_rhat):
+    """The sentences reporting posterior draws too correlated or too split between chains to
+    trust (:func:`posterior_convergence`'s smallest bulk ESS below :data:`MIN_POSTERIOR_ESS`,
+    largest R-hat above :data:`MAX_RHAT`); NaN values report nothing.
+
+    :param float posterior_ess: the smallest bulk ESS over the posterior's coordinates.
+    :param float posterior_rhat: the largest R-hat over them.
+    :return: a list of sentences, empty when the draws look converged.
+
+    **Example:**
+
+    .. code-block:: python
+
+        problems += convergence_problems(*posterior_convergence(mcmc))
+    """
+    problems = []
+    if np.isfinite(posterior_ess) and posterior_ess < MIN_POSTERIOR_ESS:
+        problems.append(f"the posterior draws' effective sample size is only {posterior_ess:.0f}")
+    if np.isfinite(posterior_rhat) and posterior_rhat > MAX_RHAT:
+        problems.append(
+            f"the chains' posterior draws disagree (R-hat {posterior_rhat:.2f} > {MAX_RHAT})"
+        )
+    return problems
 
 
 def _rhat(draws):

@@ -16,8 +16,8 @@ from blackjax.smc.ess import ess as effective_sample_size
 
 from numpyro_extras.results.evidence import Evidence
 from numpyro_extras.results.runs import (
-    MAX_RHAT,
     MIN_ROUND_TRIPS,
+    convergence_problems,
     divergence_problem,
     posterior_convergence,
     run_report,
@@ -147,9 +147,10 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
 
     Problems reported: a chain that never reached ``beta < 0.1`` or ``beta > 0.9``; fewer than
     2 round trips in a chain; divergent transitions above 1%; a target ESS below 100; chains
-    whose ``log Z`` estimates disagree beyond their errors (p < 0.001); posterior draws with
-    R-hat above 1.05; a failed base-moment check (eq. 22); a base fit that was still finding new
-    modes when it stopped (see :func:`~numpyro_extras.fit_base`).
+    whose ``log Z`` estimates disagree beyond their errors (p < 0.001); posterior draws with a
+    bulk ESS below 100 or R-hat above 1.05 in some coordinate; a failed base-moment check
+    (eq. 22); a base fit that was still finding new modes when it stopped (see
+    :func:`~numpyro_extras.fit_base`).
 
     :param mcmc: a run with a continuous tempering kernel.
     :param bool check_base: run the base-moment check.
@@ -203,10 +204,7 @@ def tempering_diagnostics(mcmc, check_base=True) -> TemperingDiagnostics:
             + f"; p = {agreement.p_value:.1g}): some chains miss part of the posterior; the "
             "stderr is widened to the spread between chains"
         )
-    if np.isfinite(posterior_rhat) and posterior_rhat > MAX_RHAT:
-        problems.append(
-            f"the chains' posterior draws disagree (R-hat {posterior_rhat:.2f} > {MAX_RHAT})"
-        )
+    problems += convergence_problems(posterior_ess, posterior_rhat)
     if check is not None and not check.passed:
         problems.append("the base-moment check (eq. 22) failed: " + base_check_problem(check))
     return TemperingDiagnostics(

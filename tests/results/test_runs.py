@@ -5,7 +5,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from numpyro_extras.results.runs import posterior_convergence, run_report
+from numpyro_extras.results.runs import (
+    convergence_problems,
+    posterior_convergence,
+    run_report,
+)
 
 
 def _finished_run(samples):
@@ -42,3 +46,14 @@ def test_a_run_report_gives_each_chain_a_column_and_lists_the_problems():
         "  - chain 1 never reached the posterior",
     ]
     assert run_report("A run", [], [], ()).splitlines() == ["A run", "Problems: none found"]
+
+
+def test_draws_too_few_or_split_between_chains_are_reported():
+    assert convergence_problems(100.0, 1.05) == []
+    assert convergence_problems(float("nan"), float("nan")) == []
+    assert convergence_problems(99.4, 1.0) == [
+        "the posterior draws' effective sample size is only 99"
+    ]
+    assert convergence_problems(400.0, 1.2) == [
+        "the chains' posterior draws disagree (R-hat 1.20 > 1.05)"
+    ]

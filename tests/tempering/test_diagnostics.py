@@ -1,9 +1,12 @@
 """How a tempering run mixed: the diagnostics and the kernel's progress-bar summary."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from numpyro.infer import MCMC
 
 import numpyro_extras as nx
+from numpyro_extras import targets
 from numpyro_extras.tempering.chains import unreached_ends
 
 
@@ -47,3 +50,23 @@ def test_unreached_ends_names_the_chains_and_the_end():
         "chains [2, 3] never reached beta > 0.9",
     ]
     assert unreached_ends(beta[:1]) == []
+
+
+def test_a_run_too_short_for_its_posterior_draws_says_so(bimodal_log_z):
+    # 2 chains x 40 draws cannot reach a bulk ESS of 100 in any coordinate.
+    base = nx.GaussianBase(jnp.array([-1.6]), jnp.array([[np.sqrt(63.64)]]), jnp.asarray(1.5))
+    mcmc = MCMC(
+        nx.GibbsContinuousTempering(targets.bimodal_model, base=base),
+        num_warmup=40,
+        num_samples=40,
+        num_chains=2,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(0), bimodal_log_z)
+    diagnostics = nx.tempering_diagnostics(mcmc)
+    assert diagnostics.posterior_ess < 100
+    assert any(
+        problem.startswith("the posterior draws' effective sample size is only")
+        for problem in diagnostics.problems
+    )
