@@ -265,8 +265,10 @@ class MixtureBase(NamedTuple):
         return jnp.linalg.cholesky(self.covariance)
 
     def potential(self, position):
-        """``psi(x) = -log sum_k pi_k N(x; mu_k, L_k L_k^T)`` for one flat point."""
-        return self.potential_and_gradient()(position)[0]
+        """``psi(x) = -log sum_k pi_k N(x; mu_k, L_k L_k^T)`` for one flat point, jittable in
+        the mixture's arrays too (a mixture passed as an argument of a compiled function); for
+        many calls with one mixture, :meth:`potential_function` factors it once."""
+        return -self.log_prob(position)
 
     def component_log_densities(self, position):
         """``log pi_k N(x; mu_k, L_k L_k^T)`` of every component ``k`` at one flat point,

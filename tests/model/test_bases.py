@@ -51,6 +51,8 @@ def test_mixture_base_density_and_gradient():
         np.testing.assert_allclose(base.log_prob(point), mixture.log_prob(point), rtol=1e-10)
         traced = jax.jit(lambda b, x: b.log_prob(x))(base, point)
         np.testing.assert_allclose(traced, mixture.log_prob(point), rtol=1e-10)
+        traced_potential = jax.jit(lambda b, x: b.potential(x))(base, point)
+        np.testing.assert_allclose(traced_potential, -mixture.log_prob(point), rtol=1e-10)
         components = dist.MultivariateNormal(
             base.component_locs, scale_tril=base.component_scale_trils
         ).log_prob(point) + jnp.log(jnp.array([0.3, 0.7]))
