@@ -57,7 +57,7 @@ from numpyro_extras.model.potential import (
 from numpyro_extras.results.evidence import Evidence, evidence_from_log_weights
 from numpyro_extras.results.prior_check import check_against_prior, prior_log_likelihoods_fn
 from numpyro_extras.shell.compilation import fold_in_key, quick_jit, split_key
-from numpyro_extras.shell.devices import check_devices
+from numpyro_extras.shell.devices import check_devices, split_invariant_sum
 from numpyro_extras.shell.kernel import arguments_fingerprint
 from numpyro_extras.shell.metropolis import metropolis_accept, select
 from numpyro_extras.shell.validation import (
@@ -358,11 +358,14 @@ def _adapt(x, acceptance, alive, adaptation, settings):
     # Dead particles (zero weight already) say nothing about the step size.
     acceptance = jnp.where(alive, acceptance, 0.0)
     num_alive = jnp.sum(alive)
-    mean_acceptance = jnp.sum(acceptance) / jnp.maximum(num_alive, 1)
+    # Sums over particles in an order that does not depend on the devices holding them, so that
+    # every split of the particles adapts, and so anneals, alike.
+    total_acceptance = split_invariant_sum(acceptance)
+    mean_acceptance = total_acceptance / jnp.maximum(num_alive, 1)
     log_step_size = adaptation.log_step_size
     if settings["adapt_step_size"]:
         others = num_alive - alive
-        others_acceptance = (jnp.sum(acceptance) - acceptance) / jnp.maximum(others, 1)
+        others_acceptance = (total_acceptance - acceptance) / jnp.maximum(others, 1)
         # Robbins-Monro on the log step size towards the target acceptance.
         log_step_size = log_step_size + jnp.where(
             others > 0, settings["adaptation_rate"] * (others_acceptance - settings["target"]), 0
@@ -377,9 +380,9 @@ def _particle_variance(x, alive, fallback):
     """Per particle, the per-dimension variance of the OTHER live particles, shape ``(N, D)``."""
     weights = alive.astype(x.dtype)[:, None]
     count = jnp.sum(weights)
-    mean = jnp.sum(weights * x, axis=0) / jnp.maximum(count, 1)
+    mean = split_invariant_sum(weights * x) / jnp.maximum(count, 1)
     deviation = x - mean
-    sum_of_squares = jnp.sum(weights * deviation**2, axis=0)
+    sum_of_squares = split_invariant_sum(weights * deviation**2)
     others = count - weights
     # Sum of squares about the others' mean: remove the particle and the mean's shift.
     others_sum_of_squares = sum_of_squares - weights * deviation**2 * count / jnp.maximum(others, 1)
@@ -1224,6 +1227,9 @@ def _checked_evidence(log_weights, rng_key, split, model_key, path_base, checked
     """
     reverse = checked["reverse"]
     num_particles = checked["num_particles"]
+    # Read on the host: the estimate's reduction is then one program whatever devices held the
+    # particles.
+    log_weights = np.asarray(log_weights)
     evidence = evidence_from_log_weights(log_weights, 0.0, reverse=reverse)
     evidence = _warn_on_small_ess(evidence, num_particles, path_base, reverse)
     if path_base is not None and not reverse and split.log_likelihood_fn is not None:

@@ -9,6 +9,7 @@ On a CPU, ``numpyro.set_host_device_count(n)`` before JAX starts makes ``n`` dev
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -19,6 +20,7 @@ __all__ = [
     "constrain_leading_axis",
     "readable_on_every_process",
     "gathered",
+    "split_invariant_sum",
 ]
 
 
@@ -114,6 +116,38 @@ def constrain_leading_axis(tree, sharding: NamedSharding | None):
             "lanes split over the devices) or 'sequential', or leave devices unset."
         )
     return jax.tree.map(lambda leaf: jax.lax.with_sharding_constraint(leaf, sharding), tree)
+
+
+def split_invariant_sum(values) -> jax.Array:
+    """The sum of ``values`` over their leading (lane) axis, added in one fixed pairwise order
+    whichever devices hold which lanes.
+
+    ``jnp.sum`` over lanes split across devices adds each device's share, then the shares: the
+    order, and so the rounding, changes with the split. Here the lanes are padded with zeros to
+    a power of two and neighbours are added level by level; every addition is elementwise, so
+    its rounding is the same under any partitioning of the program. A run whose lanes adapt to
+    each other (an annealing step size tuned from every particle's acceptance) then gives the
+    same numbers for any split.
+
+    :param values: an array with the lanes on its leading axis (at least one lane).
+    :return: the sum, of shape ``values.shape[1:]``.
+
+    **Example:**
+
+    .. code-block:: python
+
+        mean_acceptance = split_invariant_sum(acceptance) / acceptance.shape[0]
+    """
+    values = jnp.asarray(values)
+    count = values.shape[0]
+    size = 1 << (count - 1).bit_length()
+    if size > count:
+        padding = jnp.zeros((size - count,) + values.shape[1:], values.dtype)
+        values = jnp.concatenate([values, padding])
+    while values.shape[0] > 1:
+        pairs = values.reshape((values.shape[0] // 2, 2) + values.shape[1:])
+        values = pairs[:, 0] + pairs[:, 1]
+    return values[0]
 
 
 def readable_on_every_process(tree, sharding: NamedSharding | None):

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from four_devices import run_records
 
+from numpyro_extras.shell.devices import split_invariant_sum
+
 SCRIPT = """
 def spins(coupling):
     with numpyro.plate("sites", 6):
@@ -105,3 +107,45 @@ def test_arrays_of_one_process_are_read_as_they_are():
     sharding = leading_axis_sharding(jax.devices()[:2], "lanes")
     assert readable_on_every_process(tree, sharding) is tree
     assert readable_on_every_process(tree, None) is tree
+
+
+def pairwise_sum(values):
+    """The sum over the leading axis in split_invariant_sum's order, in NumPy."""
+    values = np.asarray(values)
+    size = 1 << (len(values) - 1).bit_length()
+    values = np.concatenate([values, np.zeros((size - len(values),) + values.shape[1:])])
+    while len(values) > 1:
+        values = values[0::2] + values[1::2]
+    return values[0]
+
+
+@pytest.mark.parametrize("shape", [(1,), (3,), (8,), (400, 3)])
+def test_split_invariant_sum_adds_neighbours_level_by_level(shape):
+    magnitudes = np.logspace(-8, 8, shape[0]).reshape((-1,) + (1,) * (len(shape) - 1))
+    values = np.random.default_rng(0).normal(size=shape) * magnitudes
+    total = np.asarray(split_invariant_sum(values))
+    assert total.shape == shape[1:]
+    assert np.array_equal(total, pairwise_sum(values))
+    np.testing.assert_allclose(total, values.sum(0), rtol=1e-12)
+
+
+SUM_SCRIPT = """
+from numpyro_extras.shell.devices import leading_axis_sharding, split_invariant_sum
+
+values = np.random.default_rng(1).normal(size=(400, 3)) * np.logspace(-8, 8, 400)[:, None]
+summed = jax.jit(split_invariant_sum)
+records = {
+    str(count): np.asarray(
+        summed(jax.device_put(values, leading_axis_sharding(jax.devices()[:count], "lanes")))
+    ).tolist()
+    for count in (1, 2, 4)
+}
+print(json.dumps(records))
+"""
+
+
+def test_split_invariant_sum_is_the_same_on_any_split():
+    """Summed where its lanes are split over one, two or four devices: the same bits, where a
+    plain sum adds each device's share first."""
+    records = run_records(SUM_SCRIPT)
+    assert records["1"] == records["2"] == records["4"]
