@@ -10,8 +10,11 @@ accuracy and cost targets were met.
 Cost is counted in gradient evaluations (wall time on a shared machine is noise), warm-up
 included:
 
-* NUTS and joint tempering: the ``num_steps`` of every transition (leapfrog steps);
-* Gibbs tempering: ``num_steps + 1`` per transition (the ``beta`` update re-evaluates ``phi``);
+* NUTS: the ``num_steps`` of every transition (leapfrog steps);
+* joint tempering: ``num_steps + replica_num_steps`` (the tempered chain's NUTS move and the
+  posterior replica's own);
+* Gibbs tempering: ``num_steps + 1 + replica_num_steps`` per transition (the ``beta`` update
+  re-evaluates ``phi``; the replica's HMC move has the same 20 steps);
 * SMC: particles x (mutation steps x leapfrog steps + 1) per temperature (``blackjax.hmc.init``
   evaluates one gradient per particle when a mutation starts).
 
@@ -352,6 +355,17 @@ def tempering_estimates(mcmc, problem, seeds, settings, gradient_evaluations):
     return estimates
 
 
+# A tempering transition's gradient evaluations: the tempered chain's move and the posterior
+# replica's own move.
+STEP_FIELDS = ("num_steps", "replica_num_steps")
+
+
+def gradient_steps(mcmc):
+    """Leapfrog steps per chain and transition of a tempering run, both moves summed."""
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    return sum(np.asarray(fields[name], np.int64) for name in STEP_FIELDS)
+
+
 def run_joint(problem, seeds, settings, num_warmup, num_samples=None, budget=None):
     """Joint tempering (NUTS on the extended space), warm-up run separately to count its steps.
 
@@ -370,28 +384,31 @@ def run_joint(problem, seeds, settings, num_warmup, num_samples=None, budget=Non
     )
     keys = chain_keys(seeds, settings.num_chains, STREAM_JOINT)
     with compile_clock("joint CT"):
-        mcmc.warmup(keys, extra_fields=("num_steps",), collect_warmup=True, **problem.model_kwargs)
-    warmup_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"], np.int64)
+        mcmc.warmup(keys, extra_fields=STEP_FIELDS, collect_warmup=True, **problem.model_kwargs)
+    warmup_steps = gradient_steps(mcmc)
     if budget is not None:
         recent_steps_per_transition = warmup_steps[:, -max(1, num_warmup // 5) :].mean()
         remaining = budget / settings.num_chains - warmup_steps.sum(axis=1).mean()
         mcmc.num_samples = max(50, round(remaining / recent_steps_per_transition))
     run_keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(keys)
     with compile_clock("joint CT"):
-        mcmc.run(run_keys, extra_fields=("num_steps",), **problem.model_kwargs)
-    sample_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"], np.int64)
+        mcmc.run(run_keys, extra_fields=STEP_FIELDS, **problem.model_kwargs)
+    sample_steps = gradient_steps(mcmc)
     gradient_evaluations = warmup_steps.sum(axis=1) + sample_steps.sum(axis=1)
     estimates = tempering_estimates(mcmc, problem, seeds, settings, gradient_evaluations)
     return MethodRuns(estimates, mcmc.last_state, kernel, float(sample_steps.mean()))
 
 
 def run_gibbs(problem, seeds, settings, num_warmup, num_samples=None, budget=None):
-    """Gibbs tempering: HMC with 20 leapfrog steps on ``x | beta``, then the exact ``beta | x``."""
+    """Gibbs tempering: HMC with 20 leapfrog steps on ``x | beta``, then the exact ``beta | x``,
+    and the replica's own 20-step HMC move."""
     model, potential_fn = problem.kernel_target()
     kernel = nx.GibbsContinuousTempering(model, potential_fn, base=problem.base)
     leapfrog_steps = 20  # the kernel's default, as in the paper
+    # The tempered move, the gradient at the new x, and the replica's move.
+    per_transition = 2 * leapfrog_steps + 1
     if budget is not None:
-        per_chain = budget / settings.num_chains / (leapfrog_steps + 1)
+        per_chain = budget / settings.num_chains / per_transition
         num_samples = max(50, round(per_chain - num_warmup))
     mcmc = MCMC(
         kernel,
@@ -403,15 +420,15 @@ def run_gibbs(problem, seeds, settings, num_warmup, num_samples=None, budget=Non
     )
     keys = chain_keys(seeds, settings.num_chains, STREAM_GIBBS)
     with compile_clock("Gibbs CT"):
-        mcmc.run(keys, extra_fields=("num_steps",), **problem.model_kwargs)
-    sample_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"], np.int64)
-    if not np.all(sample_steps == leapfrog_steps):
+        mcmc.run(keys, extra_fields=STEP_FIELDS, **problem.model_kwargs)
+    sample_steps = gradient_steps(mcmc)
+    if not np.all(sample_steps == 2 * leapfrog_steps):
         raise RuntimeError("Gibbs tempering did not run a fixed number of leapfrog steps.")
-    # Every transition, warm-up included, costs the leapfrog steps and one gradient at the new x.
-    per_chain = (leapfrog_steps + 1) * (num_warmup + num_samples)
+    # Every transition, warm-up included, costs the same.
+    per_chain = per_transition * (num_warmup + num_samples)
     gradient_evaluations = np.full(sample_steps.shape[0], per_chain, np.int64)
     estimates = tempering_estimates(mcmc, problem, seeds, settings, gradient_evaluations)
-    return MethodRuns(estimates, mcmc.last_state, kernel, float(leapfrog_steps + 1))
+    return MethodRuns(estimates, mcmc.last_state, kernel, float(per_transition))
 
 
 def run_nuts(problem, seeds, settings, num_warmup, num_samples):
@@ -557,11 +574,13 @@ class TransitionTimer:
     initialised for a batch of chains, else one chain after another (``lax.map``). The loop is
     compiled ahead of time with the length as an argument, so compilation never enters a timing
     and one compilation serves every length. Gradient evaluations are the summed ``num_steps``
-    (+1 per transition and chain for Gibbs tempering).
+    and, for the tempering kernels, ``replica_num_steps`` (+1 per transition and chain for Gibbs
+    tempering).
     """
 
     def __init__(self, kernel, state, problem, one_chain_at_a_time=False):
         extra_per_transition = 1 if isinstance(kernel, nx.GibbsContinuousTempering) else 0
+        tempering = isinstance(kernel, nx.JointContinuousTempering | nx.GibbsContinuousTempering)
 
         def transitions(state, num_transitions):
             num_chains = jnp.size(state.num_steps)
@@ -569,8 +588,16 @@ class TransitionTimer:
             def one_transition(_, carry):
                 state, counted, lockstep = carry
                 state = kernel.sample(state, (), problem.model_kwargs)
-                counted += jnp.sum(state.num_steps) + extra_per_transition * num_chains
-                lockstep += (jnp.max(state.num_steps) + extra_per_transition) * num_chains
+                # Vectorized chains wait for the longest tempered move, then the longest
+                # replica move.
+                moves = [state.num_steps]
+                if tempering:
+                    moves.append(state.replica_num_steps)
+                counted += sum(jnp.sum(steps) for steps in moves)
+                counted += extra_per_transition * num_chains
+                lockstep += (sum(jnp.max(steps) for steps in moves) + extra_per_transition) * (
+                    num_chains
+                )
                 return state, counted, lockstep
 
             zero = jnp.zeros((), jnp.int64)

@@ -195,6 +195,8 @@ class TemperingInfo(NamedTuple):
         when there is none).
     :param replica_diverging: whether the replica's move diverged (``False`` when there is
         none).
+    :param replica_num_steps: leapfrog steps of the replica's move (0 when there is none): a
+        transition costs ``num_steps + replica_num_steps`` gradient evaluations.
 
     **Example:**
 
@@ -211,6 +213,7 @@ class TemperingInfo(NamedTuple):
     num_steps: jax.Array
     replica_accept_prob: jax.Array
     replica_diverging: jax.Array
+    replica_num_steps: jax.Array
 
 
 def inverse_temperature(temperature_control, beta_scale=1.0):
@@ -593,9 +596,17 @@ def _advanced(state: TemperingChainState, moved_on, accept_probs, num_warmup):
         tempered, replica, beta, log_zeta, iteration, inner, replica_inner, mixing
     )
     if replica_inner is None:
-        replica_moved = (jnp.zeros_like(beta), jnp.zeros(jnp.shape(beta), bool))
+        replica_moved = (
+            jnp.zeros_like(beta),
+            jnp.zeros(jnp.shape(beta), bool),
+            jnp.zeros(jnp.shape(beta), inner.num_steps.dtype),
+        )
     else:
-        replica_moved = (replica_inner.accept_prob, replica_inner.diverging)
+        replica_moved = (
+            replica_inner.accept_prob,
+            replica_inner.diverging,
+            replica_inner.num_steps,
+        )
     info = TemperingInfo(
         *accept_probs, inner.accept_prob, inner.diverging, inner.num_steps, *replica_moved
     )

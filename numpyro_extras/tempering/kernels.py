@@ -184,6 +184,14 @@ class TemperingState(NamedTuple):
             return jnp.zeros(jnp.shape(self.beta), bool)
         return self.replica_inner_state.diverging
 
+    @property
+    def replica_num_steps(self):
+        """Leapfrog steps of the replica's own HMC/NUTS move (0 when there is none); a
+        transition costs ``num_steps + replica_num_steps`` gradient evaluations."""
+        if self.replica_inner_state is None:
+            return jnp.zeros(jnp.shape(self.beta), jnp.asarray(self.num_steps).dtype)
+        return self.replica_inner_state.num_steps
+
     __getattr__, __getitem__ = field_lookup(
         "A continuous tempering state", lambda: TEMPERING_FIELDS
     )
@@ -201,6 +209,7 @@ TEMPERING_FIELDS = TemperingState._fields[:8] + (
     "adapt_state.inverse_mass_matrix",
     "replica_accept_prob",
     "replica_diverging",
+    "replica_num_steps",
     "mixing.num_round_trips",
 )
 

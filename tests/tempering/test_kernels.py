@@ -294,9 +294,10 @@ def test_replica_moves_mix_the_posterior_draws(kernel_class, replica_moves):
         num_warmup=500,
         num_samples=1000,
         num_chains=2,
-        extra_fields=("replica_accept_prob",),
+        extra_fields=("replica_accept_prob", "replica_num_steps"),
     )
     draws = np.asarray(mcmc.get_samples(group_by_chain=True))
+    replica_steps = np.asarray(mcmc.get_extra_fields()["replica_num_steps"])
     num_draws = draws.shape[0] * draws.shape[1]
     effective_sizes = np.array([az.ess(draws[..., i]) for i in range(WIDE_DIMENSION)])
     # The mean over the 20 coordinates: one coordinate's ESS estimate varies by +-15% between
@@ -305,7 +306,9 @@ def test_replica_moves_mix_the_posterior_draws(kernel_class, replica_moves):
     if not replica_moves:
         assert np.mean(effective_sizes) < 0.75 * num_draws
         assert np.all(np.asarray(mcmc.get_extra_fields()["replica_accept_prob"]) == 0)
+        assert np.all(replica_steps == 0)
         return
+    assert np.all(replica_steps >= 1)
     assert np.mean(effective_sizes) > 0.8 * num_draws
     assert 0.6 < float(np.mean(mcmc.get_extra_fields()["replica_accept_prob"])) < 1.0
     flat = draws.reshape(num_draws, WIDE_DIMENSION)

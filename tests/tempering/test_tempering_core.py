@@ -127,9 +127,12 @@ def test_info_fields_have_one_value_per_transition(run):
         values = np.asarray(getattr(info, name))
         assert np.all((values >= 0) & (values <= 1)), name
     assert np.all(np.asarray(info.num_steps) >= 1)
+    # The replica's own move costs gradients too, counted apart.
+    assert np.all(np.asarray(info.replica_num_steps) >= 1)
     assert np.all(states.iteration[:, -1] == NUM_WARMUP + NUM_SAMPLES)
-    # The info's move is the one the state keeps.
+    # The info's moves are the ones the state keeps.
     np.testing.assert_array_equal(info.accept_prob, states.inner_state.accept_prob)
+    np.testing.assert_array_equal(info.replica_num_steps, states.replica_inner_state.num_steps)
 
 
 def test_the_core_state_holds_flat_positions_only():
@@ -152,6 +155,7 @@ def test_without_replica_moves_the_info_reports_no_replica_move():
     new_state, info = kernel(key, state)
     again, _ = kernel(key, state)
     assert float(info.replica_accept_prob) == 0.0 and not bool(info.replica_diverging)
+    assert int(info.replica_num_steps) == 0
     for first, second in zip(jax.tree.leaves(new_state), jax.tree.leaves(again), strict=True):
         np.testing.assert_array_equal(first, second)
 
