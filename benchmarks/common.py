@@ -58,6 +58,11 @@ def readme_ais(seed, model, model_args=(), model_kwargs=None):
     )
 
 
+# Gradient evaluations of a continuous tempering transition beside its two moves' leapfrog
+# steps (``num_steps`` and ``replica_num_steps``): phi at the moved x and at a draw from the base.
+TEMPERING_EVALUATIONS_BESIDE_MOVES = 2
+
+
 def log(message):
     """A progress line on stderr (stdout holds only the Markdown report), with the seconds since
     the script started."""

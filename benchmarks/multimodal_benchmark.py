@@ -71,7 +71,13 @@ numpyro.enable_x64()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from common import markdown_table, publish_report, read_runs, save_run  # noqa: E402
+from common import (  # noqa: E402
+    TEMPERING_EVALUATIONS_BESIDE_MOVES,
+    markdown_table,
+    publish_report,
+    read_runs,
+    save_run,
+)
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 from scipy.special import logsumexp  # noqa: E402
 from smc_anchor import TemperedSMC  # noqa: E402
@@ -187,10 +193,11 @@ def exchange_gradient_evaluations(mcmc):
 def tempering_gradient_evaluations(mcmc, num_samples):
     """Gradient evaluations of a tempering run, warm-up included: the leapfrog steps of the
     tempered chain's moves and of the posterior replica's own moves during sampling (the last of
-    each draw's ``moves_per_draw`` transitions), scaled by the run's number of transitions over
-    the sampling phase's draws."""
+    each draw's ``moves_per_draw`` transitions) with the evaluations beside them, scaled by the
+    run's number of transitions over the sampling phase's draws."""
     fields = mcmc.get_extra_fields()
-    steps = np.asarray(fields["num_steps"]).sum()
+    tempered_steps = np.asarray(fields["num_steps"])
+    steps = tempered_steps.sum() + TEMPERING_EVALUATIONS_BESIDE_MOVES * tempered_steps.size
     steps += np.asarray(fields["replica_inner_state.num_steps"]).sum()
     moves_per_draw = mcmc.sampler.moves_per_draw
     return int(steps * (NUM_WARMUP + moves_per_draw * num_samples) / num_samples)

@@ -11,10 +11,10 @@ Cost is counted in gradient evaluations (wall time on a shared machine is noise)
 included:
 
 * NUTS: the ``num_steps`` of every transition (leapfrog steps);
-* joint tempering: ``num_steps + replica_num_steps`` (the tempered chain's NUTS move and the
-  posterior replica's own);
-* Gibbs tempering: ``num_steps + 1 + replica_num_steps`` per transition (the ``beta`` update
-  re-evaluates ``phi``; the replica's HMC move has the same 20 steps);
+* joint tempering: ``num_steps + replica_num_steps + 2`` (the tempered chain's NUTS move, the
+  posterior replica's own, and ``phi`` at the moved ``x`` and at a draw from the base);
+* Gibbs tempering: the same, ``20 + 20 + 2`` per transition (the tempered and the replica's HMC
+  moves have 20 steps each);
 * SMC: particles x (mutation steps x leapfrog steps + 1) per temperature (``blackjax.hmc.init``
   evaluates one gradient per particle when a mutation starts).
 
@@ -55,6 +55,7 @@ import numpy as np  # noqa: E402
 from common import (  # noqa: E402
     COMPILE_SECONDS,
     RADON_LOG_Z,
+    TEMPERING_EVALUATIONS_BESIDE_MOVES,
     compile_clock,
     compile_table,
     elapsed_seconds,
@@ -308,8 +309,8 @@ class Estimate(NamedTuple):
 class MethodRuns(NamedTuple):
     """One method on one problem: estimates per seed, and the final state for the timing runs.
 
-    ``steps_per_transition`` is the mean number of leapfrog steps per kept transition (for SMC,
-    the mean number of temperatures).
+    ``steps_per_transition`` is the mean number of gradient evaluations per kept transition
+    (for SMC, the mean number of temperatures).
     """
 
     estimates: dict
@@ -355,15 +356,17 @@ def tempering_estimates(mcmc, problem, seeds, settings, gradient_evaluations):
     return estimates
 
 
-# A tempering transition's gradient evaluations: the tempered chain's move and the posterior
+# The leapfrog steps of a tempering transition: the tempered chain's move and the posterior
 # replica's own move.
 STEP_FIELDS = ("num_steps", "replica_num_steps")
 
 
-def gradient_steps(mcmc):
-    """Leapfrog steps per chain and transition of a tempering run, both moves summed."""
+def gradient_evaluations_per_transition(mcmc):
+    """Gradient evaluations per chain and transition of a tempering run: both moves' leapfrog
+    steps and the evaluations beside them."""
     fields = mcmc.get_extra_fields(group_by_chain=True)
-    return sum(np.asarray(fields[name], np.int64) for name in STEP_FIELDS)
+    steps = sum(np.asarray(fields[name], np.int64) for name in STEP_FIELDS)
+    return steps + TEMPERING_EVALUATIONS_BESIDE_MOVES
 
 
 def run_joint(problem, seeds, settings, num_warmup, num_samples=None, budget=None):
@@ -385,15 +388,15 @@ def run_joint(problem, seeds, settings, num_warmup, num_samples=None, budget=Non
     keys = chain_keys(seeds, settings.num_chains, STREAM_JOINT)
     with compile_clock("joint CT"):
         mcmc.warmup(keys, extra_fields=STEP_FIELDS, collect_warmup=True, **problem.model_kwargs)
-    warmup_steps = gradient_steps(mcmc)
+    warmup_steps = gradient_evaluations_per_transition(mcmc)
     if budget is not None:
-        recent_steps_per_transition = warmup_steps[:, -max(1, num_warmup // 5) :].mean()
+        recent_per_transition = warmup_steps[:, -max(1, num_warmup // 5) :].mean()
         remaining = budget / settings.num_chains - warmup_steps.sum(axis=1).mean()
-        mcmc.num_samples = max(50, round(remaining / recent_steps_per_transition))
+        mcmc.num_samples = max(50, round(remaining / recent_per_transition))
     run_keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(keys)
     with compile_clock("joint CT"):
         mcmc.run(run_keys, extra_fields=STEP_FIELDS, **problem.model_kwargs)
-    sample_steps = gradient_steps(mcmc)
+    sample_steps = gradient_evaluations_per_transition(mcmc)
     gradient_evaluations = warmup_steps.sum(axis=1) + sample_steps.sum(axis=1)
     estimates = tempering_estimates(mcmc, problem, seeds, settings, gradient_evaluations)
     return MethodRuns(estimates, mcmc.last_state, kernel, float(sample_steps.mean()))
@@ -405,8 +408,8 @@ def run_gibbs(problem, seeds, settings, num_warmup, num_samples=None, budget=Non
     model, potential_fn = problem.kernel_target()
     kernel = nx.GibbsContinuousTempering(model, potential_fn, base=problem.base)
     leapfrog_steps = 20  # the kernel's default, as in the paper
-    # The tempered move, the gradient at the new x, and the replica's move.
-    per_transition = 2 * leapfrog_steps + 1
+    # The tempered move, the replica's move, and phi at the moved x and at a base draw.
+    per_transition = 2 * leapfrog_steps + TEMPERING_EVALUATIONS_BESIDE_MOVES
     if budget is not None:
         per_chain = budget / settings.num_chains / per_transition
         num_samples = max(50, round(per_chain - num_warmup))
@@ -421,8 +424,8 @@ def run_gibbs(problem, seeds, settings, num_warmup, num_samples=None, budget=Non
     keys = chain_keys(seeds, settings.num_chains, STREAM_GIBBS)
     with compile_clock("Gibbs CT"):
         mcmc.run(keys, extra_fields=STEP_FIELDS, **problem.model_kwargs)
-    sample_steps = gradient_steps(mcmc)
-    if not np.all(sample_steps == 2 * leapfrog_steps):
+    sample_steps = gradient_evaluations_per_transition(mcmc)
+    if not np.all(sample_steps == per_transition):
         raise RuntimeError("Gibbs tempering did not run a fixed number of leapfrog steps.")
     # Every transition, warm-up included, costs the same.
     per_chain = per_transition * (num_warmup + num_samples)
@@ -574,13 +577,12 @@ class TransitionTimer:
     initialised for a batch of chains, else one chain after another (``lax.map``). The loop is
     compiled ahead of time with the length as an argument, so compilation never enters a timing
     and one compilation serves every length. Gradient evaluations are the summed ``num_steps``
-    and, for the tempering kernels, ``replica_num_steps`` (+1 per transition and chain for Gibbs
-    tempering).
+    and, for the tempering kernels, ``replica_num_steps`` and the evaluations beside the moves.
     """
 
     def __init__(self, kernel, state, problem, one_chain_at_a_time=False):
-        extra_per_transition = 1 if isinstance(kernel, nx.GibbsContinuousTempering) else 0
         tempering = isinstance(kernel, nx.JointContinuousTempering | nx.GibbsContinuousTempering)
+        extra_per_transition = TEMPERING_EVALUATIONS_BESIDE_MOVES if tempering else 0
 
         def transitions(state, num_transitions):
             num_chains = jnp.size(state.num_steps)
@@ -801,7 +803,7 @@ def benchmark_batched(problem, seeds, settings, num_warmup, num_samples, notes, 
         methods["NUTS"] = nuts.estimates
     nuts_steps = f"NUTS {nuts.steps_per_transition:.1f}, " if nuts is not None else ""
     notes.append(
-        f"{problem.title}: mean leapfrog steps per transition: {nuts_steps}"
+        f"{problem.title}: mean gradient evaluations per transition: {nuts_steps}"
         f"joint CT {joint.steps_per_transition:.1f}; SMC used {smc.steps_per_transition:.1f}"
         " temperatures on average."
     )
@@ -1003,7 +1005,7 @@ def benchmark_boltzmann(seeds, settings):
         "log Z; nx.fit_base on boltzmann_relaxation_model was 1.5-6.2 nats below log Z, so it is "
         "not used). "
         f"Mean |log zeta - log Z| over the systems {np.mean(base_errors):.2f}.",
-        f"{title}: mean leapfrog steps per transition: NUTS {nuts_steps:.1f} (system "
+        f"{title}: mean gradient evaluations per transition: NUTS {nuts_steps:.1f} (system "
         f"{seeds[0]}), joint CT {np.mean(joint_steps):.1f}; SMC used "
         f"{np.mean(smc_temperatures):.1f} temperatures on average.",
     ]

@@ -196,7 +196,9 @@ class TemperingInfo(NamedTuple):
     :param replica_diverging: whether the replica's move diverged (``False`` when there is
         none).
     :param replica_num_steps: leapfrog steps of the replica's move (0 when there is none): a
-        transition costs ``num_steps + replica_num_steps`` gradient evaluations.
+        transition evaluates ``phi`` and its gradient ``num_steps + replica_num_steps + 2``
+        times, the two beside the moves at the moved ``x`` and at a draw from the base (one
+        fewer without base proposals).
 
     **Example:**
 

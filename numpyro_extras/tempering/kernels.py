@@ -187,7 +187,9 @@ class TemperingState(NamedTuple):
     @property
     def replica_num_steps(self):
         """Leapfrog steps of the replica's own HMC/NUTS move (0 when there is none); a
-        transition costs ``num_steps + replica_num_steps`` gradient evaluations."""
+        transition evaluates ``phi`` and its gradient ``num_steps + replica_num_steps + 2``
+        times (at the moved ``x`` and at a draw from the base beside the moves; one fewer
+        without base proposals)."""
         if self.replica_inner_state is None:
             return jnp.zeros(jnp.shape(self.beta), jnp.asarray(self.num_steps).dtype)
         return self.replica_inner_state.num_steps

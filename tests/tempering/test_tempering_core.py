@@ -135,6 +135,31 @@ def test_info_fields_have_one_value_per_transition(run):
     np.testing.assert_array_equal(info.replica_num_steps, states.replica_inner_state.num_steps)
 
 
+@pytest.mark.parametrize("base_proposals", [True, False])
+@pytest.mark.parametrize("family", ["joint", "gibbs"])
+def test_a_transition_evaluates_phi_as_documented(family, base_proposals):
+    """A transition evaluates ``phi`` and its gradient ``num_steps + replica_num_steps + 2``
+    times (one fewer without base proposals), counted by a callback inside ``phi``."""
+    evaluated = []
+
+    def counted_potential_fn(x):
+        jax.debug.callback(lambda points: evaluated.append(np.size(points) // 2), x)
+        return potential_fn(x)
+
+    joint = family == "joint"
+    algo, settings = hmc_settings(NUTS, num_steps=None) if joint else hmc_settings(HMC, num_steps=7)
+    core = {"num_warmup": 10, "algo": algo, **settings}
+    init, build = (joint_init, build_joint_kernel) if joint else (gibbs_init, build_gibbs_kernel)
+    kernel = jax.jit(build(counted_potential_fn, BASE, base_proposals=base_proposals, **core))
+    state = init(jnp.zeros(2), counted_potential_fn, BASE, jax.random.PRNGKey(0), **core)
+    beside_moves = 2 if base_proposals else 1
+    for key in jax.random.split(jax.random.PRNGKey(1), 5):
+        evaluated.clear()
+        state, info = kernel(key, state)
+        jax.effects_barrier()
+        assert sum(evaluated) == int(info.num_steps + info.replica_num_steps) + beside_moves
+
+
 def test_the_core_state_holds_flat_positions_only():
     init, _ = gibbs_chain(replica_moves=False, base_proposals=False)
     state = jax.jit(init)(jnp.zeros(2), jax.random.PRNGKey(0))
