@@ -833,14 +833,20 @@ def _prior_sampler(model, model_args, model_kwargs, continuous_sites, discrete_s
         # Recorded when first needed: most kernels never draw from the prior.
         return trace_once(one_prior_draw, jax.random.PRNGKey(0))
 
-    def sample_prior_fn(key, num_samples):
+    # Compiled once per number of draws: a map called outside ``jit`` is traced and compiled
+    # anew at every call.
+    @functools.partial(quick_jit, static_argnums=1)
+    def prior_draws(key, num_samples):
         # One key per draw, as NumPyro's Predictive splits them; a sequential map over them:
         # XLA compiles a batch of per-key random draws (a vmap, often nested in the chains'
         # own) several times more slowly on CPU than the loop, and the loop's run is short.
-        if jax.dtypes.issubdtype(jnp.result_type(key), jax.dtypes.prng_key):
-            key = jax.random.key_data(key)
         keys = jax.random.split(key, num_samples) if num_samples > 1 else key[None]
         return jax.lax.map(recorded_prior_draw(), keys)
+
+    def sample_prior_fn(key, num_samples):
+        if jax.dtypes.issubdtype(jnp.result_type(key), jax.dtypes.prng_key):
+            key = jax.random.key_data(key)
+        return prior_draws(key, num_samples)
 
     return sample_prior_fn
 

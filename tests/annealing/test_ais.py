@@ -232,6 +232,22 @@ def test_a_posterior_as_wide_as_a_vague_prior_gets_its_log_z():
     assert abs(float(estimate.log_z) - exact) < 4 * float(estimate.stderr) + 1e-3
 
 
+def _backend_compilations(run):
+    """The number of XLA compilations while ``run()`` runs."""
+    compilations = []
+
+    def listener(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compilations.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        run()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    return len(compilations)
+
+
 def test_repeated_calls_reuse_the_compiled_run_and_new_data_rebuild_it():
     y = jnp.array([1.3, -0.4])
     other_y = jnp.array([4.0, 2.5])
@@ -243,6 +259,11 @@ def test_repeated_calls_reuse_the_compiled_run_and_new_data_rebuild_it():
     # The same functions come back from the cache, so the driver's compiled scan is reused ...
     assert compiled_after.hits == compiled_before.hits + 1
     assert compiled_after.misses == compiled_before.misses
+    # ... and nothing else compiles again either (the prior draws included), whatever the key.
+    run_with_another_key = lambda: ais(  # noqa: E731
+        jax.random.PRNGKey(4), conjugate_gaussian_model, (y,), **settings
+    )
+    assert _backend_compilations(run_with_another_key) == 0
     np.testing.assert_array_equal(np.asarray(first.log_weights), np.asarray(again.log_weights))
     # ... while other data (same shapes) must not reuse the first data's path.
     other = ais(jax.random.PRNGKey(3), conjugate_gaussian_model, (other_y,), **settings)
