@@ -48,6 +48,7 @@ Usage::
     python benchmarks/acs_benchmark.py --quick                       # smoke size, ~4 min
     python benchmarks/acs_benchmark.py --output report.md > run.log 2>&1   # docs/benchmarks.md
     python benchmarks/acs_benchmark.py --targets rbm_cold grid_even
+    python benchmarks/acs_benchmark.py --targets rbm_mild rbm_cold --seeds 0 1 2 3 4
 """
 
 from __future__ import annotations
@@ -525,19 +526,24 @@ def boltzmann_row(target, run, exact):
     )
 
 
-def benchmark_boltzmann(name, settings, seed):
+def benchmark_boltzmann(name, settings, seeds):
+    """``[(target, exact, rows)]``, one per seed of the samplers' keys (the target is the same)."""
     target = make_boltzmann_target(name, settings)
     log(f"{target.title}: exact moments")
     exact = exact_moments(target)
-    runs = boltzmann_runs(target, settings, seed)
-    rows = [boltzmann_row(target, run, exact) for run in runs]
-    for row in rows:
-        log(
-            f"{target.title}: {row.run.name}: ESS U {row.ess_u:.0f} q {row.ess_q:.0f} units min "
-            f"{row.ess_units_min:.0f}, evals/chain {row.run.evaluations:.3g}, "
-            f"{row.run.seconds:.1f} s, max z {row.max_z:.1f} ({row.worst})"
-        )
-    return target, exact, rows
+    results = []
+    for seed in seeds:
+        runs = boltzmann_runs(target, settings, seed)
+        rows = [boltzmann_row(target, run, exact) for run in runs]
+        for row in rows:
+            log(
+                f"{target.title}, seed {seed}: {row.run.name}: ESS U {row.ess_u:.0f} q "
+                f"{row.ess_q:.0f} units min {row.ess_units_min:.0f}, evals/chain "
+                f"{row.run.evaluations:.3g}, {row.run.seconds:.1f} s, max z {row.max_z:.1f} "
+                f"({row.worst})"
+            )
+        results.append((target, exact, rows))
+    return results
 
 
 # ------------------------------------------------------------------------------------------------
@@ -960,7 +966,43 @@ def grid_table(target, rows):
     return "\n".join(lines)
 
 
-def targets_table(boltzmann_results, grid_results):
+def seeds_table(seeds, per_seed_results):
+    """Min ESS per 1k evaluations of every sampler on every Boltzmann target, one column per
+    seed of the samplers' keys and their mean."""
+    header = "| Target | Sampler | " + " | ".join(f"seed {seed}" for seed in seeds) + " | mean |"
+    lines = [header, "|---|---|" + "---|" * (len(seeds) + 1)]
+    for per_seed in per_seed_results:
+        target = per_seed[0][0]
+        for index, row in enumerate(per_seed[0][2]):
+            values = [rows[index].per_thousand(rows[index].ess_min) for _, _, rows in per_seed]
+            cells = " | ".join(fmt(value) for value in values)
+            lines.append(f"| {target.title} | {row.run.name} | {cells} | {fmt(np.mean(values))} |")
+    return "\n".join(lines)
+
+
+def seeds_targets(seeds, per_seed_results):
+    """The RBM rows of the acceptance targets, on the mean over the seeds."""
+    lines = []
+    for per_seed in per_seed_results:
+        target = per_seed[0][0]
+        if not target.name.startswith("rbm"):
+            continue
+        means = {}
+        for label in ("ACS", "DMALA"):
+            # The first row of each label: ACS at its defaults, DMALA.
+            labelled = [
+                next(row for row in rows if row.run.name.startswith(label)) for *_, rows in per_seed
+            ]
+            means[label] = np.mean([row.per_thousand(row.ess_min) for row in labelled])
+        lines.append(
+            f"| ACS min ESS per evaluation >= DMALA's, mean over seeds "
+            f"{', '.join(map(str, seeds))} ({target.title}) | {fmt(means['ACS'])} vs "
+            f"{fmt(means['DMALA'])} per 1k evals | {verdict(means['ACS'] >= means['DMALA'])} |"
+        )
+    return lines
+
+
+def targets_table(boltzmann_results, grid_results, extra_lines=()):
     lines = ["| Acceptance target | Measured | Verdict |", "|---|---|---|"]
     for target, rows in grid_results:
         by_name = {row.name.split(",")[0].split(" (")[0]: row for row in rows}
@@ -1037,6 +1079,7 @@ def targets_table(boltzmann_results, grid_results):
             f"{worst.run.name} z = {worst.max_z:.1f} ({worst.worst}, R-hat q "
             f"{worst.rhat_q:.2f}) | {verdict(worst.max_z <= MAX_Z)} |"
         )
+    lines += extra_lines
     return "\n".join(lines)
 
 
@@ -1094,7 +1137,7 @@ def counting_notes(settings):
     ]
 
 
-def report(boltzmann_results, grid_results, arguments, settings, elapsed):
+def report(boltzmann_results, grid_results, arguments, settings, elapsed, seeds, seed_results):
     sections = ["## Environment", ""]
     sections += environment_lines(
         "acs_benchmark.py", arguments, elapsed, settings, compile_time=True
@@ -1120,7 +1163,25 @@ def report(boltzmann_results, grid_results, arguments, settings, elapsed):
         ]
         for target, rows in grid_results:
             sections += [grid_table(target, rows), ""]
-    sections += ["## Acceptance targets", "", targets_table(boltzmann_results, grid_results), ""]
+    extra_targets = []
+    if len(seeds) > 1 and seed_results:
+        sections += [
+            "",
+            "## Min ESS per 1k evaluations over seeds (Boltzmann targets)",
+            "",
+            "The samplers' keys differ by seed; the target is the same. The tables above are "
+            f"seed {seeds[0]}'s.",
+            "",
+            seeds_table(seeds, seed_results),
+            "",
+        ]
+        extra_targets = seeds_targets(seeds, seed_results)
+    sections += [
+        "## Acceptance targets",
+        "",
+        targets_table(boltzmann_results, grid_results, extra_targets),
+        "",
+    ]
     sections += ["## JAX tracing and compilation time", "", compile_table(), ""]
     sections += ["## Notes", ""] + [f"- {note}" for note in counting_notes(settings)]
     return "\n".join(sections) + "\n"
@@ -1141,7 +1202,14 @@ def parse_arguments(argv):
         default=None,
         help=f"targets (default all; --quick: {' '.join(QUICK_TARGETS)})",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed of every run")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="seeds of the samplers' keys; with several, the Boltzmann targets run on each and "
+        "a table gives min ESS per evaluation per seed (the other tables are the first seed's)",
+    )
     parser.add_argument("--output", help="also write the markdown report to this file")
     return parser.parse_args(argv)
 
@@ -1151,16 +1219,18 @@ def main(argv=None):
     options = parse_arguments(arguments)
     settings = QUICK if options.quick else FULL
     selected = options.targets or (QUICK_TARGETS if options.quick else TARGET_NAMES)
-    boltzmann_results = [
-        benchmark_boltzmann(name, settings, options.seed)
-        for name in BOLTZMANN_TARGETS
-        if name in selected
+    seeds = options.seeds
+    seed_results = [
+        benchmark_boltzmann(name, settings, seeds) for name in BOLTZMANN_TARGETS if name in selected
     ]
+    boltzmann_results = [per_seed[0] for per_seed in seed_results]
     grid_results = [
-        benchmark_grid(name, settings, options.seed) for name in GRID_TARGETS if name in selected
+        benchmark_grid(name, settings, seeds[0]) for name in GRID_TARGETS if name in selected
     ]
     elapsed = elapsed_seconds()
-    text = report(boltzmann_results, grid_results, arguments, settings, elapsed)
+    text = report(
+        boltzmann_results, grid_results, arguments, settings, elapsed, seeds, seed_results
+    )
     print(text)
     if options.output:
         with open(options.output, "w") as output:
